@@ -1,0 +1,1 @@
+"""Reference venue adapters: the paper venue and a generic HTTP venue adapter."""

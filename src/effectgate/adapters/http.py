@@ -1,0 +1,224 @@
+"""A generic HTTP venue adapter, speaking the paper venue's wire protocol.
+
+The endpoint and credential come only from the operator's configuration at construction. The
+outbound URL and headers are built here and nowhere else: a request supplies the operation key
+and effect fields, never a URL, header or credential (invariant 6).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from effectgate.errors import AdapterError, ConfigError
+from effectgate.execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
+
+__all__ = ["HttpVenueAdapter"]
+
+_ORDERS = "/v1/orders"
+_RECORDS = "/v1/records"
+
+
+class _Secret:
+    """Holds the credential so that no repr, vars() dump or log line shows it."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "_Secret('***')"
+
+    __str__ = __repr__
+
+
+class HttpVenueAdapter(Adapter):
+    """Adapter for a venue exposing ``/v1/orders`` and ``/v1/records`` with a bearer key.
+
+    Exactly one of ``credential_env`` (an environment variable's name), ``credential_file``
+    (a file path) or ``credential`` (the key itself) must be given; it is read once, here.
+    """
+
+    name = "http"
+
+    def __init__(
+        self,
+        endpoint: str,
+        *,
+        credential_env: str | None = None,
+        credential_file: str | None = None,
+        credential: str | None = None,
+        timeout: float = 5.0,
+    ) -> None:
+        self._endpoint = _check_endpoint(endpoint)
+        self._secret = _Secret(_load_credential(credential_env, credential_file, credential))
+        if not timeout > 0:
+            raise ConfigError("timeout must be positive")
+        self._timeout = float(timeout)
+        # trust_env=False: no proxy, netrc or certificate settings from the environment can
+        # change where the call goes or what it carries; the configuration above is all there is.
+        self._client = httpx.Client(
+            base_url=self._endpoint,
+            timeout=self._timeout,
+            follow_redirects=False,
+            trust_env=False,
+        )
+
+    @property
+    def endpoint(self) -> str:
+        return self._endpoint
+
+    def execute(self, request: OutboundRequest, *, timeout: float) -> Receipt:
+        """POST the effect with the operation key as ``Idempotency-Key``.
+
+        201 is ``applied``; 422 with a venue refusal is ``not_applied`` with proof; anything
+        else (transport error, timeout, 5xx, an unexpected status or body) raises
+        :class:`AdapterError`: the outcome is unknown.
+        """
+        budget = min(timeout, self._timeout)
+        if not budget > 0:
+            raise AdapterError(f"POST {_ORDERS}: no time left to call the venue")
+        _check_header_value(request.operation_key, "operation key")
+        body = {"action": request.action, "effect": dict(request.effect)}
+        headers = {"Idempotency-Key": request.operation_key, **self._auth()}
+        response = self._call("POST", _ORDERS, budget, json=body, headers=headers)
+        if response.status_code == 201:
+            doc = _json(response, "POST", _ORDERS)
+            venue_id = doc.get("venue_id")
+            if not isinstance(venue_id, str) or not venue_id:
+                raise AdapterError(f"POST {_ORDERS}: 201 without a venue id")
+            created = doc.get("created")
+            return Receipt(
+                Outcome.APPLIED,
+                venue_id=venue_id,
+                detail={"created": "true" if created is not False else "false"},
+            )
+        if response.status_code == 422:
+            doc = _json(response, "POST", _ORDERS)
+            reason = doc.get("reason")
+            # Only an explicit refusal is proof that nothing was applied.
+            if doc.get("error") == "rejected" and isinstance(reason, str) and reason:
+                return Receipt(Outcome.NOT_APPLIED, proof=f"venue rejected: {reason}")
+        raise _status_error("POST", _ORDERS, response)
+
+    def probe(self, operation_key: str) -> list[str]:
+        """Venue ids visible under ``operation_key``."""
+        response = self._call(
+            "GET", _ORDERS, self._timeout, params={"key": operation_key}, headers=self._auth()
+        )
+        if response.status_code != 200:
+            raise _status_error("GET", _ORDERS, response)
+        ids = _json(response, "GET", _ORDERS).get("venue_ids")
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise AdapterError(f"GET {_ORDERS}: malformed venue_ids")
+        return list(ids)
+
+    def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
+        """One page of venue records after ``after``, sorted by (key, venue id)."""
+        params: dict[str, str | int] = {"limit": limit}
+        if after is not None:
+            params["after_key"] = after.operation_key
+            params["after_id"] = after.venue_id
+        response = self._call("GET", _RECORDS, self._timeout, params=params, headers=self._auth())
+        if response.status_code != 200:
+            raise _status_error("GET", _RECORDS, response)
+        rows = _json(response, "GET", _RECORDS).get("records")
+        if not isinstance(rows, list):
+            raise AdapterError(f"GET {_RECORDS}: malformed records")
+        page: list[VenueRecord] = []
+        for row in rows:
+            key = row.get("operation_key") if isinstance(row, dict) else None
+            venue_id = row.get("venue_id") if isinstance(row, dict) else None
+            if not isinstance(key, str) or not isinstance(venue_id, str):
+                raise AdapterError(f"GET {_RECORDS}: malformed record")
+            page.append(VenueRecord(key, venue_id))
+        return page
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __repr__(self) -> str:
+        return f"HttpVenueAdapter(endpoint={self._endpoint!r}, timeout={self._timeout})"
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self._secret.reveal()}"}
+
+    def _call(self, method: str, path: str, timeout: float, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._client.request(method, path, timeout=timeout, **kwargs)
+        except httpx.HTTPError as exc:
+            # The exception type says what kind of failure; its text could carry request
+            # details, so it is not copied into the message.
+            raise AdapterError(f"{method} {path}: {type(exc).__name__}") from exc
+
+
+def _check_endpoint(endpoint: str) -> str:
+    try:
+        parts = urlsplit(endpoint)
+        parts.port  # noqa: B018 - raises ValueError for a malformed port
+    except ValueError:
+        raise ConfigError("endpoint is not a valid URL") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError("endpoint must be an http(s) URL with a host")
+    if parts.username is not None or parts.password is not None:
+        # A credential in the URL would show up in every repr and log line.
+        raise ConfigError("endpoint must not carry credentials; use credential_env or _file")
+    if parts.query or parts.fragment:
+        raise ConfigError("endpoint must not have a query or fragment")
+    return endpoint.rstrip("/")
+
+
+def _load_credential(env: str | None, file: str | None, value: str | None) -> str:
+    given = [source for source in (env, file, value) if source is not None]
+    if len(given) != 1:
+        raise ConfigError("give exactly one of credential_env, credential_file or credential")
+    if env is not None:
+        secret = os.environ.get(env)
+        if not secret:
+            raise ConfigError(f"environment variable {env} is not set or empty")
+    elif file is not None:
+        try:
+            secret = Path(file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(f"credential file {file} cannot be read: {exc.strerror}") from None
+        if not secret:
+            raise ConfigError(f"credential file {file} is empty")
+    else:
+        secret = value
+        if not secret:
+            raise ConfigError("credential is empty")
+    try:
+        _check_header_value(secret, "credential")
+    except AdapterError:
+        raise ConfigError("credential contains characters not allowed in a header") from None
+    return secret
+
+
+def _check_header_value(value: str, what: str) -> None:
+    # Refuse before sending: a control character could split or forge headers.
+    if not value or not value.isascii() or not value.isprintable():
+        raise AdapterError(f"{what} is not a printable ASCII header value; nothing was sent")
+
+
+def _json(response: httpx.Response, method: str, path: str) -> dict[str, Any]:
+    try:
+        doc = response.json()
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        raise AdapterError(f"{method} {path}: {response.status_code} with a non-JSON body")
+    return doc
+
+
+def _status_error(method: str, path: str, response: httpx.Response) -> AdapterError:
+    return AdapterError(f"{method} {path}: unexpected status {response.status_code}")

@@ -1,0 +1,1 @@
+"""Pure core: intent parsing and canonical form, fingerprints, the state table."""

@@ -1,0 +1,233 @@
+"""Strict JSON for untrusted intent bodies, applied to the raw bytes before any model sees them.
+
+:func:`load_strict` is :func:`json.loads` with hooks, plus the checks the standard parser does not
+make. It refuses, with an :class:`~effectgate.errors.IntentError` whose ``reason`` is:
+
+=================  ==========================================================================
+``too_large``      more than ``max_bytes`` bytes (checked before decoding)
+``encoding``       not UTF-8, or a ``str`` holding lone surrogates
+``syntax``         not JSON (``field`` is None; the message gives line and column)
+``duplicate_key``  a key repeated in one object (``field`` names the repeated key's path)
+``non_finite``     ``NaN``, ``Infinity`` or ``-Infinity``
+``huge_number``    an integer literal with more than 30 digits
+``invalid_string`` a string or key holding U+0000 or an unpaired surrogate (via ``\\u`` escapes)
+``too_deep``       containers nested more than ``max_depth`` levels (the top object is level 1)
+``not_object``     the top level is not an object
+=================  ==========================================================================
+
+Numbers with a fraction or an exponent are *not* turned into ``float``: they come back as
+:class:`JsonFloat`, which keeps the source text, so the layer above can refuse them by field name.
+
+Field paths are written ``limit_price``, ``proposed_by.model``, ``tool_output_digests[2]``; a key
+that is not a plain identifier is written as a bracketed JSON string (``a["x y"]``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from typing import Final
+
+from effectgate.errors import IntentError
+
+__all__ = [
+    "MAX_INT_DIGITS", "JsonFloat", "format_path", "load_document", "load_strict", "path_join",
+]
+
+#: Longest integer literal accepted, in digits. Bounds int() work and every later computation.
+MAX_INT_DIGITS: Final = 30
+
+_PLAIN_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_MAX_KEY_IN_PATH: Final = 80
+# A NUL or a UTF-16 surrogate. Valid UTF-8 cannot carry either raw (and JSON refuses raw control
+# characters), so they can only come from \u escapes: the scan runs only when one is present.
+_BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
+
+
+class JsonFloat:
+    """A JSON number with a fraction or exponent, kept as its source text, never as a float."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"JsonFloat({self.text!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JsonFloat) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(("JsonFloat", self.text))
+
+
+class _Refused:
+    """Placeholder a hook leaves in the tree so the walk can name the path of the problem."""
+
+    __slots__ = ("detail", "reason")
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason = reason
+        self.detail = detail
+
+
+def path_join(path: str, key: str | int) -> str:
+    """Append one object key or array index to a field path."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if _PLAIN_KEY.match(key):
+        return f"{path}.{key}" if path else key
+    shown = key if len(key) <= _MAX_KEY_IN_PATH else key[:_MAX_KEY_IN_PATH] + "..."
+    return f"{path}[{json.dumps(shown)}]"
+
+
+def format_path(loc: tuple[str | int, ...]) -> str:
+    """A field path from a sequence of keys and indexes (pydantic's ``loc``)."""
+    path = ""
+    for part in loc:
+        path = path_join(path, part)
+    return path
+
+
+def _children(node: object, path: str) -> Iterator[tuple[str, object]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield path_join(path, key), value
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield path_join(path, index), value
+
+
+def _find(node: object, path: str, depth: int, max_depth: int, strings: bool) -> None:
+    """Raise for the first placeholder, over-deep container or bad string, in document order.
+
+    Recursion is bounded by ``max_depth``: the walk refuses before going deeper.
+    """
+    if isinstance(node, _Refused):
+        if node.reason == "duplicate_key":
+            field = path_join(path, node.detail)
+            raise IntentError(f"duplicate key {node.detail!r} in one object",
+                              field=field, reason="duplicate_key")
+        if node.reason == "non_finite":
+            raise IntentError(f"{node.detail} is not a number JSON allows",
+                              field=path or None, reason="non_finite")
+        raise IntentError(f"integer literal has more than {MAX_INT_DIGITS} digits",
+                          field=path or None, reason="huge_number")
+    if isinstance(node, str):
+        if strings and _BAD_CHAR.search(node):
+            raise IntentError("string holds U+0000 or an unpaired surrogate",
+                              field=path or None, reason="invalid_string")
+        return
+    if not isinstance(node, dict | list):
+        return
+    if depth > max_depth:
+        raise IntentError(f"nested deeper than {max_depth} levels", field=path or None,
+                          reason="too_deep")
+    if strings and isinstance(node, dict):
+        for key in node:
+            if _BAD_CHAR.search(key):
+                raise IntentError("key holds U+0000 or an unpaired surrogate",
+                                  field=path or None, reason="invalid_string")
+    for child_path, child in _children(node, path):
+        _find(child, child_path, depth + 1, max_depth, strings)
+
+
+# The hooks below are module-level so that one decoder (and its C scanner) is built once, not
+# per call. They report through a thread-local: a parse runs on one thread, start to finish.
+_flags = threading.local()
+
+
+def _pairs(items: list[tuple[str, object]]) -> object:
+    obj = dict(items)
+    if len(obj) != len(items):
+        _flags.refused = True
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen:
+                return _Refused("duplicate_key", key)
+            seen.add(key)
+    return obj
+
+
+def _parse_int(literal: str) -> object:
+    # Checked before int(): a 60,000-digit literal must not cost a quadratic conversion.
+    if len(literal) - literal.startswith("-") > MAX_INT_DIGITS:
+        _flags.refused = True
+        return _Refused("huge_number", literal)
+    return int(literal)
+
+
+def _parse_constant(name: str) -> object:
+    _flags.refused = True
+    return _Refused("non_finite", name)
+
+
+def _parse_float(literal: str) -> JsonFloat:
+    _flags.has_float = True
+    return JsonFloat(literal)
+
+
+_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_float=_parse_float,
+                            parse_int=_parse_int, parse_constant=_parse_constant)
+
+
+def load_strict(raw: bytes | str, *, max_bytes: int = 65536, max_depth: int = 16) -> object:
+    """Parse one untrusted JSON document strictly; the top level must be an object.
+
+    Returns plain ``dict``/``list``/``str``/``int``/``bool``/``None`` values and
+    :class:`JsonFloat` for non-integer numbers. Raises :class:`IntentError` (see module doc).
+    """
+    return load_document(raw, max_bytes=max_bytes, max_depth=max_depth)[0]
+
+
+def load_document(raw: bytes | str, *, max_bytes: int = 65536,
+                  max_depth: int = 16) -> tuple[dict[str, object], bool]:
+    """:func:`load_strict`, typed as an object, plus whether any :class:`JsonFloat` occurs.
+
+    The flag lets a caller skip looking for floats in the (usual) document that has none.
+    """
+    if isinstance(raw, str):
+        # A str is at most as long in characters as in UTF-8 bytes: cheap bound first.
+        if len(raw) > max_bytes:
+            raise IntentError(f"body exceeds {max_bytes} bytes", reason="too_large")
+        try:
+            size = len(raw.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise IntentError(f"text is not valid Unicode at character {exc.start}",
+                              reason="encoding") from None
+        if size > max_bytes:
+            raise IntentError(f"body exceeds {max_bytes} bytes", reason="too_large")
+        text = raw
+    else:
+        if len(raw) > max_bytes:
+            raise IntentError(f"body exceeds {max_bytes} bytes", reason="too_large")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise IntentError(f"body is not valid UTF-8 at byte {exc.start}",
+                              reason="encoding") from None
+
+    flags = _flags
+    flags.refused = flags.has_float = False
+    try:
+        doc = _DECODER.decode(text)
+    except RecursionError:
+        # The C scanner gives up long before the stack does; the document is far too deep.
+        raise IntentError(f"nested deeper than {max_depth} levels", reason="too_deep") from None
+    except json.JSONDecodeError as exc:
+        raise IntentError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
+                          reason="syntax") from None
+
+    strings = "\\u" in text
+    # Every container needs one bracket, so few brackets means the depth cannot be exceeded
+    # and the walk can be skipped (brackets inside strings only make this conservative).
+    deep = text.count("{") + text.count("[") > max_depth
+    if flags.refused or strings or deep:
+        _find(doc, "", 1, max_depth, strings)
+    if not isinstance(doc, dict):
+        kind = "an array" if isinstance(doc, list) else "a scalar"
+        raise IntentError(f"top level must be a JSON object, got {kind}", reason="not_object")
+    return doc, bool(flags.has_float)

@@ -1,0 +1,64 @@
+"""The operation state table (DESIGN.md) as data, and the one function that applies it.
+
+Guards raise :class:`~effectgate.errors.InvalidTransition`; nothing here relies on ``assert``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from effectgate.errors import InvalidTransition
+
+__all__ = ["NON_TERMINAL", "TERMINAL", "TRANSITIONS", "State", "check_transition", "is_terminal"]
+
+
+class State(StrEnum):
+    PROPOSED = "proposed"
+    REJECTED = "rejected"
+    AWAITING_APPROVAL = "awaiting_approval"
+    VALIDATED = "validated"
+    DENIED = "denied"
+    SHADOWED = "shadowed"
+    SUBMITTED = "submitted"
+    ACKNOWLEDGED = "acknowledged"
+    FAILED = "failed"
+    QUARANTINED = "quarantined"
+
+
+TERMINAL: frozenset[State] = frozenset(
+    {State.REJECTED, State.DENIED, State.SHADOWED, State.ACKNOWLEDGED, State.FAILED,
+     State.QUARANTINED}
+)
+NON_TERMINAL: frozenset[State] = frozenset(State) - TERMINAL
+
+# from-state -> allowed to-states. `failed` is terminal for dispatch but stays under the sweep:
+# the reconciler reports a late appearance as a divergence rather than moving the row.
+TRANSITIONS: dict[State, frozenset[State]] = {
+    State.PROPOSED: frozenset({State.REJECTED, State.AWAITING_APPROVAL, State.VALIDATED}),
+    State.AWAITING_APPROVAL: frozenset({State.VALIDATED, State.DENIED}),
+    State.VALIDATED: frozenset({State.SHADOWED, State.SUBMITTED}),
+    State.SUBMITTED: frozenset({State.ACKNOWLEDGED, State.FAILED}),
+}
+for _state in NON_TERMINAL:
+    TRANSITIONS[_state] = TRANSITIONS.get(_state, frozenset()) | {State.QUARANTINED}
+del _state
+
+
+def is_terminal(state: State | str) -> bool:
+    return State(state) in TERMINAL
+
+
+def check_transition(current: State | str | None, target: State | str) -> State:
+    """Return ``target`` as a :class:`State` if the table allows ``current -> target``, else raise.
+
+    ``current`` is ``None`` for a row that does not exist yet; only ``proposed`` may start one.
+    """
+    to = State(target)
+    if current is None:
+        if to is not State.PROPOSED:
+            raise InvalidTransition(f"a new operation starts in 'proposed', not {to.value!r}")
+        return to
+    frm = State(current)
+    if to not in TRANSITIONS.get(frm, frozenset()):
+        raise InvalidTransition(f"transition {frm.value!r} -> {to.value!r} is not allowed")
+    return to

@@ -1,0 +1,124 @@
+"""One exception tree. Each error carries a stable ``code`` that the HTTP and MCP doors report."""
+
+from __future__ import annotations
+
+__all__ = [
+    "AdapterError",
+    "ConfigError",
+    "EffectgateError",
+    "IdempotencyConflict",
+    "IndeterminateCommit",
+    "IntentError",
+    "InvalidTransition",
+    "OperationNotFound",
+    "PolicyError",
+    "RegistryError",
+    "StaleState",
+    "StoreError",
+    "UnknownActionClass",
+]
+
+
+class EffectgateError(Exception):
+    """Base of every error effectgate raises on purpose."""
+
+    code: str = "effectgate_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_dict(self) -> dict[str, object]:
+        """A JSON-able form for front doors (problem details, MCP error results)."""
+        return {"code": self.code, "message": self.message}
+
+
+class IntentError(EffectgateError):
+    """The intent was refused by the strict parser or the schema. Names the field (a JSON path)."""
+
+    code = "invalid_intent"
+
+    def __init__(self, message: str, *, field: str | None = None, reason: str = "invalid") -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+        self.reason = reason
+
+    def to_dict(self) -> dict[str, object]:
+        return {"code": self.code, "message": self.message, "field": self.field,
+                "reason": self.reason}
+
+
+class UnknownActionClass(EffectgateError):
+    """No action class of that name is registered."""
+
+    code = "unknown_action_class"
+
+
+class RegistryError(EffectgateError):
+    """An action class definition is unsafe or inconsistent (refused at registration)."""
+
+    code = "invalid_action_class"
+
+
+class IdempotencyConflict(EffectgateError):
+    """The operation id was used before with a different effect payload (invariant 2)."""
+
+    code = "idempotency_conflict"
+
+    def __init__(self, message: str, *, operation_id: str, stored: str, offered: str) -> None:
+        super().__init__(message)
+        self.operation_id = operation_id
+        self.stored_fingerprint = stored
+        self.offered_fingerprint = offered
+
+
+class InvalidTransition(EffectgateError):
+    """The state table does not allow this transition."""
+
+    code = "invalid_transition"
+
+
+class StaleState(EffectgateError):
+    """A compare-and-set transition found the row in another state than expected."""
+
+    code = "stale_state"
+
+
+class OperationNotFound(EffectgateError):
+    """No ledger row for that (scope, operation id)."""
+
+    code = "operation_not_found"
+
+
+class PolicyError(EffectgateError):
+    """A policy is missing or malformed (deny by default)."""
+
+    code = "policy_error"
+
+
+class StoreError(EffectgateError):
+    """The store failed in a way that is known not to have changed anything."""
+
+    code = "store_error"
+
+
+class IndeterminateCommit(StoreError):
+    """The connection was lost after COMMIT was sent: the write may or may not be durable.
+
+    The executor treats the operation as uncertain and leaves it to the reconciler; it never
+    assumes the commit failed.
+    """
+
+    code = "indeterminate_commit"
+
+
+class AdapterError(EffectgateError):
+    """An adapter could not talk to its venue. What happened there is unknown."""
+
+    code = "adapter_error"
+
+
+class ConfigError(EffectgateError):
+    """A configuration value or store URL is invalid."""
+
+    code = "config_error"

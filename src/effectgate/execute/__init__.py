@@ -1,0 +1,1 @@
+"""Adapters protocol, the executor (gate), the reconciler and crash points."""

@@ -1,0 +1,103 @@
+"""The adapter protocol: the only code that talks to a venue, and the only holder of its credential.
+
+An adapter is constructed with its endpoint and credential by the operator's configuration. What
+it receives per call is an :class:`OutboundRequest`: the operation key (used as the venue's
+idempotency token) and the validated, canonical effect fields. Nothing the agent wrote beyond
+those fields reaches it (invariant 6).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+__all__ = ["Adapter", "OutboundRequest", "Outcome", "Receipt", "VenueRecord", "iter_records"]
+
+
+class Outcome(StrEnum):
+    APPLIED = "applied"
+    NOT_APPLIED = "not_applied"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundRequest:
+    """What the executor hands an adapter: never a credential, endpoint or free text."""
+
+    operation_key: str
+    action: str
+    effect: Mapping[str, str | int | bool]
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """The adapter's account of one call.
+
+    ``not_applied`` must carry ``proof`` (the venue's explicit refusal); anything less certain is
+    ``unknown`` and leaves the operation uncertain for the reconciler.
+    """
+
+    outcome: Outcome
+    venue_id: str | None = None
+    proof: str | None = None
+    detail: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.outcome is Outcome.APPLIED and not self.venue_id:
+            raise ValueError("an applied receipt needs the venue's id")
+        if self.outcome is Outcome.NOT_APPLIED and not self.proof:
+            raise ValueError("a not_applied receipt needs proof from the venue")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class VenueRecord:
+    """One effect as the venue records it. Sorted by (operation_key, venue_id)."""
+
+    operation_key: str
+    venue_id: str
+
+
+class Adapter(ABC):
+    """Base class for venue adapters. Subclasses hold their credential privately."""
+
+    #: Registry name that action classes refer to.
+    name: str = "adapter"
+
+    @abstractmethod
+    def execute(self, request: OutboundRequest, *, timeout: float) -> Receipt:
+        """Send the effect once, with ``request.operation_key`` as the idempotency token.
+
+        Raise nothing for venue-side refusals (return ``not_applied`` with proof). Raising, or
+        exceeding ``timeout``, means the outcome is unknown; the row stays uncertain.
+        """
+
+    @abstractmethod
+    def probe(self, operation_key: str) -> list[str]:
+        """Venue ids of every record under ``operation_key`` (empty: not visible now).
+
+        Read-only. Raise :class:`~effectgate.errors.AdapterError` when the venue cannot answer.
+        """
+
+    @abstractmethod
+    def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
+        """Up to ``limit`` venue records strictly after ``after``, sorted by (key, venue id).
+
+        Each record is one effect, enumerated individually, so several effects under one key are
+        visible (invariant 5).
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most adapters hold nothing to close
+        """Release connections. Optional."""
+
+
+def iter_records(adapter: Adapter, page_size: int = 1000) -> Iterator[VenueRecord]:
+    """Every venue record in key order, fetched page by page (bounded memory)."""
+    after: VenueRecord | None = None
+    while True:
+        page = adapter.records(after, page_size)
+        yield from page
+        if len(page) < page_size:
+            return
+        after = page[-1]

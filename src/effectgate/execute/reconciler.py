@@ -1,0 +1,244 @@
+"""The reconciler: the venue, not the ledger, decides what happened.
+
+Two passes share the work:
+
+* ``sweep`` merge-joins the ledger (paged by operation key) with the venue's own enumeration
+  (every record individually, in key order). It confirms uncertain rows it finds, writes off
+  uncertain rows absent past their visibility horizon (invariant 4), and reports divergences:
+  ``duplicate-effect`` (several records under one key, invariant 5), ``orphan`` (a record with no
+  ledger row), ``ledger-says-<state>`` (the venue has it, the ledger says otherwise) and
+  ``missing-at-venue`` (acknowledged, but absent past the horizon). Memory is bounded by the page
+  size, never by the ledger. One replica sweeps at a time (the store's sweep lock).
+* ``repair`` probes leased uncertain rows one by one, so replicas that do not hold the sweep lock
+  still share the repair work. Every repair is a compare-and-set, so two replicas never apply one
+  twice, and divergences are stored once, so they alarm once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from itertools import groupby
+
+from effectgate.core.intent import Registry
+from effectgate.core.states import State
+from effectgate.errors import AdapterError, OperationNotFound, StaleState
+from effectgate.execute.adapter import Adapter, VenueRecord, iter_records
+from effectgate.store.base import LedgerEntry, Store
+
+__all__ = ["ReconcileReport", "Reconciler"]
+
+log = logging.getLogger("effectgate.reconciler")
+
+ALARM_KINDS = frozenset({"duplicate-effect", "orphan", "missing-at-venue"})
+
+
+@dataclass
+class ReconcileReport:
+    """What one pass saw and did. ``new_divergences`` are first sightings (alarmed once)."""
+
+    swept: bool = False
+    ledger_rows: int = 0
+    venue_records: int = 0
+    confirmed: int = 0
+    written_off: int = 0
+    still_uncertain: int = 0
+    quarantined: int = 0
+    probe_errors: int = 0
+    new_divergences: list[tuple[str, str, tuple[str, ...], str | None]] = field(
+        default_factory=list)
+    divergences_seen: int = 0
+    repaired: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def alarms(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for kind, *_ in self.new_divergences:
+            out[kind] = out.get(kind, 0) + 1
+        return out
+
+    def merge(self, other: ReconcileReport) -> None:
+        for name in ("ledger_rows", "venue_records", "confirmed", "written_off",
+                     "still_uncertain", "quarantined", "probe_errors", "divergences_seen"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.swept = self.swept or other.swept
+        self.new_divergences.extend(other.new_divergences)
+        self.repaired.extend(other.repaired)
+
+
+class Reconciler:
+    """Settles uncertain rows and reports divergences, once or as a standing job."""
+
+    def __init__(self, *, store: Store, registry: Registry, adapters: Mapping[str, Adapter],
+                 clock: Callable[[], float] = time.time, page_size: int = 1000,
+                 owner: str | None = None, sweep_ttl: float = 3600.0,
+                 keep_repaired: bool = True) -> None:
+        self.store = store
+        self.registry = registry
+        self.adapters = dict(adapters)
+        self.clock = clock
+        self.page_size = page_size
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
+        self.sweep_ttl = sweep_ttl
+        # Large sweeps would hold every repair in memory; callers that only want counts say so.
+        self.keep_repaired = keep_repaired
+
+    def run_once(self) -> ReconcileReport:
+        """Sweep if no other replica is sweeping; otherwise take a share of the repairs."""
+        with self.store.sweep_lock(self.owner, now=self.clock(), ttl=self.sweep_ttl) as mine:
+            if mine:
+                return self.sweep()
+        return self.repair()
+
+    def watch(self, interval: float, stop: threading.Event,
+              on_report: Callable[[ReconcileReport], None] | None = None) -> None:
+        """Run until ``stop`` is set: reconciliation as a standing job, not as recovery."""
+        while not stop.is_set():
+            report = self.run_once()
+            if on_report is not None:
+                on_report(report)
+            stop.wait(interval)
+
+    # --- sweep --------------------------------------------------------------------------
+
+    def sweep(self) -> ReconcileReport:
+        """Merge-join every adapter's venue records with the ledger rows of its classes."""
+        report = ReconcileReport(swept=True)
+        by_adapter: dict[str, list[str]] = {}
+        for name in self.registry.names():
+            by_adapter.setdefault(self.registry.get(name).adapter, []).append(name)
+        for adapter_name, actions in sorted(by_adapter.items()):
+            self._sweep_one(self.adapters[adapter_name], sorted(actions), report)
+        return report
+
+    def _ledger(self, actions: list[str]) -> Iterator[LedgerEntry]:
+        after: str | None = None
+        while True:
+            page = self.store.page_entries(after, self.page_size, actions)
+            yield from page
+            if len(page) < self.page_size:
+                return
+            after = page[-1].op_key
+
+    def _sweep_one(self, adapter: Adapter, actions: list[str], report: ReconcileReport) -> None:
+        venue: Iterator[tuple[str, Iterator[VenueRecord]]] = groupby(
+            iter_records(adapter, self.page_size), key=lambda r: r.operation_key)
+        ledger = self._ledger(actions)
+        entry = next(ledger, None)
+        group = next(venue, None)
+        while entry is not None or group is not None:
+            if entry is not None and (group is None or entry.op_key < group[0]):
+                report.ledger_rows += 1
+                self._absent(entry, report)
+                entry = next(ledger, None)
+                continue
+            if group is None:  # unreachable: the loop condition and the branch above exclude it
+                break
+            key, records = group[0], [r.venue_id for r in group[1]]
+            report.venue_records += len(records)
+            if entry is None or entry.op_key > key:
+                self._diverge("orphan", key, records, None, report)
+            else:
+                report.ledger_rows += 1
+                self._present(entry, records, report)
+                entry = next(ledger, None)
+            group = next(venue, None)
+
+    def _absent(self, entry: LedgerEntry, report: ReconcileReport) -> None:
+        """A ledger row with no venue record visible now."""
+        horizon = self.registry.get(entry.action).visibility_horizon
+        now = self.clock()
+        if entry.state is State.SUBMITTED:
+            if entry.submitted_at is not None and now - entry.submitted_at >= horizon:
+                self._move(entry, State.FAILED, report, "absent-past-horizon",
+                           detail=f"absent at the venue {horizon:g}s after submission")
+                report.written_off += 1
+            else:
+                report.still_uncertain += 1
+                self._note(report, entry.op_key, "still-uncertain-inside-horizon")
+        elif entry.state is State.ACKNOWLEDGED and now - entry.updated_at >= horizon:
+            self._diverge("missing-at-venue", entry.op_key, [], entry.state.value, report)
+
+    def _present(self, entry: LedgerEntry, venue_ids: list[str],
+                 report: ReconcileReport) -> None:
+        """A ledger row with one or more venue records."""
+        if len(venue_ids) > 1:
+            self._diverge("duplicate-effect", entry.op_key, venue_ids, entry.state.value, report)
+            if entry.state not in (State.ACKNOWLEDGED, State.FAILED, State.QUARANTINED):
+                self._move(entry, State.QUARANTINED, report, "duplicate-effect",
+                           detail=f"{len(venue_ids)} venue records under one operation key")
+                report.quarantined += 1
+            return
+        if entry.state is State.SUBMITTED:
+            self._move(entry, State.ACKNOWLEDGED, report, "confirmed", venue_id=venue_ids[0])
+            report.confirmed += 1
+        elif entry.state is not State.ACKNOWLEDGED or entry.venue_id != venue_ids[0]:
+            self._diverge(f"ledger-says-{entry.state.value}", entry.op_key, venue_ids,
+                          entry.state.value, report)
+
+    # --- repair (probe) -------------------------------------------------------------------
+
+    def repair(self, limit: int | None = None) -> ReconcileReport:
+        """Probe leased uncertain rows individually (shared between replicas)."""
+        report = ReconcileReport()
+        batch = self.page_size if limit is None else min(limit, self.page_size)
+        seen: set[str] = set()
+        while True:
+            entries = self.store.lease_uncertain(self.owner, now=self.clock(),
+                                                 lease_seconds=60.0, limit=batch)
+            fresh = [e for e in entries if e.op_key not in seen]
+            if not fresh:
+                return report
+            for entry in fresh:
+                seen.add(entry.op_key)
+                self.repair_one(entry, report)
+            if limit is not None and len(seen) >= limit:
+                return report
+
+    def repair_one(self, entry: LedgerEntry, report: ReconcileReport) -> None:
+        adapter = self.adapters[self.registry.get(entry.action).adapter]
+        report.ledger_rows += 1
+        try:
+            venue_ids = adapter.probe(entry.op_key)
+        except AdapterError as exc:
+            report.probe_errors += 1
+            log.warning("probe of %s failed: %s", entry.op_key, exc)
+            return
+        report.venue_records += len(venue_ids)
+        if venue_ids:
+            self._present(entry, venue_ids, report)
+        else:
+            self._absent(entry, report)
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _move(self, entry: LedgerEntry, target: State, report: ReconcileReport, note: str, *,
+              venue_id: str | None = None, detail: str | None = None) -> None:
+        scope, _, operation_id = entry.op_key.partition(":")
+        try:
+            self.store.transition(scope, operation_id, entry.state, target, now=self.clock(),
+                                  venue_id=venue_id, detail=detail,
+                                  audit={"by": "reconciler", "owner": self.owner, "note": note})
+        except (StaleState, OperationNotFound):
+            # Someone else (a replica, a late receipt) settled it first: not ours to repeat.
+            return
+        self._note(report, entry.op_key, note)
+
+    def _note(self, report: ReconcileReport, op_key: str, note: str) -> None:
+        if self.keep_repaired:
+            report.repaired.append((op_key, note))
+
+    def _diverge(self, kind: str, op_key: str, venue_ids: list[str], ledger_state: str | None,
+                 report: ReconcileReport) -> None:
+        report.divergences_seen += 1
+        if self.store.record_divergence(kind, op_key, venue_ids, ledger_state, now=self.clock()):
+            report.new_divergences.append((kind, op_key, tuple(venue_ids), ledger_state))
+            level = logging.ERROR if kind in ALARM_KINDS or kind.startswith("ledger-says") \
+                else logging.WARNING
+            log.log(level, "divergence %s: key=%s venue_ids=%s ledger_state=%s", kind, op_key,
+                    venue_ids, ledger_state)

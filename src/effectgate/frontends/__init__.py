@@ -1,0 +1,1 @@
+"""Front doors: CLI, HTTP API, MCP server."""

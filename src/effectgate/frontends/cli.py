@@ -1,0 +1,232 @@
+"""The operators' command line (Typer + Rich)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+from contextlib import suppress
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from effectgate.core.states import State
+from effectgate.errors import EffectgateError
+
+app = typer.Typer(help="effectgate: the boundary between an agent's proposal and its effect.",
+                  no_args_is_help=True, add_completion=False)
+venue_app = typer.Typer(help="The paper venue: a reference system of record for rehearsals.",
+                        no_args_is_help=True)
+ops_app = typer.Typer(help="Inspect ledger operations.", no_args_is_help=True)
+app.add_typer(venue_app, name="venue")
+app.add_typer(ops_app, name="ops")
+
+console = Console()
+err = Console(stderr=True)
+
+StoreOpt = Annotated[str, typer.Option("--store", envvar="EFFECTGATE_STORE",
+                                       help="Ledger URL: sqlite:///PATH or postgresql://...")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+# Exit codes scripts can rely on.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ALARM = 0, 1, 2, 3
+
+
+@app.command()
+def demo(store: Annotated[str | None, typer.Option(
+        "--store", help="Run on this store (postgresql://...); default: temporary SQLite.")] = None,
+         ) -> None:
+    """Run every scenario of the ledger contract and show what was observed."""
+    from effectgate.demo import run_demo
+
+    logging.basicConfig(level=logging.CRITICAL)  # the table is the output; alarms are expected
+    results = run_demo(store)
+    table = Table(title=f"effectgate demo on {'PostgreSQL' if store else 'SQLite'}",
+                  show_lines=False)
+    for col in ("#", "scenario", "checks", "observed", "held"):
+        table.add_column(col, overflow="fold")
+    for r in results:
+        table.add_row(r.number, r.title, r.invariant, r.observed,
+                      "[green]yes[/green]" if r.held else "[red]NO[/red]")
+    Console(width=max(console.width, 160)).print(table)
+    failed = [r for r in results if not r.held]
+    if failed:
+        err.print(f"[red]{len(failed)} guarantee(s) did not hold[/red]")
+        raise typer.Exit(EXIT_FAILED)
+    console.print(f"[green]all {len(results)} guarantees held[/green]")
+
+
+@app.command()
+def reconcile(
+    store: StoreOpt,
+    venue: Annotated[str, typer.Option(help="Paper-venue base URL the HTTP adapter talks to.")],
+    venue_key_env: Annotated[str, typer.Option(
+        help="Name of the environment variable holding the venue API key.")]
+        = "EFFECTGATE_VENUE_KEY",
+    watch: Annotated[bool, typer.Option("--watch", help="Run as a standing job.")] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between passes with --watch.")] = 5.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Settle uncertain rows against the venue and report divergences."""
+    from effectgate.adapters.http import HttpVenueAdapter
+    from effectgate.examples import default_registry
+    from effectgate.execute.reconciler import Reconciler, ReconcileReport
+    from effectgate.store import open_store
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    ledger = open_store(store)
+    adapter = HttpVenueAdapter(venue, credential_env=venue_key_env)
+    rec = Reconciler(store=ledger, registry=default_registry(adapter="http"),
+                     adapters={"http": adapter}, keep_repaired=False)
+
+    def show(report: ReconcileReport) -> None:
+        data = {"swept": report.swept, "ledger_rows": report.ledger_rows,
+                "venue_records": report.venue_records, "confirmed": report.confirmed,
+                "written_off": report.written_off, "still_uncertain": report.still_uncertain,
+                "quarantined": report.quarantined, "probe_errors": report.probe_errors,
+                "new_divergences": [list(d) for d in report.new_divergences]}
+        if as_json:
+            print(json.dumps(data), flush=True)
+        else:
+            console.print(", ".join(f"{k}={v}" for k, v in data.items()
+                                    if k != "new_divergences"))
+            for kind, key, ids, state in report.new_divergences:
+                err.print(f"[red]ALARM[/red] {kind} key={key} venue_ids={list(ids)} "
+                          f"ledger={state}")
+
+    try:
+        if watch:
+            stop = threading.Event()
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            with suppress(KeyboardInterrupt):
+                rec.watch(interval, stop, show)
+            return
+        report = rec.run_once()
+        show(report)
+        if report.alarms:
+            raise typer.Exit(EXIT_ALARM)
+    finally:
+        adapter.close()
+        ledger.close()
+
+
+@app.command()
+def divergences(store: StoreOpt, as_json: JsonOpt = False) -> None:
+    """List every divergence the reconciler has recorded (each once)."""
+    from effectgate.store import open_store
+
+    ledger = open_store(store)
+    try:
+        rows = ledger.list_divergences()
+    finally:
+        ledger.close()
+    if as_json:
+        print(json.dumps([{"kind": d.kind, "op_key": d.op_key, "venue_ids": list(d.venue_ids),
+                           "ledger_state": d.ledger_state, "first_seen": d.first_seen}
+                          for d in rows]))
+        return
+    table = Table(title="divergences")
+    for col in ("kind", "operation key", "venue ids", "ledger state", "first seen"):
+        table.add_column(col)
+    for d in rows:
+        table.add_row(d.kind, d.op_key, ", ".join(d.venue_ids), d.ledger_state or "-",
+                      time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.first_seen)))
+    console.print(table)
+
+
+@ops_app.command("list")
+def ops_list(
+    store: StoreOpt,
+    state: Annotated[str | None, typer.Option(help="Filter by state.")] = None,
+    action: Annotated[str | None, typer.Option(help="Filter by action class.")] = None,
+    older_than: Annotated[float | None, typer.Option(
+        help="Only rows not updated for this many seconds.")] = None,
+    limit: int = 100,
+    as_json: JsonOpt = False,
+) -> None:
+    """List operations, most recently updated first."""
+    from effectgate.store import open_store
+
+    if state is not None and state not in {s.value for s in State}:
+        err.print(f"unknown state {state!r}; one of: {', '.join(s.value for s in State)}")
+        raise typer.Exit(EXIT_USAGE)
+    ledger = open_store(store)
+    try:
+        rows = ledger.list_operations(
+            state=State(state) if state else None, action=action, limit=limit,
+            older_than=time.time() - older_than if older_than is not None else None)
+    finally:
+        ledger.close()
+    if as_json:
+        print(json.dumps([r.to_dict() for r in rows]))
+        return
+    table = Table(title=f"operations ({len(rows)})")
+    for col in ("scope", "operation id", "action", "state", "venue id", "updated"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r.scope, r.operation_id, r.action, r.state.value, r.venue_id or "-",
+                      time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.updated_at)))
+    console.print(table)
+
+
+@ops_app.command("show")
+def ops_show(store: StoreOpt, operation_id: str, scope: str = "default") -> None:
+    """Show one operation with its intent snapshot and audit trail (JSON)."""
+    from effectgate.store import open_store
+
+    ledger = open_store(store)
+    try:
+        row = ledger.get(scope, operation_id)
+        if row is None:
+            err.print(f"no operation {operation_id!r} in scope {scope!r}")
+            raise typer.Exit(EXIT_FAILED)
+        trail = [{"seq": e.seq, "at": e.at, "kind": e.kind, "detail": dict(e.detail)}
+                 for e in ledger.iter_audit()
+                 if e.scope == scope and e.operation_id == operation_id]
+    finally:
+        ledger.close()
+    print(json.dumps({**row.to_dict(), "intent": dict(row.intent), "effect": dict(row.effect),
+                      "audit": trail}, indent=2))
+
+
+@venue_app.command("serve")
+def venue_serve(
+    port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1.")] = 8700,
+    host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
+    api_key_env: Annotated[str, typer.Option(
+        help="Environment variable holding the API key clients must present.")]
+        = "EFFECTGATE_VENUE_KEY",
+    ignore_key: Annotated[bool, typer.Option(
+        "--ignore-key", help="Ignore Idempotency-Key (shows duplicate effects).")] = False,
+    read_lag: Annotated[float, typer.Option(help="Seconds before a record becomes visible.")]
+        = 0.0,
+) -> None:
+    """Run the paper venue as an HTTP server."""
+    from effectgate.adapters.paper import PaperVenue
+    from effectgate.adapters.paper_server import serve_paper_venue
+
+    key = os.environ.get(api_key_env)
+    if not key:
+        err.print(f"set {api_key_env} to the API key clients must present")
+        raise typer.Exit(EXIT_USAGE)
+    server = serve_paper_venue(PaperVenue(honour_key=not ignore_key, read_lag=read_lag),
+                               host=host, port=port, api_key=key)
+    console.print(f"paper venue on {server.url} (honour key: {not ignore_key}, "
+                  f"read lag: {read_lag:g}s)")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        server.stop()
+
+
+def main() -> None:
+    try:
+        app()
+    except EffectgateError as exc:
+        err.print(f"[red]error[/red] [{exc.code}] {exc.message}")
+        raise SystemExit(EXIT_FAILED) from None

@@ -1,0 +1,20 @@
+"""Ledger stores: the protocol, the embedded SQLite store and the PostgreSQL store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from effectgate.store.base import Store, parse_store_url
+from effectgate.store.sqlite import SQLiteStore
+
+__all__ = ["SQLiteStore", "Store", "open_store"]
+
+
+def open_store(url: str, **options: Any) -> Store:
+    """Open a store by URL: ``sqlite:///path/to/ledger.db`` or ``postgresql://...``."""
+    dialect, target = parse_store_url(url)
+    if dialect == "sqlite":
+        return SQLiteStore(target, **options)
+    from effectgate.errors import ConfigError
+
+    raise ConfigError("the PostgreSQL store is not part of this build yet")

@@ -1,0 +1,235 @@
+"""The store protocol every ledger engine implements, and the dialect-free pieces they share.
+
+A store owns durability and the two guarantees that cannot live in process memory: one row per
+``(scope, operation_id)`` (a unique index, the first insert wins) and compare-and-set transitions
+(a conditional update whose row count is checked). Dialect code lives only in ``sqlite.py`` and
+``postgres.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from effectgate.core.states import State, check_transition
+from effectgate.errors import ConfigError, IdempotencyConflict
+
+__all__ = [
+    "OPERATION_ID_PATTERN",
+    "SCOPE_PATTERN",
+    "AuditEvent",
+    "Divergence",
+    "LedgerEntry",
+    "NewOperation",
+    "Operation",
+    "Store",
+    "check_path",
+    "conflict",
+    "dumps",
+    "make_op_key",
+    "validate_identity",
+]
+
+SCOPE_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+OPERATION_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+
+
+def validate_identity(scope: str, operation_id: str) -> None:
+    """Refuse scopes and operation ids outside their ASCII alphabets (no look-alikes)."""
+    from effectgate.errors import IntentError
+
+    if not isinstance(scope, str) or not SCOPE_PATTERN.fullmatch(scope):
+        raise IntentError(f"scope {scope!r} must match {SCOPE_PATTERN.pattern}", field="scope",
+                          reason="invalid_scope")
+    if not isinstance(operation_id, str) or not OPERATION_ID_PATTERN.fullmatch(operation_id):
+        raise IntentError(
+            f"operation id {operation_id!r} must match {OPERATION_ID_PATTERN.pattern}",
+            field="operation_id", reason="invalid_operation_id")
+
+
+def make_op_key(scope: str, operation_id: str) -> str:
+    """The venue idempotency token. Scopes contain no ':', so the first ':' splits it back."""
+    return f"{scope}:{operation_id}"
+
+
+def dumps(value: object) -> str:
+    """Compact, key-sorted JSON for stored snapshots and audit details."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+@dataclass(frozen=True, slots=True)
+class NewOperation:
+    """Everything journalled when an operation first enters the ledger."""
+
+    scope: str
+    operation_id: str
+    action: str
+    fingerprint: str
+    intent: Mapping[str, object]
+    effect: Mapping[str, str | int | bool]
+    tier: str
+    reason: str
+    policy_version: str
+
+    @property
+    def op_key(self) -> str:
+        return make_op_key(self.scope, self.operation_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One ledger row, as read back from the store."""
+
+    scope: str
+    operation_id: str
+    action: str
+    fingerprint: str
+    state: State
+    intent: Mapping[str, object]
+    effect: Mapping[str, str | int | bool]
+    tier: str | None
+    reason: str | None
+    policy_version: str | None
+    venue_id: str | None
+    detail: str | None
+    created_at: float
+    updated_at: float
+    submitted_at: float | None
+    version: int
+    #: Set by the gate when this call found an existing row rather than creating it.
+    replayed: bool = field(default=False, compare=False)
+
+    @property
+    def op_key(self) -> str:
+        return make_op_key(self.scope, self.operation_id)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able view for front doors and ``--json`` output."""
+        return {
+            "scope": self.scope, "operation_id": self.operation_id, "action": self.action,
+            "state": self.state.value, "fingerprint": self.fingerprint, "tier": self.tier,
+            "reason": self.reason, "policy_version": self.policy_version,
+            "venue_id": self.venue_id, "detail": self.detail, "created_at": self.created_at,
+            "updated_at": self.updated_at, "submitted_at": self.submitted_at,
+            "replayed": self.replayed,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """The slim projection the sweep pages through (no intent snapshot)."""
+
+    op_key: str
+    action: str
+    state: State
+    venue_id: str | None
+    submitted_at: float | None
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEvent:
+    seq: int
+    at: float
+    scope: str | None
+    operation_id: str | None
+    kind: str
+    detail: Mapping[str, object]
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    kind: str
+    op_key: str
+    venue_ids: tuple[str, ...]
+    ledger_state: str | None
+    first_seen: float
+
+
+def check_path(path: Sequence[State]) -> None:
+    """A new row's journalled path must start at ``proposed`` and follow the state table."""
+    current: State | None = None
+    for step in path:
+        current = check_transition(current, step)
+    if current is None:
+        raise ValueError("an empty path journals nothing")
+
+
+def conflict(existing: Operation, offered: str) -> IdempotencyConflict:
+    return IdempotencyConflict(
+        f"operation {existing.operation_id!r} in scope {existing.scope!r} was used before with a "
+        f"different payload (stored fingerprint {existing.fingerprint[:12]}, offered "
+        f"{offered[:12]})", operation_id=existing.operation_id, stored=existing.fingerprint,
+        offered=offered)
+
+
+def parse_store_url(url: str) -> tuple[str, str]:
+    """Split a store URL into (dialect, rest). ``sqlite:///path`` or ``postgresql://...``."""
+    if url.startswith("sqlite:///"):
+        return "sqlite", url[len("sqlite:///"):] or ":memory:"
+    if url == "sqlite://" or url == "sqlite:///:memory:":
+        return "sqlite", ":memory:"
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql", url
+    raise ConfigError(f"unsupported store URL {url.split('://')[0]!r}://...; use sqlite:///PATH "
+                      "or postgresql://...")
+
+
+@runtime_checkable
+class Store(Protocol):
+    """The ledger contract. Every method is its own transaction unless stated."""
+
+    def migrate(self) -> None:
+        """Apply pending schema migrations (idempotent, safe from several processes)."""
+
+    def insert_operation(self, new: NewOperation, path: Sequence[State], *, now: float,
+                         audit: Mapping[str, object] | None = None) -> tuple[Operation, bool]:
+        """Journal a new row that walked ``path`` in one transaction, or return the existing one.
+
+        Returns ``(row, created)``. An existing row with another fingerprint raises
+        :class:`IdempotencyConflict`. A path ending in ``submitted`` is durable when this returns.
+        """
+
+    def transition(self, scope: str, operation_id: str, expected: State, target: State, *,
+                   now: float, venue_id: str | None = None, detail: str | None = None,
+                   audit: Mapping[str, object] | None = None) -> Operation:
+        """Compare-and-set ``expected -> target``; raise StaleState/OperationNotFound otherwise."""
+
+    def get(self, scope: str, operation_id: str) -> Operation | None: ...
+
+    def list_operations(self, *, state: State | None = None, action: str | None = None,
+                        scope: str | None = None, older_than: float | None = None,
+                        limit: int = 100) -> list[Operation]: ...
+
+    def count_by_state(self) -> dict[tuple[str, str], int]:
+        """``{(action, state): n}`` for metrics and the demo."""
+
+    def page_entries(self, after: str | None, limit: int,
+                     actions: Sequence[str] | None = None) -> list[LedgerEntry]:
+        """Ledger entries with ``op_key > after`` in key order (the sweep's side of the merge)."""
+
+    def lease_uncertain(self, owner: str, *, now: float, lease_seconds: float,
+                        limit: int) -> list[LedgerEntry]:
+        """Claim up to ``limit`` ``submitted`` rows no other live lease holds (replicas share)."""
+
+    def record_divergence(self, kind: str, op_key: str, venue_ids: Sequence[str],
+                          ledger_state: str | None, *, now: float) -> bool:
+        """Store a divergence once; True only the first time it is seen (alarm once)."""
+
+    def list_divergences(self, limit: int = 1000) -> list[Divergence]: ...
+
+    def append_audit(self, kind: str, detail: Mapping[str, object], *, now: float,
+                     scope: str | None = None, operation_id: str | None = None) -> None: ...
+
+    def iter_audit(self, after_seq: int = 0) -> Iterator[AuditEvent]: ...
+
+    def sweep_lock(self, holder: str, *, now: float,
+                   ttl: float) -> AbstractContextManager[bool]:
+        """Hold the single-sweeper lock for the block; yields False when another holds it."""
+
+    def close(self) -> None: ...

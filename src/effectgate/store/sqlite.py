@@ -1,0 +1,356 @@
+"""The embedded ledger: SQLite in WAL mode, ``BEGIN IMMEDIATE`` transactions, ``synchronous=FULL``.
+
+Several processes may share one file: ``BEGIN IMMEDIATE`` serialises writers, the primary key on
+``(scope, operation_id)`` makes the first insert win, and every transition is a conditional
+``UPDATE ... WHERE state = ?`` whose row count is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from typing import Any
+
+from effectgate.core.states import State, check_transition
+from effectgate.errors import OperationNotFound, StaleState, StoreError
+from effectgate.store.base import (
+    AuditEvent,
+    Divergence,
+    LedgerEntry,
+    NewOperation,
+    Operation,
+    check_path,
+    conflict,
+    dumps,
+)
+
+__all__ = ["SQLiteStore"]
+
+# One ordered list per dialect; index + 1 is the schema version.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE operations (
+        scope TEXT NOT NULL,
+        operation_id TEXT NOT NULL,
+        op_key TEXT NOT NULL UNIQUE,
+        action TEXT NOT NULL,
+        fingerprint TEXT NOT NULL,
+        state TEXT NOT NULL,
+        intent TEXT NOT NULL,
+        effect TEXT NOT NULL,
+        tier TEXT, reason TEXT, policy_version TEXT,
+        venue_id TEXT, detail TEXT,
+        created_at REAL NOT NULL, updated_at REAL NOT NULL, submitted_at REAL,
+        version INTEGER NOT NULL DEFAULT 1,
+        lease_owner TEXT, lease_until REAL,
+        PRIMARY KEY (scope, operation_id)
+    ) WITHOUT ROWID;
+    CREATE INDEX operations_uncertain ON operations (op_key) WHERE state = 'submitted';
+    CREATE TABLE audit_log (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        at REAL NOT NULL, scope TEXT, operation_id TEXT,
+        kind TEXT NOT NULL, detail TEXT NOT NULL
+    );
+    CREATE TABLE divergences (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL, op_key TEXT NOT NULL, venue_ids TEXT NOT NULL,
+        ledger_state TEXT, first_seen REAL NOT NULL,
+        UNIQUE (kind, op_key, venue_ids)
+    );
+    CREATE TABLE locks (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL);
+    """,
+]
+
+_OP_COLUMNS = ("scope, operation_id, action, fingerprint, state, intent, effect, tier, reason, "
+               "policy_version, venue_id, detail, created_at, updated_at, submitted_at, version")
+_ENTRY_COLUMNS = "op_key, action, state, venue_id, submitted_at, updated_at"
+
+
+def _row_to_operation(row: Sequence[Any]) -> Operation:
+    return Operation(
+        scope=row[0], operation_id=row[1], action=row[2], fingerprint=row[3], state=State(row[4]),
+        intent=json.loads(row[5]), effect=json.loads(row[6]), tier=row[7], reason=row[8],
+        policy_version=row[9], venue_id=row[10], detail=row[11], created_at=row[12],
+        updated_at=row[13], submitted_at=row[14], version=row[15])
+
+
+def _row_to_entry(row: Sequence[Any]) -> LedgerEntry:
+    return LedgerEntry(op_key=row[0], action=row[1], state=State(row[2]), venue_id=row[3],
+                       submitted_at=row[4], updated_at=row[5])
+
+
+# --- inner functions: take a connection, run SQL, own no transaction ---------------------------
+
+def _select(conn: sqlite3.Connection, scope: str, operation_id: str) -> Operation | None:
+    row = conn.execute(f"SELECT {_OP_COLUMNS} FROM operations WHERE scope = ? AND operation_id = ?",
+                       (scope, operation_id)).fetchone()
+    return None if row is None else _row_to_operation(row)
+
+
+def _audit(conn: sqlite3.Connection, now: float, scope: str | None, operation_id: str | None,
+           kind: str, detail: Mapping[str, object]) -> None:
+    conn.execute("INSERT INTO audit_log (at, scope, operation_id, kind, detail) VALUES (?,?,?,?,?)",
+                 (now, scope, operation_id, kind, dumps(detail)))
+
+
+class SQLiteStore:
+    """The :class:`~effectgate.store.base.Store` on one SQLite file.
+
+    ``synchronous`` is ``FULL`` by default: a commit that returned survives power loss. ``NORMAL``
+    or ``OFF`` trade that away and exist for benchmarks and throwaway ledgers.
+    """
+
+    def __init__(self, path: str, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000,
+                 migrate: bool = True) -> None:
+        if synchronous.upper() not in {"FULL", "NORMAL", "OFF", "EXTRA"}:
+            raise StoreError(f"synchronous must be FULL, EXTRA, NORMAL or OFF, not {synchronous!r}")
+        self.path = path
+        self._lock = threading.RLock()
+        # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes the
+        # write lock up front instead of failing to upgrade it half-way through.
+        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                     timeout=busy_timeout_ms / 1000)
+        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        if path != ":memory:":
+            self._conn.execute("PRAGMA journal_mode = WAL")
+        self._conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        if migrate:
+            self.migrate()
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    @contextmanager
+    def _read(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            yield self._conn
+
+    # --- schema -------------------------------------------------------------------------------
+
+    def migrate(self) -> None:
+        with self._tx() as conn:
+            conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
+                         "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+            done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+            for version, script in enumerate(MIGRATIONS, start=1):
+                if version in done:
+                    continue
+                for statement in filter(str.strip, script.split(";")):
+                    conn.execute(statement)
+                conn.execute("INSERT INTO schema_migrations VALUES (?, julianday('now'))",
+                             (version,))
+
+    def schema_version(self) -> int:
+        with self._read() as conn:
+            row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
+        return int(row[0] or 0)
+
+    # --- operations ---------------------------------------------------------------------------
+
+    def insert_operation(self, new: NewOperation, path: Sequence[State], *, now: float,
+                         audit: Mapping[str, object] | None = None) -> tuple[Operation, bool]:
+        check_path(path)
+        final = path[-1]
+        submitted_at = now if final is State.SUBMITTED else None
+        with self._tx() as conn:
+            cur = conn.execute(
+                "INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
+                "intent, effect, tier, reason, policy_version, created_at, updated_at, "
+                "submitted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+                (new.scope, new.operation_id, new.op_key, new.action, new.fingerprint,
+                 final.value, dumps(new.intent), dumps(new.effect), new.tier, new.reason,
+                 new.policy_version, now, now, submitted_at))
+            if cur.rowcount == 1:
+                for step in path:
+                    detail: dict[str, object] = {"state": step.value}
+                    if step is State.PROPOSED:
+                        detail.update(intent=new.intent, fingerprint=new.fingerprint,
+                                      action=new.action)
+                        if audit:
+                            detail.update(audit)
+                    elif step is not State.SUBMITTED:
+                        detail.update(tier=new.tier, reason=new.reason,
+                                      policy_version=new.policy_version)
+                    _audit(conn, now, new.scope, new.operation_id, "transition", detail)
+                return Operation(
+                    scope=new.scope, operation_id=new.operation_id, action=new.action,
+                    fingerprint=new.fingerprint, state=final, intent=new.intent,
+                    effect=new.effect, tier=new.tier, reason=new.reason,
+                    policy_version=new.policy_version, venue_id=None, detail=None,
+                    created_at=now, updated_at=now, submitted_at=submitted_at,
+                    version=1), True
+            existing = _select(conn, new.scope, new.operation_id)
+            if existing is None:  # the conflict was on op_key alone: cannot happen by construction
+                raise StoreError(f"key collision for {new.op_key!r} without a matching row")
+        if existing.fingerprint != new.fingerprint:
+            err = conflict(existing, new.fingerprint)
+            self.append_audit("idempotency_conflict", {"offered_fingerprint": new.fingerprint,
+                              "stored_fingerprint": existing.fingerprint}, now=now,
+                              scope=new.scope, operation_id=new.operation_id)
+            raise err
+        return existing, False
+
+    def transition(self, scope: str, operation_id: str, expected: State, target: State, *,
+                   now: float, venue_id: str | None = None, detail: str | None = None,
+                   audit: Mapping[str, object] | None = None) -> Operation:
+        target = check_transition(expected, target)
+        submitted_at = now if target is State.SUBMITTED else None
+        with self._tx() as conn:
+            cur = conn.execute(
+                "UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
+                "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), "
+                "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, lease_until = NULL "
+                "WHERE scope = ? AND operation_id = ? AND state = ?",
+                (target.value, now, venue_id, detail, submitted_at, scope, operation_id,
+                 expected.value))
+            row = _select(conn, scope, operation_id)
+            if cur.rowcount != 1:
+                if row is None:
+                    raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
+                raise StaleState(f"operation {operation_id!r} is {row.state.value!r}, "
+                                 f"not {expected.value!r}")
+            event: dict[str, object] = {"from": expected.value, "state": target.value}
+            if venue_id is not None:
+                event["venue_id"] = venue_id
+            if detail is not None:
+                event["detail"] = detail
+            if audit:
+                event.update(audit)
+            _audit(conn, now, scope, operation_id, "transition", event)
+        if row is None:  # unreachable: the update matched the row inside this transaction
+            raise StoreError("row vanished inside its own transaction")
+        return row
+
+    def get(self, scope: str, operation_id: str) -> Operation | None:
+        with self._read() as conn:
+            return _select(conn, scope, operation_id)
+
+    def list_operations(self, *, state: State | None = None, action: str | None = None,
+                        scope: str | None = None, older_than: float | None = None,
+                        limit: int = 100) -> list[Operation]:
+        where, args = _filters(state=state, action=action, scope=scope, older_than=older_than)
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT {_OP_COLUMNS} FROM operations {where} "
+                                "ORDER BY updated_at DESC LIMIT ?", (*args, limit)).fetchall()
+        return [_row_to_operation(r) for r in rows]
+
+    def count_by_state(self) -> dict[tuple[str, str], int]:
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT action, state, count(*) FROM operations GROUP BY action, state").fetchall()
+        return {(r[0], r[1]): int(r[2]) for r in rows}
+
+    # --- reconciliation -------------------------------------------------------------------
+
+    def page_entries(self, after: str | None, limit: int,
+                     actions: Sequence[str] | None = None) -> list[LedgerEntry]:
+        sql = f"SELECT {_ENTRY_COLUMNS} FROM operations WHERE op_key > ?"
+        args: list[Any] = [after or ""]
+        if actions is not None:
+            sql += f" AND action IN ({','.join('?' * len(actions))})"
+            args.extend(actions)
+        with self._read() as conn:
+            rows = conn.execute(sql + " ORDER BY op_key LIMIT ?", (*args, limit)).fetchall()
+        return [_row_to_entry(r) for r in rows]
+
+    def lease_uncertain(self, owner: str, *, now: float, lease_seconds: float,
+                        limit: int) -> list[LedgerEntry]:
+        with self._tx() as conn:
+            rows = conn.execute(
+                "UPDATE operations SET lease_owner = ?, lease_until = ? WHERE op_key IN ("
+                " SELECT op_key FROM operations WHERE state = 'submitted'"
+                " AND (lease_until IS NULL OR lease_until < ?) ORDER BY op_key LIMIT ?)"
+                f" RETURNING {_ENTRY_COLUMNS}",
+                (owner, now + lease_seconds, now, limit)).fetchall()
+        return sorted((_row_to_entry(r) for r in rows), key=lambda e: e.op_key)
+
+    def record_divergence(self, kind: str, op_key: str, venue_ids: Sequence[str],
+                          ledger_state: str | None, *, now: float) -> bool:
+        with self._tx() as conn:
+            cur = conn.execute(
+                "INSERT INTO divergences (kind, op_key, venue_ids, ledger_state, first_seen) "
+                "VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
+                (kind, op_key, dumps(list(venue_ids)), ledger_state, now))
+            created = cur.rowcount == 1
+            if created:
+                scope, _, operation_id = op_key.partition(":")
+                _audit(conn, now, scope or None, operation_id or None, "divergence",
+                       {"kind": kind, "venue_ids": list(venue_ids), "ledger_state": ledger_state})
+        return created
+
+    def list_divergences(self, limit: int = 1000) -> list[Divergence]:
+        with self._read() as conn:
+            rows = conn.execute("SELECT kind, op_key, venue_ids, ledger_state, first_seen FROM "
+                                "divergences ORDER BY id LIMIT ?", (limit,)).fetchall()
+        return [Divergence(r[0], r[1], tuple(json.loads(r[2])), r[3], r[4]) for r in rows]
+
+    @contextmanager
+    def _sweep_lock(self, holder: str, now: float, ttl: float) -> Iterator[bool]:
+        with self._tx() as conn:
+            cur = conn.execute(
+                "INSERT INTO locks (name, holder, expires_at) VALUES ('sweep', ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
+                "expires_at = excluded.expires_at WHERE locks.expires_at < ? "
+                "OR locks.holder = excluded.holder", (holder, now + ttl, now))
+            acquired = cur.rowcount == 1
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                with self._tx() as conn:
+                    conn.execute("DELETE FROM locks WHERE name = 'sweep' AND holder = ?", (holder,))
+
+    def sweep_lock(self, holder: str, *, now: float, ttl: float) -> AbstractContextManager[bool]:
+        return self._sweep_lock(holder, now, ttl)
+
+    # --- audit ------------------------------------------------------------------------------
+
+    def append_audit(self, kind: str, detail: Mapping[str, object], *, now: float,
+                     scope: str | None = None, operation_id: str | None = None) -> None:
+        with self._tx() as conn:
+            _audit(conn, now, scope, operation_id, kind, detail)
+
+    def iter_audit(self, after_seq: int = 0) -> Iterator[AuditEvent]:
+        last = after_seq
+        while True:
+            with self._read() as conn:
+                rows = conn.execute("SELECT seq, at, scope, operation_id, kind, detail FROM "
+                                    "audit_log WHERE seq > ? ORDER BY seq LIMIT 1000",
+                                    (last,)).fetchall()
+            for r in rows:
+                yield AuditEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]))
+            if len(rows) < 1000:
+                return
+            last = rows[-1][0]
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+def _filters(**kw: Any) -> tuple[str, list[Any]]:
+    clauses, args = [], []
+    for name, value in kw.items():
+        if value is None:
+            continue
+        if name == "older_than":
+            clauses.append("updated_at < ?")
+        else:
+            clauses.append(f"{name} = ?")
+        args.append(value.value if isinstance(value, State) else value)
+    return ("WHERE " + " AND ".join(clauses) if clauses else ""), args

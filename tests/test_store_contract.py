@@ -1,0 +1,190 @@
+"""The store contract, written against the Store protocol and run on every store engine."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from effectgate.core.states import State
+from effectgate.errors import IdempotencyConflict, InvalidTransition, OperationNotFound, StaleState
+from effectgate.store.base import NewOperation, Store
+
+P, V, S, A = State.PROPOSED, State.VALIDATED, State.SUBMITTED, State.ACKNOWLEDGED
+AUTO = [P, V, S]
+
+
+def new(op: str = "op-1", fp: str = "f" * 64, scope: str = "default",
+        intent: dict | None = None) -> NewOperation:
+    intent = intent if intent is not None else {"action": "submit_order", "quantity": "4"}
+    return NewOperation(scope=scope, operation_id=op, action="submit_order", fingerprint=fp,
+                        intent=intent, effect={"action": "submit_order", "quantity": "4"},
+                        tier="validate", reason="within limits", policy_version="t-1")
+
+
+class TestIdentity:
+    def test_first_insert_creates_and_retry_returns_existing(self, store: Store) -> None:
+        """Invariant 1: one row per (scope, operation id); a retry gets the same row."""
+        row, created = store.insert_operation(new(), AUTO, now=1.0)
+        again, created_again = store.insert_operation(new(), AUTO, now=2.0)
+        assert created and not created_again
+        assert again.state is S and again.version == row.version and again.created_at == 1.0
+
+    def test_changed_payload_under_reused_id_is_refused(self, store: Store) -> None:
+        """Invariant 2: same id, different fingerprint raises; the row is untouched."""
+        store.insert_operation(new(), [P, V], now=1.0)
+        with pytest.raises(IdempotencyConflict) as info:
+            store.insert_operation(new(fp="e" * 64), AUTO, now=2.0)
+        assert info.value.stored_fingerprint == "f" * 64
+        row = store.get("default", "op-1")
+        assert row is not None and row.state is V and row.fingerprint == "f" * 64
+        kinds = [e.kind for e in store.iter_audit()]
+        assert kinds[-1] == "idempotency_conflict"
+
+    def test_same_id_in_two_scopes_is_two_operations(self, store: Store) -> None:
+        """Invariant 1 per scope: operation ids are unique per tenant scope."""
+        _, a = store.insert_operation(new(scope="tenant-a"), AUTO, now=1.0)
+        _, b = store.insert_operation(new(scope="tenant-b", fp="e" * 64), AUTO, now=1.0)
+        assert a and b
+
+    def test_intent_is_stored_by_value(self, store: Store) -> None:
+        """A later mutation of the caller's dict cannot change what the ledger says."""
+        intent = {"action": "submit_order", "quantity": "4"}
+        store.insert_operation(new(intent=intent), AUTO, now=1.0)
+        intent["quantity"] = "400"
+        row = store.get("default", "op-1")
+        assert row is not None and row.intent["quantity"] == "4"
+
+    def test_concurrent_inserts_from_many_handles_create_one_row(self, store_factory) -> None:
+        """Invariant 1 across connections: the unique index, not a read-then-write, decides."""
+        handles = [store_factory() for _ in range(8)]
+        barrier = threading.Barrier(len(handles))
+
+        def attempt(h: Store) -> bool:
+            barrier.wait()
+            return h.insert_operation(new(), AUTO, now=1.0)[1]
+
+        with ThreadPoolExecutor(len(handles)) as pool:
+            created = list(pool.map(attempt, handles))
+        assert created.count(True) == 1
+
+
+class TestTransitions:
+    def test_compare_and_set_moves_once(self, store_factory) -> None:
+        """Invariant 1: of many racers moving validated -> submitted, exactly one wins."""
+        first = store_factory()
+        first.insert_operation(new(), [P, V], now=1.0)
+        handles = [first] + [store_factory() for _ in range(5)]
+        barrier = threading.Barrier(len(handles))
+
+        def attempt(h: Store) -> str:
+            barrier.wait()
+            try:
+                h.transition("default", "op-1", V, S, now=2.0)
+                return "won"
+            except StaleState:
+                return "stale"
+
+        with ThreadPoolExecutor(len(handles)) as pool:
+            outcomes = list(pool.map(attempt, handles))
+        assert outcomes.count("won") == 1 and outcomes.count("stale") == len(handles) - 1
+        row = first.get("default", "op-1")
+        assert row is not None and row.state is S and row.submitted_at == 2.0
+
+    def test_transition_outside_the_table_raises(self, store: Store) -> None:
+        """Guards raise (never assert): submitted can't go back to validated."""
+        store.insert_operation(new(), AUTO, now=1.0)
+        with pytest.raises(InvalidTransition):
+            store.transition("default", "op-1", S, V, now=2.0)
+        with pytest.raises(InvalidTransition):
+            store.transition("default", "op-1", S, S, now=2.0)
+
+    def test_stale_expected_state_raises(self, store: Store) -> None:
+        store.insert_operation(new(), AUTO, now=1.0)
+        with pytest.raises(StaleState):
+            store.transition("default", "op-1", V, S, now=2.0)
+
+    def test_missing_row_raises(self, store: Store) -> None:
+        with pytest.raises(OperationNotFound):
+            store.transition("default", "nope", V, S, now=2.0)
+
+    def test_terminal_rows_are_inert(self, store: Store) -> None:
+        """A terminal row accepts no transition at all."""
+        store.insert_operation(new(), [P, State.REJECTED], now=1.0)
+        for target in State:
+            with pytest.raises((InvalidTransition, StaleState)):
+                store.transition("default", "op-1", State.REJECTED, target, now=2.0)
+
+    def test_path_must_follow_the_table(self, store: Store) -> None:
+        with pytest.raises(InvalidTransition):
+            store.insert_operation(new(), [V, S], now=1.0)
+        with pytest.raises(InvalidTransition):
+            store.insert_operation(new(), [P, S], now=1.0)
+        assert store.get("default", "op-1") is None
+
+    def test_receipt_records_venue_id_and_audit(self, store: Store) -> None:
+        """Invariant 8 (basis): every transition leaves an audit line in the same transaction."""
+        store.insert_operation(new(), AUTO, now=1.0)
+        row = store.transition("default", "op-1", S, A, now=2.0, venue_id="V-1")
+        assert row.state is A and row.venue_id == "V-1" and row.version == 2
+        trail = [e.detail["state"] for e in store.iter_audit() if e.kind == "transition"]
+        assert trail == ["proposed", "validated", "submitted", "acknowledged"]
+
+
+class TestReconcilerSupport:
+    def test_page_entries_in_key_order_with_filter(self, store: Store) -> None:
+        for i in (3, 1, 2):
+            store.insert_operation(new(op=f"op-{i}", fp=str(i) * 64), AUTO, now=1.0)
+        first = store.page_entries(None, 2, ["submit_order"])
+        rest = store.page_entries(first[-1].op_key, 2, ["submit_order"])
+        assert [e.op_key for e in first + rest] == ["default:op-1", "default:op-2",
+                                                    "default:op-3"]
+        assert store.page_entries(None, 10, ["cancel_order"]) == []
+
+    def test_leases_split_uncertain_rows_between_replicas(self, store_factory) -> None:
+        """Two replicas never lease the same uncertain row while the lease lives."""
+        a, b = store_factory(), store_factory()
+        for i in range(10):
+            a.insert_operation(new(op=f"op-{i}", fp=f"{i:064d}"), AUTO, now=1.0)
+        got_a = a.lease_uncertain("a", now=2.0, lease_seconds=60, limit=6)
+        got_b = b.lease_uncertain("b", now=2.0, lease_seconds=60, limit=6)
+        keys_a, keys_b = {e.op_key for e in got_a}, {e.op_key for e in got_b}
+        assert len(keys_a) == 6 and len(keys_b) == 4 and not keys_a & keys_b
+        # After the lease expires, the rows are claimable again.
+        assert len(b.lease_uncertain("b", now=100.0, lease_seconds=60, limit=20)) == 10
+
+    def test_divergence_recorded_once(self, store: Store) -> None:
+        """Divergences alarm once: the second sighting is not new."""
+        assert store.record_divergence("orphan", "default:x", ["V-1"], None, now=1.0)
+        assert not store.record_divergence("orphan", "default:x", ["V-1"], None, now=2.0)
+        assert [d.kind for d in store.list_divergences()] == ["orphan"]
+
+    def test_sweep_lock_is_exclusive(self, store_factory) -> None:
+        a, b = store_factory(), store_factory()
+        with a.sweep_lock("a", now=1.0, ttl=60) as got_a:
+            with b.sweep_lock("b", now=1.0, ttl=60) as got_b:
+                assert got_a and not got_b
+        with b.sweep_lock("b", now=2.0, ttl=60) as got_b:
+            assert got_b
+
+
+class TestHousekeeping:
+    def test_migrate_is_idempotent(self, store: Store) -> None:
+        store.migrate()
+        store.migrate()
+        store.insert_operation(new(), AUTO, now=1.0)
+
+    def test_count_and_list(self, store: Store) -> None:
+        store.insert_operation(new(op="a"), AUTO, now=1.0)
+        store.insert_operation(new(op="b", fp="e" * 64), [P, State.REJECTED], now=1.0)
+        assert store.count_by_state() == {("submit_order", "submitted"): 1,
+                                          ("submit_order", "rejected"): 1}
+        assert [r.operation_id for r in store.list_operations(state=S)] == ["a"]
+
+    def test_audit_is_ordered_and_complete(self, store: Store) -> None:
+        store.append_audit("intent_refused", {"field": "quantity"}, now=1.0)
+        store.append_audit("intent_refused", {"field": "side"}, now=2.0)
+        events = list(store.iter_audit())
+        assert [e.detail["field"] for e in events] == ["quantity", "side"]
+        assert events[0].seq < events[1].seq
