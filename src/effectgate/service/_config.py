@@ -181,8 +181,8 @@ def import_object(ref: str) -> Any:
 def _rate(sec: Section | None, default: RateLimit) -> RateLimit:
     if sec is None:
         return default
-    limit = RateLimit(sec.num("per_second", default.per_second),
-                      sec.int("burst", default.burst, minimum=1))
+    limit = RateLimit(sec.number("per_second", default.per_second),
+                      sec.integer("burst", default.burst, minimum=1))
     sec.done()
     return limit
 
@@ -191,8 +191,8 @@ def _service(sec: Section | None) -> ServiceSettings:
     if sec is None:
         return ServiceSettings()
     d = ServiceSettings()
-    host = sec.str("host", d.host) or d.host
-    public = sec.bool("public", d.public)
+    host = sec.text("host", d.host) or d.host
+    public = sec.flag("public", d.public)
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -202,36 +202,36 @@ def _service(sec: Section | None) -> ServiceSettings:
                  "proxy, or set public = true if you really mean it")
     settings = ServiceSettings(
         host=host, public=public,
-        port=sec.int("port", d.port, minimum=0, maximum=65535),
-        max_body_bytes=sec.int("max_body_bytes", d.max_body_bytes, minimum=256,
+        port=sec.integer("port", d.port, minimum=0, maximum=65535),
+        max_body_bytes=sec.integer("max_body_bytes", d.max_body_bytes, minimum=256,
                                maximum=16 * 1024 * 1024),
-        max_depth=sec.int("max_depth", d.max_depth, minimum=2, maximum=64),
-        dispatch_timeout=sec.num("dispatch_timeout", d.dispatch_timeout),
-        mcp_http=sec.bool("mcp_http", d.mcp_http),
-        reconcile_interval=sec.num("reconcile_interval", d.reconcile_interval, exclusive=False),
-        in_flight_grace=sec.num("in_flight_grace", d.in_flight_grace, exclusive=False),
+        max_depth=sec.integer("max_depth", d.max_depth, minimum=2, maximum=64),
+        dispatch_timeout=sec.number("dispatch_timeout", d.dispatch_timeout),
+        mcp_http=sec.flag("mcp_http", d.mcp_http),
+        reconcile_interval=sec.number("reconcile_interval", d.reconcile_interval, exclusive=False),
+        in_flight_grace=sec.number("in_flight_grace", d.in_flight_grace, exclusive=False),
         rate_limit=_rate(sec.table("rate_limit"), d.rate_limit))
     sec.done()
     return settings
 
 
 def _store(sec: Section) -> StoreConfig:
-    url = sec.req_str("url")
+    url = sec.req_text("url")
     try:
         dialect, _ = parse_store_url(url)
     except ConfigError as exc:
         sec.fail("url", exc.message)
     options: dict[str, Any] = {}
     if dialect == "sqlite":
-        sync = sec.str("synchronous", choices=["FULL", "EXTRA", "NORMAL", "OFF"])
+        sync = sec.text("synchronous", choices=["FULL", "EXTRA", "NORMAL", "OFF"])
         if sync is not None:
             options["synchronous"] = sync
         if sec.has("busy_timeout_ms"):
-            options["busy_timeout_ms"] = sec.int("busy_timeout_ms", 30000, minimum=1)
+            options["busy_timeout_ms"] = sec.integer("busy_timeout_ms", 30000, minimum=1)
     else:
         for key in ("pool_min_size", "pool_max_size"):
             if sec.has(key):
-                options[key] = sec.int(key, 1, minimum=1, maximum=1000)
+                options[key] = sec.integer(key, 1, minimum=1, maximum=1000)
         if options.get("pool_min_size", 1) > options.get("pool_max_size", 10**6):
             sec.fail("pool_min_size", "must not exceed pool_max_size")
     sec.done()
@@ -239,7 +239,7 @@ def _store(sec: Section) -> StoreConfig:
 
 
 def _refuse_secrets(sec: Section) -> None:
-    for key in sec.keys():
+    for key in sec.names():
         if key.lower() in _SECRET_KEYS or key.lower().endswith(("_key", "_secret", "password")):
             sec.fail(key, "secrets never go in the config file; put the credential in an "
                      "environment variable or a file and name it with credential_env or "
@@ -250,21 +250,21 @@ def _adapter(name: str, sec: Section) -> AdapterConfig:
     if not re.fullmatch(_NAME, name):
         sec.fail(None, f"adapter name must match {_NAME}")
     _refuse_secrets(sec)
-    kind = sec.req_str("kind", choices=list(ADAPTER_KINDS))
+    kind = sec.req_text("kind", choices=list(ADAPTER_KINDS))
     cfg: AdapterConfig
     if kind == "http":
-        env = sec.str("credential_env", pattern=_ENV_NAME)
-        cred_file = sec.str("credential_file")
+        env = sec.text("credential_env", pattern=_ENV_NAME)
+        cred_file = sec.text("credential_file")
         if (env is None) == (cred_file is None):
             sec.fail("credential_env", "give exactly one of credential_env or credential_file")
-        cfg = AdapterConfig(name, kind, endpoint=sec.req_str("endpoint"), credential_env=env,
-                            credential_file=cred_file, timeout=sec.num("timeout", 5.0))
+        cfg = AdapterConfig(name, kind, endpoint=sec.req_text("endpoint"), credential_env=env,
+                            credential_file=cred_file, timeout=sec.number("timeout", 5.0))
     elif kind == "paper":
-        options = {"honour_key": sec.bool("honour_key", True),
-                   "read_lag": sec.num("read_lag", 0.0, exclusive=False)}
+        options = {"honour_key": sec.flag("honour_key", True),
+                   "read_lag": sec.number("read_lag", 0.0, exclusive=False)}
         cfg = AdapterConfig(name, kind, options=options)
     else:
-        factory = sec.req_str("factory")
+        factory = sec.req_text("factory")
         try:
             if not callable(import_object(factory)):
                 sec.fail("factory", f"{factory!r} is not callable")
@@ -278,7 +278,7 @@ def _adapter(name: str, sec: Section) -> AdapterConfig:
 
 
 def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]) -> ActionClass:
-    schema_ref = sec.str("schema")
+    schema_ref = sec.text("schema")
     json_schema = sec.table("json_schema")
     if (schema_ref is None) == (json_schema is None):
         sec.fail("schema", "give exactly one of schema = \"package.module:Model\" or a "
@@ -293,32 +293,32 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
         if json_schema is None:  # unreachable: checked above
             sec.fail("json_schema", "is required")
         model = model_from_json_schema(name, json_schema)
-    adapter = sec.req_str("adapter")
+    adapter = sec.req_text("adapter")
     if adapter not in adapters:
         sec.fail("adapter", f"no adapter named {adapter!r} (declared: "
                  f"{', '.join(sorted(adapters))})")
-    value_ref = sec.str("value")
+    value_ref = sec.text("value")
     value_of: Callable[..., Decimal] | None = None
     if value_ref is not None:
         value_of = _imported(sec, "value", value_ref)
         if not callable(value_of):
             sec.fail("value", f"{value_ref!r} is not callable")
-    versions = sec.str_list("schema_versions") or ["1"]
-    expect_effect = sec.str_list("effect_fields")
-    expect_decimal = sec.str_list("decimal_fields")
-    expect_audit = sec.str_list("audit_fields")
+    versions = sec.text_list("schema_versions") or ["1"]
+    expect_effect = sec.text_list("effect_fields")
+    expect_decimal = sec.text_list("decimal_fields")
+    expect_audit = sec.text_list("audit_fields")
     try:
         ac = ActionClass(
             name=name, model=model, adapter=adapter,
-            effect_class=EffectClass(sec.req_str("effect_class",
+            effect_class=EffectClass(sec.req_text("effect_class",
                                                  choices=[e.value for e in EffectClass])),
-            tier_floor=Tier(sec.str("tier_floor", "validate",
+            tier_floor=Tier(sec.text("tier_floor", "validate",
                                     choices=[t.value for t in Tier]) or "validate"),
-            visibility_horizon=sec.num("visibility_horizon", 60.0),
-            key_retention=sec.num("key_retention", 86400.0),
+            visibility_horizon=sec.number("visibility_horizon", 60.0),
+            key_retention=sec.number("key_retention", 86400.0),
             schema_versions=frozenset(versions), value_of=value_of,
-            target_field=sec.str("target_field"),
-            settlement_window=(sec.num("settlement_window", 1.0)
+            target_field=sec.text("target_field"),
+            settlement_window=(sec.number("settlement_window", 1.0)
                                if sec.has("settlement_window") else None))
     except EffectgateError as exc:
         sec.fail(None, exc.message)
@@ -342,10 +342,10 @@ def _imported(sec: Section, key: str, ref: str) -> Any:
 
 
 def _policy(sec: Section) -> LimitPolicy:
-    sec.str("kind", "limit", choices=["limit"])
+    sec.text("kind", "limit", choices=["limit"])
 
     def dec(key: str) -> Decimal | None:
-        text = sec.str(key)
+        text = sec.text(key)
         if text is None:
             return None
         try:
@@ -358,9 +358,9 @@ def _policy(sec: Section) -> LimitPolicy:
 
     max_value = dec("max_value")
     approve_above = dec("approve_above")
-    targets = sec.str_list("allowed_targets")
+    targets = sec.text_list("allowed_targets")
     policy = LimitPolicy(max_value if max_value is not None else Decimal("Infinity"),
-                         version=sec.str("version", "limit-1") or "limit-1",
+                         version=sec.text("version", "limit-1") or "limit-1",
                          approve_above=approve_above,
                          allowed_targets=frozenset(targets) if targets is not None else None)
     sec.done()
@@ -372,13 +372,13 @@ def _token(name: str, sec: Section) -> TokenConfig:
         sec.fail("token" if sec.has("token") else "value",
                  "plaintext tokens never go in the config file; store sha256 = \"<hex>\" "
                  "or env = \"VAR\"")
-    role = sec.req_str("role", choices=["agent", "operator"])
-    scope = sec.req_str("scope")
+    role = sec.req_text("role", choices=["agent", "operator"])
+    scope = sec.req_text("scope")
     if not (scope == "*" and role == "operator") and not SCOPE_PATTERN.fullmatch(scope):
         sec.fail("scope", f"must match {SCOPE_PATTERN.pattern}" +
                  (" (or \"*\" for an operator of every scope)" if role == "operator" else ""))
-    digest = sec.str("sha256", pattern=r"[0-9a-f]{64}")
-    env = sec.str("env", pattern=_ENV_NAME)
+    digest = sec.text("sha256", pattern=r"[0-9a-f]{64}")
+    env = sec.text("env", pattern=_ENV_NAME)
     if (digest is None) == (env is None):
         sec.fail("sha256", "give exactly one of sha256 = \"<hex digest>\" or env = \"VAR\"")
     if env is not None:

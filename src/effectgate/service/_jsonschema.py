@@ -43,26 +43,26 @@ _MAX_TEXT = 4000
 
 def model_from_json_schema(name: str, schema: Section) -> type[IntentBase]:
     """A strict :class:`IntentBase` subclass for action class ``name`` from ``schema``."""
-    schema.str("type", "object", choices=["object"])
-    schema.str("title")
-    schema.str("description")
+    schema.text("type", "object", choices=["object"])
+    schema.text("title")
+    schema.text("description")
     extra = schema.raw("additionalProperties")
     if extra not in (None, False):
         schema.fail("additionalProperties", "must be false (intents are closed objects)")
-    required = schema.str_list("required") or []
+    required = schema.text_list("required") or []
     props = schema.table("properties", required=True)
     if props is None:  # unreachable: required=True raises first
         schema.fail("properties", "is required")
-    fields: dict[str, Any] = {"action": (Literal[name], ...)}  # type: ignore[valid-type]
-    for prop_name in props.keys():
+    fields: dict[str, Any] = {"action": (Literal[name], ...)}
+    for prop_name in props.names():
         prop = props.table(prop_name)
         if prop is None:
             continue
         if prop_name in _RESERVED:
             prop.fail(None, f"{prop_name!r} is provided by effectgate and cannot be redeclared")
         annotation = _annotation(prop)
-        description = prop.str("description")
-        prop.str("title")
+        description = prop.text("description")
+        prop.text("title")
         prop.done()
         if prop_name in required:
             fields[prop_name] = (annotation, Field(..., description=description))
@@ -79,7 +79,7 @@ def model_from_json_schema(name: str, schema: Section) -> type[IntentBase]:
 
 
 def _annotation(prop: Section) -> Any:
-    kind = prop.req_str("type", choices=["string", "integer", "boolean"])
+    kind = prop.req_text("type", choices=["string", "integer", "boolean"])
     if kind == "boolean":
         return bool
     if kind == "integer":
@@ -89,9 +89,9 @@ def _annotation(prop: Section) -> Any:
                 prop.fail(key, "must be an integer")
         return Annotated[int, Field(ge=low, le=high)]
     enum = prop.raw("enum")
-    pattern = prop.str("pattern")
-    fmt = prop.str("format", choices=["decimal", "positive-decimal"])
-    max_length = prop.int("maxLength", 0, minimum=1, maximum=_MAX_TEXT) or None
+    pattern = prop.text("pattern")
+    fmt = prop.text("format", choices=["decimal", "positive-decimal"])
+    max_length = prop.integer("maxLength", 0, minimum=1, maximum=_MAX_TEXT) or None
     chosen = [k for k, v in (("enum", enum), ("pattern", pattern), ("format", fmt)) if v]
     if len(chosen) > 1:
         prop.fail(chosen[1], f"combine at most one of enum, pattern, format (got {chosen})")

@@ -20,7 +20,7 @@ __all__ = ["CLASSES_FILE", "CONFIG_FILE", "Starter", "write_starter"]
 CONFIG_FILE = "effectgate.toml"
 CLASSES_FILE = "effectgate_classes.py"
 
-_CLASSES = '''"""Example action classes for the paper venue (written by `effectgate init`; edit freely).
+_CLASSES = '''"""Example action classes for the paper venue (from `effectgate init`; edit freely).
 
 A class's schema is a strict pydantic model: effect fields only (the audit fields such as
 `rationale` come from IntentBase). Reference it from effectgate.toml as "module:Name".

@@ -75,7 +75,7 @@ class Section:
     def has(self, key: str) -> bool:
         return key in self._data
 
-    def keys(self) -> list[str]:
+    def names(self) -> list[str]:
         return list(self._data)
 
     def _take(self, key: str, required: bool) -> Any:
@@ -85,7 +85,7 @@ class Section:
             return None
         return self._data.pop(key)
 
-    def str(self, key: str, default: str | None = None, *, required: bool = False,
+    def text(self, key: str, default: str | None = None, *, required: bool = False,
             choices: Sequence[str] | None = None, pattern: str | None = None) -> str | None:
         value = self._take(key, required)
         if value is None:
@@ -98,13 +98,13 @@ class Section:
             self.fail(key, f"{value!r} must match {pattern}")
         return value
 
-    def req_str(self, key: str, **kw: Any) -> str:
-        value = self.str(key, required=True, **kw)
+    def req_text(self, key: str, **kw: Any) -> str:
+        value = self.text(key, required=True, **kw)
         if value is None:  # unreachable: required=True raises first
             self.fail(key, "is required")
         return value
 
-    def num(self, key: str, default: float, *, minimum: float = 0.0,
+    def number(self, key: str, default: float, *, minimum: float = 0.0,
             exclusive: bool = True) -> float:
         value = self._take(key, False)
         if value is None:
@@ -115,7 +115,8 @@ class Section:
             self.fail(key, f"must be a finite number {'>' if exclusive else '>='} {minimum:g}")
         return float(value)
 
-    def int(self, key: str, default: int, *, minimum: int = 1, maximum: int | None = None) -> int:
+    def integer(self, key: str, default: int, *, minimum: int = 1,
+                maximum: int | None = None) -> int:
         value = self._take(key, False)
         if value is None:
             return default
@@ -126,7 +127,7 @@ class Section:
             self.fail(key, f"must be an integer {bound}")
         return value
 
-    def bool(self, key: str, default: bool) -> bool:
+    def flag(self, key: str, default: bool) -> bool:
         value = self._take(key, False)
         if value is None:
             return default
@@ -134,7 +135,7 @@ class Section:
             self.fail(key, f"must be true or false, not {_kind(value)}")
         return value
 
-    def str_list(self, key: str) -> list[str] | None:
+    def text_list(self, key: str) -> list[str] | None:
         value = self._take(key, False)
         if value is None:
             return None
@@ -163,7 +164,7 @@ class Section:
         outer = self.table(key)
         if outer is None:
             return
-        for name in outer.keys():
+        for name in outer.names():
             inner = outer.table(name)
             if inner is not None:
                 yield name, inner
