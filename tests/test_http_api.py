@@ -9,6 +9,14 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+
+from effectgate import State
+from effectgate.adapters.paper import PaperAdapter, PaperVenue
+from effectgate.core.intent import Registry
+from effectgate.execute.adapter import OutboundRequest, Receipt
+from effectgate.frontends.http import create_app
+from effectgate.service import Service, parse_config
+from effectgate.store.base import NewOperation
 from servicekit import (
     AGENT_A,
     AGENT_B,
@@ -18,14 +26,6 @@ from servicekit import (
     bearer,
     config_text,
 )
-
-from effectgate import State
-from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.core.intent import Registry
-from effectgate.execute.adapter import OutboundRequest, Receipt
-from effectgate.frontends.http import create_app
-from effectgate.service import Service, parse_config
-from effectgate.store.base import NewOperation
 
 BODY = json.dumps(ORDER).encode()
 
