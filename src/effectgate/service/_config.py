@@ -229,11 +229,24 @@ def _store(sec: Section) -> StoreConfig:
         if sec.has("busy_timeout_ms"):
             options["busy_timeout_ms"] = sec.integer("busy_timeout_ms", 30000, minimum=1)
     else:
-        for key in ("pool_min_size", "pool_max_size"):
+        # PostgreSQL: pool sizes and the server-side timeouts (see docs/postgresql.md).
+        for key, option, low in (("pool_min_size", "min_size", 1), ("pool_max_size", "max_size", 1),
+                                 ("statement_timeout_ms", "statement_timeout_ms", 1),
+                                 ("lock_timeout_ms", "lock_timeout_ms", 1)):
             if sec.has(key):
-                options[key] = sec.integer(key, 1, minimum=1, maximum=1000)
-        if options.get("pool_min_size", 1) > options.get("pool_max_size", 10**6):
-            sec.fail("pool_min_size", "must not exceed pool_max_size")
+                options[option] = sec.integer(key, 1, minimum=low, maximum=10_000_000)
+        for key in ("connect_timeout", "pool_timeout"):
+            if sec.has(key):
+                options[key] = sec.number(key, 5.0)
+        schema = sec.text("schema", pattern=r"[a-z_][a-z0-9_]{0,62}")
+        if schema is not None:
+            options["schema"] = schema
+        sync = sec.text("synchronous_commit", choices=["on", "remote_apply", "remote_write",
+                                                        "local", "off"])
+        if sync is not None:
+            options["synchronous_commit"] = sync
+        if options.get("min_size", 1) > options.get("max_size", 4):
+            sec.fail("pool_min_size", "must not exceed pool_max_size (default 4)")
     sec.done()
     return StoreConfig(url=url, options=options)
 
