@@ -16,7 +16,7 @@ from effectgate.core.intent import Registry
 from effectgate.execute.adapter import OutboundRequest, Receipt
 from effectgate.frontends.http import create_app
 from effectgate.service import Service, parse_config
-from effectgate.store.base import NewOperation
+from effectgate.store.base import NewOperation, Store
 from servicekit import (
     AGENT_A,
     AGENT_B,
@@ -66,8 +66,9 @@ def venue() -> PaperVenue:
 
 
 @pytest.fixture
-def service(tmp_path: Path, venue: PaperVenue) -> Iterator[Service]:
-    svc = make_service(tmp_path, adapters={"venue": PaperAdapter(venue)})
+def service(tmp_path: Path, venue: PaperVenue, store: Store) -> Iterator[Service]:
+    """The service on every store (SQLite; PostgreSQL when EFFECTGATE_TEST_PG_URL is set)."""
+    svc = make_service(tmp_path, adapters={"venue": PaperAdapter(venue)}, store=store)
     yield svc
     svc.close()
 
