@@ -310,7 +310,8 @@ class TestHealthMetricsOpenApi:
         intent = doc["components"]["schemas"][ref.rsplit("/", 1)[1]]
         assert intent["additionalProperties"] is False and "quantity" in intent["required"]
         assert {"201", "200", "400", "409", "422", "429"} <= set(post_op["responses"])
-        assert "Idempotency-Key" in {p["name"] for p in post_op["parameters"]}
+        keys = [p for p in post_op["parameters"] if p["name"] == "Idempotency-Key"]
+        assert len(keys) == 1 and keys[0]["required"] is True
         assert "#/$defs/" not in json.dumps(doc)
 
 

@@ -77,3 +77,15 @@ class TestBoundedSweep:
         clock.advance(61)
         kinds = [d[0] for d in rec_other.sweep().new_divergences]
         assert kinds == ["missing-at-venue"]
+
+
+class TestProgress:
+    def test_progress_reports_rows_swept_per_page(self, store: Store) -> None:
+        """The CLI's progress bar: cumulative ledger rows, once per page, ending at the total."""
+        gate, _, rec, _, _ = build(store, page_size=4)
+        for i in range(10):
+            gate.submit("submit_order", f"op-{i}", EXAMPLE_ORDER)
+        seen: list[int] = []
+        rec.progress = seen.append
+        rec.sweep()
+        assert seen == [4, 8, 10]

@@ -89,6 +89,8 @@ class Reconciler:
         self.lease_seconds = lease_seconds
         # Large sweeps would hold every repair in memory; callers that only want counts say so.
         self.keep_repaired = keep_repaired
+        #: Called with the number of ledger rows swept so far, once per page (progress bars).
+        self.progress: Callable[[int], None] | None = None
 
     def run_once(self) -> ReconcileReport:
         """Sweep if no other replica is sweeping; otherwise take a share of the repairs."""
@@ -120,9 +122,13 @@ class Reconciler:
 
     def _ledger(self, actions: list[str]) -> Iterator[LedgerEntry]:
         after: str | None = None
+        done = 0
         while True:
             page = self.store.page_entries(after, self.page_size, actions)
             yield from page
+            done += len(page)
+            if self.progress is not None:
+                self.progress(done)
             if len(page) < self.page_size:
                 return
             after = page[-1].op_key

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from effectgate.core.states import State
 from effectgate.errors import EffectgateError
+from effectgate.execute.reconciler import Reconciler, ReconcileReport
 from effectgate.frontends import cli_service
 from effectgate.frontends.cli_service import ConfigOpt, open_ledger
 
@@ -81,7 +82,6 @@ def reconcile(
     """Settle uncertain rows against the venue and report divergences."""
     from effectgate.adapters.http import HttpVenueAdapter
     from effectgate.examples import default_registry
-    from effectgate.execute.reconciler import Reconciler, ReconcileReport
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     closers: list[Callable[[], None]] = []
@@ -124,7 +124,7 @@ def reconcile(
             with suppress(KeyboardInterrupt):
                 rec.watch(interval, stop, show)
             return
-        report = rec.run_once()
+        report = _with_progress(rec) if not as_json else rec.run_once()
         show(report)
         if report.alarms:
             raise typer.Exit(EXIT_ALARM)
@@ -249,3 +249,19 @@ def main() -> None:
     except EffectgateError as exc:
         err.print(f"[red]error[/red] [{exc.code}] {exc.message}")
         raise SystemExit(EXIT_FAILED) from None
+
+
+def _with_progress(rec: Reconciler) -> ReconcileReport:
+    """One pass with a progress bar on stderr (the ledger's size is the total)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    total = sum(rec.store.count_by_state().values())
+    columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task("sweeping ledger", total=total)
+        rec.progress = lambda done: bar.update(task, completed=done)
+        try:
+            return rec.run_once()
+        finally:
+            rec.progress = None

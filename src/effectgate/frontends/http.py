@@ -236,5 +236,11 @@ def _openapi(app: FastAPI, service: Service) -> dict[str, Any]:
         for def_name, sub in defs.items():
             schemas.setdefault(def_name, json.loads(
                 json.dumps(sub).replace('"#/$defs/', '"#/components/schemas/')))
+    # The handler answers a missing key with its own 400 (the draft's rule), so FastAPI sees the
+    # header as optional; the published contract says what clients must send.
+    for path in doc.get("paths", {}).values():
+        for param in path.get("post", {}).get("parameters", []):
+            if param.get("name") == "Idempotency-Key":
+                param["required"] = True
     app.openapi_schema = doc
     return doc
