@@ -20,7 +20,6 @@ Each measurement runs in a fresh subprocess so its peak RSS (``ru_maxrss``) is i
 from __future__ import annotations
 
 import json
-import os
 import resource
 import sqlite3
 import subprocess
@@ -289,7 +288,8 @@ def figures_for(rows: int, gen: float, eg: dict[str, Any], floor: dict[str, Any]
                  "quarantined": s["quarantined"], "divergences": s["divergences"]}
         if label == "sweep":
             notes["generate_seconds"] = round(gen, 1)
-        variant = f"{rows:,} rows, {'first sweep (repairs 2%)' if label == 'sweep' else 'repeat sweep'}"
+        kind = "first sweep (repairs 2%)" if label == "sweep" else "repeat sweep"
+        variant = f"{rows:,} rows, {kind}"
         figures_rate = rows / s["seconds"]
         out.append(Figure("B4", variant, "rows/s", figures_rate, rows / fl["seconds"], notes))
     return out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import platform
@@ -90,10 +91,8 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     mem = None
-    try:
+    with contextlib.suppress(ValueError, OSError):
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        pass
     import sqlite3
 
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_bytes": mem,

@@ -173,7 +173,7 @@ def pg_available() -> bool:
     return True
 
 
-# --- targets ---------------------------------------------------------------------------------------
+# --- targets -------------------------------------------------------------------------------------
 
 class Target:
     """Where the benchmark runs, and fresh ledgers on it that leave nothing behind."""
