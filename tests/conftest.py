@@ -39,7 +39,7 @@ def require_pg() -> str:
     return PG_URL
 
 
-@pytest.fixture(params=["sqlite"])
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def store_factory(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[StoreFactory]:
     """A factory of store handles onto ONE fresh ledger (several handles = several processes)."""
     opened: list[Store] = []

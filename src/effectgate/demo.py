@@ -294,13 +294,34 @@ def _sqlite_stores() -> Iterator[tuple[StoreFactory, str]]:
                 s.close()
 
 
+@contextmanager
+def _postgres_stores(url: str) -> Iterator[tuple[StoreFactory, str]]:
+    """One throwaway schema per scenario, dropped afterwards; nothing else in the database moves."""
+    from effectgate.store.postgres import PostgresStore, drop_schema
+
+    run = f"eg_demo_{uuid.uuid4().hex[:8]}"
+    opened: list[PostgresStore] = []
+
+    def factory(name: str) -> Store:
+        store = PostgresStore(url, schema=f"{run}_{name.replace('-', '_').lower()}")
+        opened.append(store)
+        return store
+
+    crash_schema = f"{run}_crash"
+    try:
+        yield factory, f"{url}{'&' if '?' in url else '?'}schema={crash_schema}"
+    finally:
+        for s in opened:
+            s.close()
+        for schema in [s.schema for s in opened] + [crash_schema]:
+            drop_schema(url, schema)
+
+
 def run_demo(store_url: str | None = None) -> list[ScenarioResult]:
     """Run every scenario; ``store_url`` picks PostgreSQL, otherwise temporary SQLite files."""
-    if store_url:
-        from effectgate.errors import ConfigError
-
-        raise ConfigError("only the embedded SQLite demo is available in this build")
-    with _sqlite_stores() as (factory, crash_url):
+    cm = _postgres_stores(store_url) if store_url and store_url.startswith("postgres") \
+        else _sqlite_stores()
+    with cm as (factory, crash_url):
         results = list(scenarios(factory))
         results.append(_subprocess_crash(crash_url))
     return results

@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 import re
 import types
-import unicodedata
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -33,7 +32,8 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from effectgate.core.canonical import MAX_SAFE_INT, canonical_decimal, fingerprint, nfc
-from effectgate.core.jsonparse import JsonFloat, format_path, load_document, path_join
+from effectgate.core.jsonparse import copy_object, load_document, refuse_floats, show
+from effectgate.core.messages import intent_error
 from effectgate.errors import IntentError, RegistryError, UnknownActionClass
 
 __all__ = [
@@ -361,13 +361,13 @@ class Registry:
             body, has_float = load_document(raw, max_bytes=self.max_bytes,
                                             max_depth=self.max_depth)
         elif isinstance(raw, Mapping):
-            body, has_float = _copy_object(raw, "", 1, self.max_depth), False
+            body, has_float = copy_object(raw, "", 1, self.max_depth), False
         else:
             raise IntentError(f"intent must be bytes, text or a mapping, not "
                               f"{type(raw).__name__}", reason="not_object")
         version = _check_envelope(ac, body)
         if has_float:
-            _refuse_floats(body, "")
+            refuse_floats(body, "")
         # Decimals first: "send a string" says more than pydantic's "should be a valid string".
         decimals: dict[str, str] = {}
         for name, positive in ac._decimals:
@@ -377,7 +377,7 @@ class Registry:
         try:
             model = ac.model.model_validate(body, strict=True)
         except ValidationError as exc:
-            raise _intent_error(exc, ac.model) from None
+            raise intent_error(exc, ac.model) from None
         effect: dict[str, str | int | bool] = {}
         for name in ac._effect_fields:
             value = getattr(model, name)
@@ -408,146 +408,15 @@ def _check_envelope(ac: ActionClass, body: dict[str, object]) -> str:
                           field="intent_version", reason="missing")
     version = body["intent_version"]
     if not isinstance(version, str) or version not in ac.schema_versions:
-        raise IntentError(f"{_show(version)} is not a supported version of {ac.name!r} "
+        raise IntentError(f"{show(version)} is not a supported version of {ac.name!r} "
                           f"(supported: {', '.join(sorted(ac.schema_versions))})",
                           field="intent_version", reason="unknown_version")
     if "action" not in body:
         raise IntentError("required field 'action' is missing", field="action",
                           reason="missing")
     if body["action"] != ac.name:
-        raise IntentError(f"body says {_show(body['action'])} but is being parsed as "
+        raise IntentError(f"body says {show(body['action'])} but is being parsed as "
                           f"{ac.name!r}", field="action", reason="action_mismatch")
     return version
 
 
-def _copy_json(node: object, path: str, depth: int, max_depth: int) -> object:
-    """A fresh JSON-shaped copy of a caller's object, refusing what raw JSON could not carry."""
-    if node is None or isinstance(node, bool):
-        return node
-    if isinstance(node, str):
-        if _BAD_CHAR.search(node):
-            raise IntentError("string holds U+0000 or an unpaired surrogate",
-                              field=path or None, reason="invalid_string")
-        return str(node)
-    if isinstance(node, int):
-        if abs(node) >= 10**30:
-            raise IntentError("integer has more than 30 digits", field=path or None,
-                              reason="huge_number")
-        return int(node)
-    if isinstance(node, float):
-        if not math.isfinite(node):
-            raise IntentError(f"{node} is not a number JSON allows", field=path or None,
-                              reason="non_finite")
-        raise _float_error(path)
-    if isinstance(node, JsonFloat):
-        raise _float_error(path)
-    if not isinstance(node, Mapping | list | tuple):
-        raise IntentError(f"{type(node).__name__} is not a JSON value (send decimals as "
-                          "strings)", field=path or None, reason="not_json")
-    if depth > max_depth:
-        raise IntentError(f"nested deeper than {max_depth} levels", field=path or None,
-                          reason="too_deep")
-    if isinstance(node, Mapping):
-        return _copy_object(node, path, depth, max_depth)
-    return [_copy_json(v, path_join(path, i), depth + 1, max_depth) for i, v in enumerate(node)]
-
-
-def _copy_object(node: Mapping[Any, object], path: str, depth: int,
-                 max_depth: int) -> dict[str, object]:
-    if depth > max_depth:
-        raise IntentError(f"nested deeper than {max_depth} levels", field=path or None,
-                          reason="too_deep")
-    out: dict[str, object] = {}
-    for key, value in node.items():
-        if type(key) is not str:
-            raise IntentError(f"object key {_show(key)} is not a string",
-                              field=path or None, reason="invalid_key")
-        if _BAD_CHAR.search(key):
-            raise IntentError("key holds U+0000 or an unpaired surrogate",
-                              field=path or None, reason="invalid_string")
-        out[key] = _copy_json(value, path_join(path, key), depth + 1, max_depth)
-    return out
-
-
-def _float_error(path: str) -> IntentError:
-    return IntentError('numbers with a fraction or exponent are refused; send decimals as '
-                       'JSON strings, e.g. "100.50"', field=path or None,
-                       reason="float_not_allowed")
-
-
-def _refuse_floats(node: object, path: str) -> None:
-    if isinstance(node, JsonFloat):
-        raise _float_error(path)
-    if isinstance(node, dict):
-        for key, value in node.items():
-            _refuse_floats(value, path_join(path, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            _refuse_floats(value, path_join(path, index))
-
-
-def _show(value: object, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
-
-
-_JSON_KIND: Final = {str: "a string", int: "an integer", bool: "a boolean", dict: "an object",
-                     list: "an array", type(None): "null", JsonFloat: "a non-integer number"}
-_EXPECTED: Final = {"string_type": "a string", "int_type": "an integer",
-                    "bool_type": "true or false", "model_type": "an object",
-                    "dict_type": "an object", "tuple_type": "an array"}
-
-
-def _model_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
-    """The nested model a pydantic ``loc`` prefix points into, to list its allowed fields."""
-    current: type[BaseModel] | None = model
-    for part in loc:
-        if current is None:
-            return None
-        if isinstance(part, int):
-            continue
-        info = current.model_fields.get(part)
-        if info is None:
-            return None
-        stack, current = [info.annotation], None
-        while stack:
-            tp = stack.pop()
-            if isinstance(tp, type) and issubclass(tp, BaseModel):
-                current = tp
-                break
-            stack.extend(get_args(tp))
-    return current
-
-
-def _intent_error(exc: ValidationError, model: type[BaseModel]) -> IntentError:
-    """The first pydantic error as an IntentError a model can act on (field path + reason)."""
-    err = exc.errors(include_url=False)[0]
-    loc: tuple[str | int, ...] = tuple(err["loc"])
-    kind, ctx, given = err["type"], err.get("ctx") or {}, err.get("input")
-    if not loc:
-        # An object-level rule (model validator); it names its field in ctx["field"].
-        return IntentError(err["msg"], field=ctx.get("field"), reason=kind)
-    path = format_path(loc)
-    if kind == "extra_forbidden":
-        parent = _model_at(model, loc[:-1])
-        allowed = ", ".join(parent.model_fields) if parent else "see the schema"
-        return IntentError(f"unknown field {loc[-1]!r} (allowed: {allowed})", field=path,
-                           reason=kind)
-    if kind == "missing":
-        return IntentError(f"required field {loc[-1]!r} is missing", field=path, reason=kind)
-    if kind in _EXPECTED:
-        got = _JSON_KIND.get(type(given), type(given).__name__)
-        return IntentError(f"expected {_EXPECTED[kind]}, got {got}", field=path, reason=kind)
-    if kind in ("string_pattern_mismatch", "non_ascii") and isinstance(given, str):
-        message = f"{_show(given)} does not match {ctx.get('pattern', 'the allowed pattern')}"
-        odd = next(((i, c) for i, c in enumerate(given) if not c.isascii()), None)
-        if odd is not None:
-            i, c = odd
-            name = unicodedata.name(c, "unnamed character")
-            message += (f": it contains U+{ord(c):04X} {name} at index {i}; only ASCII is "
-                        "accepted (look-alike characters are refused, not normalised)")
-        return IntentError(message, field=path, reason=kind)
-    if kind == "literal_error":
-        return IntentError(f"{_show(given)} is not allowed; expected {ctx.get('expected')}",
-                           field=path, reason=kind)
-    return IntentError(f"{err['msg']} (got {_show(given)})", field=path, reason=kind)

@@ -25,15 +25,17 @@ that is not a plain identifier is written as a bracketed JSON string (``a["x y"]
 from __future__ import annotations
 
 import json
+import math
 import re
 import threading
-from collections.abc import Iterator
-from typing import Final
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
 
 from effectgate.errors import IntentError
 
 __all__ = [
-    "MAX_INT_DIGITS", "JsonFloat", "format_path", "load_document", "load_strict", "path_join",
+    "MAX_INT_DIGITS", "JsonFloat", "copy_object", "format_path", "load_document", "load_strict",
+    "path_join", "refuse_floats", "show",
 ]
 
 #: Longest integer literal accepted, in digits. Bounds int() work and every later computation.
@@ -231,3 +233,77 @@ def load_document(raw: bytes | str, *, max_bytes: int = 65536,
         kind = "an array" if isinstance(doc, list) else "a scalar"
         raise IntentError(f"top level must be a JSON object, got {kind}", reason="not_object")
     return doc, bool(flags.has_float)
+
+
+def show(value: object, limit: int = 60) -> str:
+    """A short repr for error messages (never the whole of a hostile value)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+# --- mappings from Python callers: held to the same rules as raw JSON ---------------------
+
+def _copy_json(node: object, path: str, depth: int, max_depth: int) -> object:
+    """A fresh JSON-shaped copy of a caller's object, refusing what raw JSON could not carry."""
+    if node is None or isinstance(node, bool):
+        return node
+    if isinstance(node, str):
+        if _BAD_CHAR.search(node):
+            raise IntentError("string holds U+0000 or an unpaired surrogate",
+                              field=path or None, reason="invalid_string")
+        return str(node)
+    if isinstance(node, int):
+        if abs(node) >= 10**30:
+            raise IntentError("integer has more than 30 digits", field=path or None,
+                              reason="huge_number")
+        return int(node)
+    if isinstance(node, float):
+        if not math.isfinite(node):
+            raise IntentError(f"{node} is not a number JSON allows", field=path or None,
+                              reason="non_finite")
+        raise _float_error(path)
+    if isinstance(node, JsonFloat):
+        raise _float_error(path)
+    if not isinstance(node, Mapping | list | tuple):
+        raise IntentError(f"{type(node).__name__} is not a JSON value (send decimals as "
+                          "strings)", field=path or None, reason="not_json")
+    if depth > max_depth:
+        raise IntentError(f"nested deeper than {max_depth} levels", field=path or None,
+                          reason="too_deep")
+    if isinstance(node, Mapping):
+        return copy_object(node, path, depth, max_depth)
+    return [_copy_json(v, path_join(path, i), depth + 1, max_depth) for i, v in enumerate(node)]
+
+
+def copy_object(node: Mapping[Any, object], path: str, depth: int,
+                 max_depth: int) -> dict[str, object]:
+    if depth > max_depth:
+        raise IntentError(f"nested deeper than {max_depth} levels", field=path or None,
+                          reason="too_deep")
+    out: dict[str, object] = {}
+    for key, value in node.items():
+        if type(key) is not str:
+            raise IntentError(f"object key {show(key)} is not a string",
+                              field=path or None, reason="invalid_key")
+        if _BAD_CHAR.search(key):
+            raise IntentError("key holds U+0000 or an unpaired surrogate",
+                              field=path or None, reason="invalid_string")
+        out[key] = _copy_json(value, path_join(path, key), depth + 1, max_depth)
+    return out
+
+
+def _float_error(path: str) -> IntentError:
+    return IntentError('numbers with a fraction or exponent are refused; send decimals as '
+                       'JSON strings, e.g. "100.50"', field=path or None,
+                       reason="float_not_allowed")
+
+
+def refuse_floats(node: object, path: str) -> None:
+    if isinstance(node, JsonFloat):
+        raise _float_error(path)
+    if isinstance(node, dict):
+        for key, value in node.items():
+            refuse_floats(value, path_join(path, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            refuse_floats(value, path_join(path, index))

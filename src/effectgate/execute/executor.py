@@ -19,6 +19,7 @@ from effectgate.core.states import State
 from effectgate.errors import (
     ConfigError,
     EffectgateError,
+    IndeterminateCommit,
     IntentError,
     OperationNotFound,
     StaleState,
@@ -74,7 +75,10 @@ class Gate:
             fingerprint=parsed.fingerprint, intent=parsed.snapshot, effect=parsed.effect,
             tier=decision.tier.value, reason=decision.reason,
             policy_version=decision.policy_version)
-        row, created = self.store.insert_operation(new, path, now=self.clock())
+        try:
+            row, created = self.store.insert_operation(new, path, now=self.clock())
+        except IndeterminateCommit:
+            return self._after_lost_commit(scope, operation_id)
         if not created:
             if row.state is State.VALIDATED and dispatch:
                 return _replayed(self.dispatch(operation_id, scope=scope))
@@ -99,6 +103,8 @@ class Gate:
         except StaleState:
             # Another process won the compare-and-set; it alone dispatches (invariant 1).
             return self.get(operation_id, scope=scope)
+        except IndeterminateCommit:
+            return self._after_lost_commit(scope, operation_id)
         return self._call(row)
 
     def get(self, operation_id: str, *, scope: str = "default") -> Operation:
@@ -123,6 +129,22 @@ class Gate:
                 scope=scope if isinstance(scope, str) else None,
                 operation_id=operation_id if isinstance(operation_id, str) else None)
             raise
+
+    def _after_lost_commit(self, scope: str, operation_id: str) -> Operation:
+        """The journal's COMMIT may or may not have landed: never dispatch on a guess.
+
+        If the row is there it is returned as stored; a ``submitted`` row nobody called for
+        stays uncertain and the reconciler writes it off past the horizon (invariant 3). If it
+        is not there, nothing was journalled and the error goes to the caller, who may retry
+        with the same operation id.
+        """
+        row = self.store.get(scope, operation_id)
+        if row is None:
+            raise IndeterminateCommit(f"journal commit for {operation_id!r} was lost and no row "
+                                      "is visible; retry with the same operation id")
+        log.error("journal commit for %s was indeterminate; not dispatching (state %s)",
+                  row.op_key, row.state.value)
+        return row
 
     def _call(self, row: Operation) -> Operation:
         """The one outbound call for a row this process moved to ``submitted``."""

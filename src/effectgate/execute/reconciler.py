@@ -77,7 +77,7 @@ class Reconciler:
     def __init__(self, *, store: Store, registry: Registry, adapters: Mapping[str, Adapter],
                  clock: Callable[[], float] = time.time, page_size: int = 1000,
                  owner: str | None = None, sweep_ttl: float = 3600.0,
-                 keep_repaired: bool = True) -> None:
+                 lease_seconds: float = 60.0, keep_repaired: bool = True) -> None:
         self.store = store
         self.registry = registry
         self.adapters = dict(adapters)
@@ -85,6 +85,8 @@ class Reconciler:
         self.page_size = page_size
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{id(self):x}"
         self.sweep_ttl = sweep_ttl
+        # How long a probing replica owns the uncertain rows it claimed before others may.
+        self.lease_seconds = lease_seconds
         # Large sweeps would hold every repair in memory; callers that only want counts say so.
         self.keep_repaired = keep_repaired
 
@@ -190,7 +192,8 @@ class Reconciler:
         seen: set[str] = set()
         while True:
             entries = self.store.lease_uncertain(self.owner, now=self.clock(),
-                                                 lease_seconds=60.0, limit=batch)
+                                                 lease_seconds=self.lease_seconds,
+                                                 limit=batch)
             fresh = [e for e in entries if e.op_key not in seen]
             if not fresh:
                 return report

@@ -15,6 +15,6 @@ def open_store(url: str, **options: Any) -> Store:
     dialect, target = parse_store_url(url)
     if dialect == "sqlite":
         return SQLiteStore(target, **options)
-    from effectgate.errors import ConfigError
+    from effectgate.store.postgres import PostgresStore  # imported lazily: psycopg is heavier
 
-    raise ConfigError("the PostgreSQL store is not part of this build yet")
+    return PostgresStore(target, **options)
