@@ -4,17 +4,22 @@ from __future__ import annotations
 
 __all__ = [
     "AdapterError",
+    "BadRequest",
     "ConfigError",
     "EffectgateError",
     "IdempotencyConflict",
     "IndeterminateCommit",
     "IntentError",
     "InvalidTransition",
+    "OperationInFlight",
     "OperationNotFound",
+    "PermissionDenied",
     "PolicyError",
+    "RateLimited",
     "RegistryError",
     "StaleState",
     "StoreError",
+    "Unauthenticated",
     "UnknownActionClass",
 ]
 
@@ -122,3 +127,50 @@ class ConfigError(EffectgateError):
     """A configuration value or store URL is invalid."""
 
     code = "config_error"
+
+
+# --- front-door errors (HTTP and MCP map these to statuses; see frontends/) ------------------
+
+
+class BadRequest(EffectgateError):
+    """The request around the intent is unusable (e.g. no ``Idempotency-Key``); nothing written."""
+
+    code = "bad_request"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class Unauthenticated(EffectgateError):
+    """No credential, or one no configured token matches."""
+
+    code = "unauthenticated"
+
+
+class PermissionDenied(EffectgateError):
+    """The credential is valid but its role may not do this (agent on admin, operator proposing)."""
+
+    code = "forbidden"
+
+
+class RateLimited(EffectgateError):
+    """The caller exceeded its request budget; ``retry_after`` seconds until a token is free."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class OperationInFlight(EffectgateError):
+    """A request with this operation id is still being executed; ask again later."""
+
+    code = "operation_in_flight"
+
+    def __init__(self, message: str, *, operation_id: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.operation_id = operation_id
+        self.retry_after = retry_after

@@ -40,7 +40,7 @@ import json
 import re
 import unicodedata
 from collections.abc import Mapping
-from decimal import Context, Decimal
+from decimal import Context, Decimal, InvalidOperation
 from typing import Final
 
 from effectgate.core.jsonparse import JsonFloat
@@ -114,7 +114,13 @@ def canonical_decimal(value: object, *, field: str, positive: bool = True) -> st
             f"{_short(value)} is not a plain decimal: ASCII digits with an optional '-', '.' "
             "and exponent; no spaces, '+', '_' or other characters", field=field,
             reason="not_a_decimal_string")
-    number = Decimal(value)
+    try:
+        number = Decimal(value)
+    except InvalidOperation:
+        # An exponent beyond what the decimal module can represent ("1E+1086816166917345432").
+        raise IntentError(f"{_short(value)} is outside 1E-{MAX_ADJUSTED_EXPONENT} .. "
+                          f"1E+{MAX_ADJUSTED_EXPONENT}", field=field,
+                          reason="out_of_range") from None
     if number.is_zero():
         if positive:
             raise IntentError(f"{value!r} must be greater than zero", field=field,

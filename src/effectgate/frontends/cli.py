@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Annotated
 
@@ -18,6 +19,8 @@ from rich.table import Table
 from effectgate.bench.cli import register as register_bench
 from effectgate.core.states import State
 from effectgate.errors import EffectgateError
+from effectgate.frontends import cli_service
+from effectgate.frontends.cli_service import ConfigOpt, open_ledger
 
 app = typer.Typer(help="effectgate: the boundary between an agent's proposal and its effect.",
                   no_args_is_help=True, add_completion=False)
@@ -31,8 +34,9 @@ register_bench(app)
 console = Console()
 err = Console(stderr=True)
 
-StoreOpt = Annotated[str, typer.Option("--store", envvar="EFFECTGATE_STORE",
-                                       help="Ledger URL: sqlite:///PATH or postgresql://...")]
+StoreOpt = Annotated[str | None, typer.Option(
+    "--store", envvar="EFFECTGATE_STORE",
+    help="Ledger URL: sqlite:///PATH or postgresql://... (or give --config).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 # Exit codes scripts can rely on.
@@ -65,26 +69,40 @@ def demo(store: Annotated[str | None, typer.Option(
 
 @app.command()
 def reconcile(
-    store: StoreOpt,
-    venue: Annotated[str, typer.Option(help="Paper-venue base URL the HTTP adapter talks to.")],
+    store: StoreOpt = None,
+    venue: Annotated[str | None, typer.Option(
+        help="Paper-venue base URL the HTTP adapter talks to (with --store).")] = None,
     venue_key_env: Annotated[str, typer.Option(
         help="Name of the environment variable holding the venue API key.")]
         = "EFFECTGATE_VENUE_KEY",
     watch: Annotated[bool, typer.Option("--watch", help="Run as a standing job.")] = False,
     interval: Annotated[float, typer.Option(help="Seconds between passes with --watch.")] = 5.0,
     as_json: JsonOpt = False,
+    config: ConfigOpt = None,
 ) -> None:
     """Settle uncertain rows against the venue and report divergences."""
     from effectgate.adapters.http import HttpVenueAdapter
     from effectgate.examples import default_registry
     from effectgate.execute.reconciler import Reconciler, ReconcileReport
-    from effectgate.store import open_store
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    ledger = open_store(store)
-    adapter = HttpVenueAdapter(venue, credential_env=venue_key_env)
-    rec = Reconciler(store=ledger, registry=default_registry(adapter="http"),
-                     adapters={"http": adapter}, keep_repaired=False)
+    closers: list[Callable[[], None]] = []
+    if config is not None:
+        if store is not None or venue is not None:
+            err.print("--config replaces --store and --venue")
+            raise typer.Exit(EXIT_USAGE)
+        service = cli_service.service_from(config)
+        rec = service.reconciler
+        closers.append(service.close)
+    else:
+        if store is None or venue is None:
+            err.print("give --config FILE, or --store URL and --venue URL")
+            raise typer.Exit(EXIT_USAGE)
+        ledger = open_ledger(store, None)
+        adapter = HttpVenueAdapter(venue, credential_env=venue_key_env)
+        closers += [adapter.close, ledger.close]
+        rec = Reconciler(store=ledger, registry=default_registry(adapter="http"),
+                         adapters={"http": adapter}, keep_repaired=False)
 
     def show(report: ReconcileReport) -> None:
         data = {"swept": report.swept, "ledger_rows": report.ledger_rows,
@@ -113,16 +131,15 @@ def reconcile(
         if report.alarms:
             raise typer.Exit(EXIT_ALARM)
     finally:
-        adapter.close()
-        ledger.close()
+        for close in closers:
+            close()
 
 
 @app.command()
-def divergences(store: StoreOpt, as_json: JsonOpt = False) -> None:
+def divergences(store: StoreOpt = None, as_json: JsonOpt = False,
+                config: ConfigOpt = None) -> None:
     """List every divergence the reconciler has recorded (each once)."""
-    from effectgate.store import open_store
-
-    ledger = open_store(store)
+    ledger = open_ledger(store, config)
     try:
         rows = ledger.list_divergences()
     finally:
@@ -143,24 +160,24 @@ def divergences(store: StoreOpt, as_json: JsonOpt = False) -> None:
 
 @ops_app.command("list")
 def ops_list(
-    store: StoreOpt,
+    store: StoreOpt = None,
     state: Annotated[str | None, typer.Option(help="Filter by state.")] = None,
     action: Annotated[str | None, typer.Option(help="Filter by action class.")] = None,
     older_than: Annotated[float | None, typer.Option(
         help="Only rows not updated for this many seconds.")] = None,
     limit: int = 100,
     as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+    scope: Annotated[str | None, typer.Option(help="Filter by tenant scope.")] = None,
 ) -> None:
     """List operations, most recently updated first."""
-    from effectgate.store import open_store
-
     if state is not None and state not in {s.value for s in State}:
         err.print(f"unknown state {state!r}; one of: {', '.join(s.value for s in State)}")
         raise typer.Exit(EXIT_USAGE)
-    ledger = open_store(store)
+    ledger = open_ledger(store, config)
     try:
         rows = ledger.list_operations(
-            state=State(state) if state else None, action=action, limit=limit,
+            state=State(state) if state else None, action=action, limit=limit, scope=scope,
             older_than=time.time() - older_than if older_than is not None else None)
     finally:
         ledger.close()
@@ -177,11 +194,10 @@ def ops_list(
 
 
 @ops_app.command("show")
-def ops_show(store: StoreOpt, operation_id: str, scope: str = "default") -> None:
+def ops_show(operation_id: str, store: StoreOpt = None, scope: str = "default",
+             config: ConfigOpt = None, as_json: JsonOpt = True) -> None:
     """Show one operation with its intent snapshot and audit trail (JSON)."""
-    from effectgate.store import open_store
-
-    ledger = open_store(store)
+    ledger = open_ledger(store, config)
     try:
         row = ledger.get(scope, operation_id)
         if row is None:
@@ -224,6 +240,9 @@ def venue_serve(
         server.serve_forever()
     except KeyboardInterrupt:
         server.stop()
+
+
+cli_service.register(app)
 
 
 def main() -> None:

@@ -1,0 +1,148 @@
+"""The operator API under ``/v1/admin`` (operator tokens only; agent tokens get 403).
+
+An operator token's scope limits what it sees: ``"*"`` sees every tenant, a named scope only
+its own. Sections:
+
+* ledger: ``GET operations``, ``GET operations/{scope}/{operation_id}`` (with its audit trail)
+* reconciliation: ``POST reconcile`` (one pass now), ``GET divergences``
+* controls (kill switches, breakers, approvals, envelope steps, shadow report): registered by
+  :func:`_controls` when the gate offers them (see that function).
+"""
+
+
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel
+from starlette.concurrency import run_in_threadpool
+
+from effectgate.core.states import State
+from effectgate.errors import OperationNotFound, PermissionDenied
+from effectgate.frontends._models import OperationOut, operation_out
+from effectgate.service import Principal, Service, report_dict
+
+__all__ = ["admin_router"]
+
+
+class DivergenceOut(BaseModel):
+    kind: str
+    op_key: str
+    venue_ids: list[str]
+    ledger_state: str | None
+    first_seen: float
+
+
+class ReconcileOut(BaseModel):
+    swept: bool
+    ledger_rows: int
+    venue_records: int
+    confirmed: int
+    written_off: int
+    still_uncertain: int
+    quarantined: int
+    probe_errors: int
+    new_divergences: list[dict[str, Any]]
+
+
+class AuditOut(BaseModel):
+    seq: int
+    at: float
+    kind: str
+    detail: dict[str, Any]
+
+
+class OperationDetailOut(OperationOut):
+    intent: dict[str, Any]
+    effect: dict[str, Any]
+    audit: list[AuditOut]
+
+
+def _visible(who: Principal, scope: str | None) -> str | None:
+    """The scope filter an operator may use: theirs, or any when their scope is ``*``."""
+    if who.scope == "*":
+        return scope
+    if scope is not None and scope != who.scope:
+        raise PermissionDenied(f"this operator token is limited to scope {who.scope!r}")
+    return who.scope
+
+
+def admin_router(service: Service, operator: Any, errors: dict[int | str, Any]) -> APIRouter:
+    router = APIRouter(responses=errors)
+
+    @router.get("/operations", response_model=list[OperationOut],
+                summary="List operations (most recently updated first)")
+    async def list_operations(
+            who: operator,
+            state: Annotated[State | None, Query()] = None,
+            action: Annotated[str | None, Query(max_length=64)] = None,
+            scope: Annotated[str | None, Query(max_length=64)] = None,
+            older_than: Annotated[float | None, Query(ge=0, le=1e9)] = None,
+            limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
+        visible = _visible(who, scope)
+        cutoff = time.time() - older_than if older_than is not None else None
+        rows = await run_in_threadpool(
+            lambda: service.store.list_operations(state=state, action=action, scope=visible,
+                                                  older_than=cutoff, limit=limit))
+        return [operation_out(r).model_dump(mode="json") for r in rows]
+
+    @router.get("/operations/{scope}/{operation_id}", response_model=OperationDetailOut,
+                summary="One operation with its intent snapshot and audit trail")
+    async def show_operation(who: operator, scope: str,
+                             operation_id: str) -> dict[str, Any]:
+        _visible(who, scope)
+
+        def load() -> dict[str, Any]:
+            row = service.store.get(scope, operation_id)
+            if row is None:
+                raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
+            trail = [{"seq": e.seq, "at": e.at, "kind": e.kind, "detail": dict(e.detail)}
+                     for e in service.store.iter_audit()
+                     if e.scope == scope and e.operation_id == operation_id]
+            return {**operation_out(row).model_dump(mode="json"), "intent": dict(row.intent),
+                    "effect": dict(row.effect), "audit": trail}
+
+        return await run_in_threadpool(load)
+
+    @router.post("/reconcile", response_model=ReconcileOut,
+                 summary="Run one reconciliation pass now")
+    async def reconcile(who: operator) -> dict[str, object]:
+        if who.scope != "*":
+            raise PermissionDenied("reconciling sweeps every scope: needs an operator of '*'")
+        report = await run_in_threadpool(service.reconcile_now)
+        return report_dict(report)
+
+    @router.get("/divergences", response_model=list[DivergenceOut],
+                summary="Every divergence recorded, once each")
+    async def divergences(who: operator,
+                          limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
+                          ) -> list[dict[str, Any]]:
+        rows = await run_in_threadpool(service.store.list_divergences, limit)
+        prefix = None if who.scope == "*" else f"{who.scope}:"
+        return [{"kind": d.kind, "op_key": d.op_key, "venue_ids": list(d.venue_ids),
+                 "ledger_state": d.ledger_state, "first_seen": d.first_seen}
+                for d in rows if prefix is None or d.op_key.startswith(prefix)]
+
+    _controls(router, service, operator)
+    return router
+
+
+def _controls(router: APIRouter, service: Service, operator: Any) -> None:
+    """Operator controls, registered only for what the gate provides.
+
+    The controls work (kill switches, breakers, approvals, envelope steps, shadow report) adds
+    operator methods to the gate; each becomes a route here:
+
+    ==========================================  =====================================
+    ``PUT/DELETE /v1/admin/kill/{action}``      kill switch on / off
+    ``GET /v1/admin/kill``                      kill switch status
+    ``GET /v1/admin/breakers``, ``POST .../reset``  breaker status / reset
+    ``GET /v1/admin/approvals``, ``POST .../approve|refuse``  approvals
+    ``GET /v1/admin/envelope/{action}``, ``POST .../step``  staged authority
+    ``GET /v1/admin/shadow``                    shadow-mode report
+    ==========================================  =====================================
+
+    None of them exists in this build's gate, so none is published (an endpoint that always
+    answers 501 would only mislead clients and the OpenAPI document).
+    """
+    del router, service, operator

@@ -1,0 +1,176 @@
+"""CLI commands for the service: ``init``, ``check``, ``serve``, ``mcp``; config-aware helpers.
+
+Exit codes scripts can rely on (shared with :mod:`effectgate.frontends.cli`): 0 success,
+1 failure (not found, refused), 2 usage or invalid configuration, 3 a new alarm (divergence).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from effectgate.errors import ConfigError, EffectgateError
+from effectgate.store.base import Store
+
+if TYPE_CHECKING:
+    from effectgate.service import Service, ServiceConfig
+
+__all__ = ["ConfigOpt", "open_ledger", "register", "service_from"]
+
+ConfigOpt = Annotated[str | None, typer.Option(
+    "--config", "-c", envvar="EFFECTGATE_CONFIG",
+    help="Service config file (TOML); see docs/service.md.")]
+
+console = Console()
+err = Console(stderr=True)
+EXIT_FAILED, EXIT_USAGE = 1, 2
+
+
+def _load(config: str) -> ServiceConfig:
+    from effectgate.service import load_config
+
+    try:
+        return load_config(config)
+    except ConfigError as exc:
+        err.print(f"[red]invalid configuration[/red] {exc.message}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def open_ledger(store: str | None, config: str | None) -> Store:
+    """The ledger named by ``--store`` or by the config's ``[store]`` (exactly one)."""
+    from effectgate.store import open_store
+
+    if (store is None) == (config is None):
+        err.print("give exactly one of --store URL or --config FILE")
+        raise typer.Exit(EXIT_USAGE)
+    if store is not None:
+        return open_store(store)
+    cfg = _load(config or "")
+    return open_store(cfg.store.url, **dict(cfg.store.options))
+
+
+def service_from(config: str) -> Service:
+    from effectgate.service import Service
+
+    cfg = _load(config)
+    try:
+        return Service(cfg)
+    except ConfigError as exc:
+        err.print(f"[red]invalid configuration[/red] {exc.message}", highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def init(directory: Annotated[Path, typer.Option(
+             "--dir", help="Where to write effectgate.toml and effectgate_classes.py.")]
+         = Path("."),
+         force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")]
+         = False) -> None:
+    """Write a working starter config and example action classes (paper venue)."""
+    from effectgate.service import load_config, write_starter
+
+    try:
+        starter = write_starter(directory, force=force)
+    except ConfigError as exc:
+        err.print(exc.message)
+        raise typer.Exit(EXIT_FAILED) from None
+    load_config(starter.config)  # the starter must always be valid
+    console.print(f"wrote {starter.config} and {starter.classes}")
+    console.print("[bold]tokens (shown once; only their SHA-256 is stored):[/bold]")
+    console.print(f"  agent:    {starter.agent_token}", highlight=False)
+    console.print(f"  operator: {starter.operator_token}", highlight=False)
+    console.print(f"next: effectgate serve --config {starter.config}")
+
+
+def check(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
+          as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """Validate a config file completely (exit 2 with the key and line if it is wrong)."""
+    cfg = _load(config)
+    summary: dict[str, Any] = {
+        "store": cfg.store.url.split("://")[0],
+        "adapters": {n: a.kind for n, a in cfg.adapters.items()},
+        "classes": {ac.name: {"adapter": ac.adapter, "effect_class": ac.effect_class.value,
+                              "tier_floor": ac.tier_floor.value,
+                              "policy": ac.name in cfg.policy_names}
+                    for ac in cfg.registry},
+        "tokens": {t.name: {"role": t.role, "scope": t.scope} for t in cfg.tokens},
+    }
+    if as_json:
+        print(json.dumps(summary))
+        return
+    table = Table(title=f"{config}: valid")
+    for col in ("class", "adapter", "effect class", "tier floor", "policy"):
+        table.add_column(col)
+    for name, c in summary["classes"].items():
+        table.add_row(name, c["adapter"], c["effect_class"], c["tier_floor"],
+                      "yes" if c["policy"] else "[red]none: deny all[/red]")
+    console.print(table)
+
+
+def serve(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
+          host: Annotated[str | None, typer.Option(help="Override [service] host.")] = None,
+          port: Annotated[int | None, typer.Option(help="Override [service] port.")] = None,
+          log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info") -> None:
+    """Run the HTTP API (and MCP at /mcp) with the standing reconciler."""
+    import ipaddress
+
+    import uvicorn
+
+    from effectgate.frontends.http import create_app
+
+    service = service_from(config)
+    settings = service.config.service
+    bind = host or settings.host
+    if not settings.public and bind != "localhost" and not ipaddress.ip_address(
+            bind).is_loopback:
+        err.print(f"{bind} is not a loopback address (set public = true in [service])")
+        service.close()
+        raise typer.Exit(EXIT_USAGE)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    app = create_app(service, standing_reconciler=True)
+    try:
+        uvicorn.run(app, host=bind, port=port if port is not None else settings.port,
+                    log_level=log_level, server_header=False)
+    finally:
+        service.close()
+
+
+def mcp(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
+        token_env: Annotated[str, typer.Option(
+            help="Environment variable holding this agent's token (decides its scope).")]
+        = "EFFECTGATE_AGENT_TOKEN") -> None:  # noqa: S107 - a variable name
+    """Serve MCP over stdio for one agent (logs go to stderr; stdout is the protocol)."""
+    import anyio
+
+    from effectgate.frontends.mcp import run_stdio
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    token = os.environ.get(token_env, "")
+    service = service_from(config)
+    try:
+        principal = service.tokens.from_token(token)
+        principal.require("agent")
+    except EffectgateError as exc:
+        err.print(f"{token_env}: {exc.message} (an agent token is required)")
+        service.close()
+        raise typer.Exit(EXIT_USAGE) from None
+    try:
+        anyio.run(run_stdio, service, principal)
+    finally:
+        service.close()
+
+
+def register(app: typer.Typer) -> None:
+    """Add the service commands to the main CLI."""
+    app.command()(init)
+    app.command()(check)
+    app.command()(serve)
+    app.command()(mcp)

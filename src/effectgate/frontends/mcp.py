@@ -1,0 +1,200 @@
+"""The MCP door (official ``mcp`` SDK 2.x): one tool per action class, and a read-only lookup.
+
+Each action class ``X`` is a tool named ``X`` whose ``inputSchema`` is the intent schema plus a
+required ``operation_id`` property, and whose ``outputSchema`` is the operation result; results
+carry ``structuredContent``. Arguments go through the same strict core as HTTP bodies: nothing
+is coerced (``"5"`` is not ``5``, ``5.0`` is not a decimal string) and unknown keys are refused.
+A refusal is an ``isError`` result whose structured content names the field and the reason, so
+a model can correct itself. ``get_operation`` looks an operation up; no tool reaches operator
+actions.
+
+Operation id (see docs/service.md): the caller supplies it as an argument, minted once when the
+action is decided on and repeated verbatim on every retry. It lives in the transcript, so a
+model that re-runs and re-derives the same intent finds and reuses it; the server never mints
+it (a lost reply would then turn a retry into a second action) and never derives it from the
+payload (two deliberate identical actions would merge). A harness that wants to pin the id
+outside the model's control sends it in the request ``_meta`` under
+``io.effectgate/operation_id``; an argument that differs from the pinned id is refused.
+
+Transports: stdio (``effectgate mcp``; the agent token comes from an environment variable) and
+streamable HTTP at ``/mcp`` in the HTTP service's process (agent bearer token per request).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import anyio
+import mcp_types as types
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.responses import JSONResponse
+from starlette.types import Receive, Scope, Send
+
+from effectgate import __version__
+from effectgate.errors import BadRequest, EffectgateError, IntentError, Unauthenticated
+from effectgate.frontends._models import OperationOut, operation_out, problem_for
+from effectgate.service import Principal, Service
+from effectgate.store.base import OPERATION_ID_PATTERN
+
+__all__ = ["LOOKUP_TOOL", "PIN_META_KEY", "McpHttpMount", "build_server", "run_stdio",
+           "tool_definitions"]
+
+LOOKUP_TOOL: Final = "get_operation"
+PIN_META_KEY: Final = "io.effectgate/operation_id"
+_PRINCIPAL_KEY: Final = "effectgate.principal"
+_ID_SCHEMA: Final = {
+    "type": "string", "pattern": f"^{OPERATION_ID_PATTERN.pattern}$", "maxLength": 128,
+    "description": "The operation id: mint it once when you decide on this action and send "
+                   "the same id on every retry of it. A new id is a new action."}
+
+
+def tool_definitions(service: Service) -> list[types.Tool]:
+    output = OperationOut.model_json_schema()
+    tools: list[types.Tool] = []
+    for ac in service.config.registry:
+        schema = ac.json_schema()
+        schema["properties"] = {"operation_id": _ID_SCHEMA, **schema["properties"]}
+        schema["required"] = ["operation_id", *schema.get("required", [])]
+        mutation = ac.effect_class.value != "read_only"
+        tools.append(types.Tool(
+            name=ac.name, title=ac.name.replace("_", " "),
+            description=(f"Propose a {ac.name} action ({ac.effect_class.value}; oversight "
+                         f"tier at least {ac.tier_floor.value}). Deterministic policy decides; "
+                         "the result is the journalled operation. Decimals are JSON strings."),
+            input_schema=schema, output_schema=output,
+            annotations=types.ToolAnnotations(read_only_hint=not mutation,
+                                              destructive_hint=mutation,
+                                              idempotent_hint=True, open_world_hint=True)))
+    tools.append(types.Tool(
+        name=LOOKUP_TOOL, title="get operation",
+        description="Look up an operation you proposed, by its operation id (read-only).",
+        input_schema={"type": "object", "properties": {"operation_id": _ID_SCHEMA},
+                      "required": ["operation_id"], "additionalProperties": False},
+        output_schema=output,
+        annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True)))
+    return tools
+
+
+def build_server(service: Service, principal: Principal | None = None) -> Server[Any]:
+    """The MCP server. ``principal`` is fixed for stdio; over HTTP it comes from each request."""
+    tools = tool_definitions(service)
+
+    async def list_tools(_: ServerRequestContext[Any],
+                         __: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=tools)
+
+    async def call_tool(ctx: ServerRequestContext[Any],
+                        params: types.CallToolRequestParams) -> types.CallToolResult:
+        try:
+            who = _principal(ctx, principal)
+            service.limiter.check(who)
+            return await _call(service, who, params)
+        except EffectgateError as exc:
+            _, body, _ = problem_for(exc)
+            return types.CallToolResult(
+                content=[types.TextContent(type="text", text=json.dumps(body))],
+                structured_content=body, is_error=True)
+
+    return Server("effectgate", version=__version__, on_list_tools=list_tools,
+                  on_call_tool=call_tool,
+                  instructions="Propose actions with the tools; each call needs an operation_id "
+                               "you mint once per action and repeat on retries.")
+
+
+def _principal(ctx: ServerRequestContext[Any], fixed: Principal | None) -> Principal:
+    request = ctx.request
+    scope = getattr(request, "scope", None)
+    found = scope.get(_PRINCIPAL_KEY) if isinstance(scope, Mapping) else None
+    if isinstance(found, Principal):
+        return found
+    if fixed is not None:
+        return fixed
+    raise Unauthenticated("no agent token for this session")
+
+
+async def _call(service: Service, who: Principal,
+                params: types.CallToolRequestParams) -> types.CallToolResult:
+    args = dict(params.arguments or {})
+    if "operation_id" not in args:
+        raise IntentError("required field 'operation_id' is missing", field="operation_id",
+                          reason="missing")
+    op_id = args.pop("operation_id")
+    if not isinstance(op_id, str) or not OPERATION_ID_PATTERN.fullmatch(op_id):
+        raise IntentError(f"must be a string matching {OPERATION_ID_PATTERN.pattern}",
+                          field="operation_id", reason="invalid_operation_id")
+    pinned = (params.meta or {}).get(PIN_META_KEY)
+    if pinned is not None and pinned != op_id:
+        raise IntentError("differs from the operation id your harness pinned for this call; "
+                          "send the pinned id", field="operation_id", reason="pinned_mismatch")
+    if params.name == LOOKUP_TOOL:
+        if args:
+            raise IntentError(f"unknown field {sorted(args)[0]!r} (allowed: operation_id)",
+                              field=sorted(args)[0], reason="extra_forbidden")
+        op = await anyio.to_thread.run_sync(service.lookup, who, op_id)
+    elif params.name in service.config.registry:
+        op = await anyio.to_thread.run_sync(service.propose, who, params.name, op_id, args)
+    else:
+        raise BadRequest(f"no tool named {params.name!r}", code="unknown_action_class")
+    out = operation_out(op).model_dump(mode="json")
+    return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(out))],
+                                structured_content=out)
+
+
+async def run_stdio(service: Service, principal: Principal) -> None:
+    """Serve MCP over this process's stdin/stdout until the client closes it."""
+    server = build_server(service, principal)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+class McpHttpMount:
+    """The ASGI endpoint for ``/mcp``: agent bearer auth, then the SDK's streamable HTTP.
+
+    Stateless with JSON responses, so any worker can answer any request (no session affinity).
+    """
+
+    def __init__(self, service: Service) -> None:
+        self._service = service
+        self._server = build_server(service)
+        self._manager: StreamableHTTPSessionManager | None = None
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        settings = self._service.config.service
+        security = None if settings.public else TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+        # A session manager runs once; every app lifespan gets its own.
+        manager = StreamableHTTPSessionManager(
+            app=self._server, stateless=True, json_response=True, security_settings=security,
+            max_request_body_size=settings.max_body_bytes + 4096)
+        async with manager.run():
+            self._manager = manager
+            try:
+                yield
+            finally:
+                self._manager = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self._manager is None:
+            await JSONResponse({"code": "unavailable"}, status_code=503)(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
+                   for k, v in scope.get("headers", [])}
+        try:
+            who = self._service.tokens.from_header(headers.get("authorization"))
+            who.require("agent")
+        except EffectgateError as exc:
+            status, body, extra = problem_for(exc)
+            await JSONResponse(body, status_code=status, headers=extra,
+                               media_type="application/problem+json")(scope, receive, send)
+            return
+        await self._manager.handle_request({**scope, _PRINCIPAL_KEY: who}, receive, send)

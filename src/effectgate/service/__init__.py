@@ -1,0 +1,44 @@
+"""The effectgate service: a config file in, a running gate with its front doors out.
+
+Public names: :func:`load_config` / :func:`parse_config` (validated :class:`ServiceConfig`),
+:class:`Service` (the gate, store, adapters, reconciler, tokens and metrics of one process),
+:class:`Principal` (who is calling) and :func:`write_starter` (``effectgate init``). The HTTP
+and MCP doors live in :mod:`effectgate.frontends`.
+"""
+
+from __future__ import annotations
+
+from effectgate.service._auth import Principal, RateLimiter, TokenBook
+from effectgate.service._config import (
+    AdapterConfig,
+    RateLimit,
+    ServiceConfig,
+    ServiceSettings,
+    StoreConfig,
+    TokenConfig,
+    load_config,
+    parse_config,
+)
+from effectgate.service._runtime import Service, build_adapter, report_dict
+from effectgate.service._starter import CLASSES_FILE, CONFIG_FILE, Starter, write_starter
+
+__all__ = [
+    "CLASSES_FILE",
+    "CONFIG_FILE",
+    "AdapterConfig",
+    "Principal",
+    "RateLimit",
+    "RateLimiter",
+    "Service",
+    "ServiceConfig",
+    "ServiceSettings",
+    "Starter",
+    "StoreConfig",
+    "TokenBook",
+    "TokenConfig",
+    "build_adapter",
+    "load_config",
+    "parse_config",
+    "report_dict",
+    "write_starter",
+]

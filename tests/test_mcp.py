@@ -1,0 +1,195 @@
+"""The MCP door through the SDK's real client: in memory (two wire modes), stdio and HTTP."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from effectgate.adapters.paper import PaperAdapter, PaperVenue
+from effectgate.frontends._models import OperationOut
+from effectgate.frontends.http import create_app
+from effectgate.frontends.mcp import LOOKUP_TOOL, PIN_META_KEY, build_server
+from effectgate.service import Principal, Service, parse_config
+from servicekit import AGENT_A, OPERATOR, ORDER, config_text, uvicorn_thread
+
+ALPHA = Principal("alpha", "agent", "alpha")
+ARGS: dict[str, Any] = {"operation_id": "op-1", **ORDER}
+
+
+@pytest.fixture
+def venue() -> PaperVenue:
+    return PaperVenue()
+
+
+@pytest.fixture
+def service(tmp_path: Path, venue: PaperVenue) -> Iterator[Service]:
+    cfg = parse_config(config_text(store_url=f"sqlite:///{tmp_path}/ledger.db"), "test.toml")
+    svc = Service(cfg, adapters={"venue": PaperAdapter(venue)})
+    yield svc
+    svc.close()
+
+
+def run(coro_fn: Any, *args: Any) -> Any:
+    return anyio.run(coro_fn, *args)
+
+
+@pytest.fixture(params=["auto", "legacy"])
+def mode(request: pytest.FixtureRequest) -> str:
+    """auto: the SDK's direct in-process dispatch; legacy: JSON-RPC over in-memory streams."""
+    return str(request.param)
+
+
+class TestToolsInMemory:
+    def test_tools_mirror_the_action_classes(self, service: Service, mode: str) -> None:
+        """DESIGN front doors: inputSchema is the intent schema (+ operation_id), outputSchema
+        the operation result; a read-only lookup; no operator tool."""
+        async def go() -> None:
+            async with Client(build_server(service, ALPHA), mode=mode) as c:
+                tools = {t.name: t for t in (await c.list_tools()).tools}
+                assert set(tools) == {"submit_order", "cancel_order", LOOKUP_TOOL}
+                schema = tools["submit_order"].input_schema
+                intent = service.config.registry.get("submit_order").json_schema()
+                assert schema["required"][0] == "operation_id"
+                assert set(schema["properties"]) == {"operation_id", *intent["properties"]}
+                assert schema["additionalProperties"] is False
+                assert tools["submit_order"].output_schema == OperationOut.model_json_schema()
+                assert tools[LOOKUP_TOOL].annotations.read_only_hint is True
+                assert tools["submit_order"].annotations.destructive_hint is True
+        run(go)
+
+    def test_propose_retry_and_lookup(self, service: Service, venue: PaperVenue,
+                                      mode: str) -> None:
+        """Invariant 1 over MCP: the same operation_id again is a replay; one effect."""
+        async def go() -> None:
+            async with Client(build_server(service, ALPHA), mode=mode) as c:
+                first = await c.call_tool("submit_order", ARGS)
+                assert not first.is_error
+                out = first.structured_content
+                assert out["state"] == "acknowledged" and out["replayed"] is False
+                again = await c.call_tool("submit_order", dict(ARGS))
+                assert again.structured_content["replayed"] is True
+                assert again.structured_content["venue_id"] == out["venue_id"]
+                looked = await c.call_tool(LOOKUP_TOOL, {"operation_id": "op-1"})
+                assert looked.structured_content["state"] == "acknowledged"
+        run(go)
+        assert venue.effect_count == 1
+
+    def test_conflicting_payload_is_an_error_result(self, service: Service,
+                                                    venue: PaperVenue, mode: str) -> None:
+        """Invariant 2 over MCP: same operation_id, changed effect -> idempotency_conflict."""
+        async def go() -> None:
+            async with Client(build_server(service, ALPHA), mode=mode) as c:
+                await c.call_tool("submit_order", ARGS)
+                bad = await c.call_tool("submit_order", {**ARGS, "quantity": "5"})
+                assert bad.is_error and bad.structured_content["code"] == "idempotency_conflict"
+        run(go)
+        assert venue.effect_count == 1
+
+    @pytest.mark.parametrize("change,field,reason", [
+        ({"quantity": 4}, "quantity", "not_a_decimal_string"),       # 4 is not "4"
+        ({"quantity": 4.0}, "quantity", "float_not_allowed"),         # 4.0 is not a decimal
+        ({"intent_version": 1}, "intent_version", "unknown_version"),  # 1 is not "1"
+        ({"side": "BUY"}, "side", "literal_error"),
+        ({"instrument": "\u0425YZ-PERP"}, "instrument", "string_pattern_mismatch"),  # Cyrillic
+        ({"venue_url": "http://evil"}, "venue_url", "extra_forbidden"),
+        ({"operation_id": 7}, "operation_id", "invalid_operation_id"),
+    ])
+    def test_bad_arguments_name_the_field(self, service: Service, venue: PaperVenue,
+                                          mode: str, change: dict, field: str,
+                                          reason: str) -> None:
+        """No coercion: the error result says which field is wrong and why."""
+        async def go() -> None:
+            async with Client(build_server(service, ALPHA), mode=mode) as c:
+                res = await c.call_tool("submit_order", {**ARGS, **change})
+                assert res.is_error
+                assert res.structured_content["field"] == field
+                assert res.structured_content["reason"] == reason
+                assert field in res.content[0].text
+        run(go)
+        assert venue.effect_count == 0
+
+    def test_missing_operation_id_and_pinned_mismatch(self, service: Service) -> None:
+        """The id mechanism: required argument; a harness-pinned id in _meta must match."""
+        async def go() -> None:
+            async with Client(build_server(service, ALPHA)) as c:
+                res = await c.call_tool("submit_order", dict(ORDER))
+                assert res.is_error and res.structured_content["field"] == "operation_id"
+                pinned = await c.call_tool("submit_order", ARGS,
+                                           meta={PIN_META_KEY: "op-from-harness"})
+                assert pinned.structured_content["reason"] == "pinned_mismatch"
+                ok = await c.call_tool("submit_order", {**ARGS, "operation_id": "op-h"},
+                                       meta={PIN_META_KEY: "op-h"})
+                assert not ok.is_error
+        run(go)
+
+    def test_scopes_are_separate(self, service: Service) -> None:
+        async def go() -> None:
+            async with Client(build_server(service, ALPHA)) as a:
+                await a.call_tool("submit_order", ARGS)
+            beta = Principal("beta", "agent", "beta")
+            async with Client(build_server(service, beta)) as b:
+                res = await b.call_tool(LOOKUP_TOOL, {"operation_id": "op-1"})
+                assert res.is_error and res.structured_content["code"] == "operation_not_found"
+        run(go)
+
+
+class TestStdio:
+    def test_stdio_session(self, tmp_path: Path) -> None:
+        """`effectgate mcp` over stdio with the SDK's stdio client: list, propose, retry."""
+        config = tmp_path / "effectgate.toml"
+        config.write_text(config_text(store_url=f"sqlite:///{tmp_path}/ledger.db"))
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-c", "from effectgate.frontends.cli import main; main()", "mcp",
+                  "--config", str(config)],
+            env={**os.environ, "EFFECTGATE_AGENT_TOKEN": AGENT_A}, cwd=str(tmp_path))
+
+        async def go() -> None:
+            async with Client(params) as c:
+                names = {t.name for t in (await c.list_tools()).tools}
+                assert names == {"submit_order", "cancel_order", LOOKUP_TOOL}
+                first = await c.call_tool("submit_order", ARGS)
+                again = await c.call_tool("submit_order", ARGS)
+                assert first.structured_content["scope"] == "alpha"
+                assert again.structured_content["replayed"] is True
+                bad = await c.call_tool("submit_order", {**ARGS, "operation_id": "op-2",
+                                                         "quantity": "-1"})
+                assert bad.is_error and bad.structured_content["field"] == "quantity"
+        run(go)
+
+
+class TestStreamableHttp:
+    def test_mcp_over_http_in_the_service_process(self, service: Service,
+                                                  venue: PaperVenue) -> None:
+        """MCP at /mcp beside the HTTP API: agent token required, scope from the token."""
+        app = create_app(service, mcp_http=True)
+        with uvicorn_thread(app) as url:
+            async def session(token: str) -> None:
+                async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
+                                              timeout=10) as http:
+                    transport = streamable_http_client(f"{url}/mcp", http_client=http)
+                    async with Client(transport) as c:
+                        tools = {t.name for t in (await c.list_tools()).tools}
+                        assert LOOKUP_TOOL in tools
+                        res = await c.call_tool("submit_order", ARGS)
+                        assert res.structured_content["scope"] == "alpha"
+                        http_view = await http.get(f"{url}/v1/operations/op-1")
+                        assert http_view.json()["venue_id"] == res.structured_content["venue_id"]
+            anyio.run(session, AGENT_A)
+            import httpx
+
+            for token, status in ((None, 401), (OPERATOR, 403), ("wrong", 401)):
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                r = httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                               headers={**headers, "Accept": "application/json"})
+                assert r.status_code == status
+        assert venue.effect_count == 1
