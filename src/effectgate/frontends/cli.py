@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from effectgate.bench.cli import register as register_bench
 from effectgate.core.states import State
 from effectgate.errors import EffectgateError
 from effectgate.execute.reconciler import Reconciler, ReconcileReport
@@ -29,6 +30,7 @@ venue_app = typer.Typer(help="The paper venue: a reference system of record for 
 ops_app = typer.Typer(help="Inspect ledger operations.", no_args_is_help=True)
 app.add_typer(venue_app, name="venue")
 app.add_typer(ops_app, name="ops")
+register_bench(app)
 
 console = Console()
 err = Console(stderr=True)

@@ -56,10 +56,14 @@ def make_op_key(scope: str, operation_id: str) -> str:
     return f"{scope}:{operation_id}"
 
 
+# One encoder for every call: json.dumps with non-default options builds a new encoder each time.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                            allow_nan=False)
+
+
 def dumps(value: object) -> str:
     """Compact, key-sorted JSON for stored snapshots and audit details."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    return _ENCODER.encode(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -215,15 +215,19 @@ class SQLiteStore:
                 "UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
                 "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), "
                 "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, lease_until = NULL "
-                "WHERE scope = ? AND operation_id = ? AND state = ?",
+                f"WHERE scope = ? AND operation_id = ? AND state = ? RETURNING {_OP_COLUMNS}",
                 (target.value, now, venue_id, detail, submitted_at, scope, operation_id,
                  expected.value))
-            row = _select(conn, scope, operation_id)
-            if cur.rowcount != 1:
+            # RETURNING hands back the updated row: no second statement on the hot path.
+            # fetchall() runs the UPDATE to completion before COMMIT.
+            updated = cur.fetchall()
+            if len(updated) != 1:
+                row = _select(conn, scope, operation_id)
                 if row is None:
                     raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
                 raise StaleState(f"operation {operation_id!r} is {row.state.value!r}, "
                                  f"not {expected.value!r}")
+            row = _row_to_operation(updated[0])
             event: dict[str, object] = {"from": expected.value, "state": target.value}
             if venue_id is not None:
                 event["venue_id"] = venue_id

@@ -1,0 +1,248 @@
+"""B1: one caller, N actions end to end, against the raw two-commit loop on the same store.
+
+effectgate's side is ``Gate.submit`` on raw intent bytes: strict parse, validation, canonical
+form and fingerprint, policy, one transaction journalling proposed -> validated -> submitted, the
+in-process paper-venue call, and the receipt's transaction. The floor is the same two commits as
+plain SQL on the same ``operations`` table (created by the store's own migration) through a
+connection of its own: ``INSERT`` the submitted row, commit; conditional ``UPDATE`` to
+acknowledged, commit. Nothing else: no parse, no audit rows, no venue.
+
+The two loops alternate in rounds on one ledger, so disk state, cache and WAL size drift alike for
+both, and each starts with a warm-up that is not timed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable
+from typing import Any
+
+from effectgate.adapters.paper import PaperAdapter, PaperVenue
+from effectgate.bench.common import (
+    INTENT_BODY,
+    Figure,
+    SQLiteCommitCounter,
+    Target,
+    bench_gate,
+    pg_commit_count,
+    summarise,
+)
+from effectgate.core.states import State
+from effectgate.errors import StoreError
+from effectgate.examples import default_registry
+from effectgate.execute.executor import Gate
+from effectgate.store.base import dumps
+
+__all__ = ["FloorRow", "floor_row", "run"]
+
+ROUNDS = 5
+WARMUP = 100
+
+FloorRow = tuple[str, str, str, str, str, str, str, str]
+
+
+def floor_row() -> FloorRow:
+    """The column values effectgate writes for the B1 intent, computed once outside any loop.
+
+    (action, fingerprint, intent, effect, tier, reason, policy_version, venue state)
+    """
+    parsed = default_registry().parse("submit_order", INTENT_BODY)
+    return ("submit_order", parsed.fingerprint, dumps(parsed.snapshot), dumps(parsed.effect),
+            "validate", "value 400.00 within limit 1000000000", "limit-1", "acknowledged")
+
+
+def run(target: Target, n: int) -> list[Figure]:
+    if target.dialect == "sqlite":
+        return [_sqlite(target, n, "FULL"), _sqlite(target, n, "OFF")]
+    return [_postgres(target, n)]
+
+
+# --- the two loops ------------------------------------------------------------------------------
+
+def _gate_loop(gate: Gate, prefix: str, start: int, count: int,
+               latencies: list[float] | None) -> None:
+    clock = time.perf_counter
+    submit = gate.submit
+    for i in range(start, start + count):
+        t0 = clock()
+        row = submit("submit_order", f"{prefix}{i}", INTENT_BODY)
+        if latencies is not None:
+            latencies.append(clock() - t0)
+        if row.state is not State.ACKNOWLEDGED:
+            raise StoreError(f"B1 action {prefix}{i} ended {row.state.value}, not acknowledged")
+
+
+def _alternate(n: int, eg: Callable[[int, int, list[float] | None], None],
+               floor: Callable[[int, int, list[float] | None], None],
+               on_count: Callable[[str, bool], None]) -> dict[str, Any]:
+    """Warm both up, then run them in alternating rounds; per-side seconds and latencies."""
+    eg(0, WARMUP, None)
+    floor(0, WARMUP, None)
+    spent = {"eg": 0.0, "floor": 0.0}
+    lat: dict[str, list[float]] = {"eg": [], "floor": []}
+    per_round = max(1, n // ROUNDS)
+    done = 0
+    r = 0
+    while done < n:
+        count = min(per_round, n - done)
+        order = (("eg", eg), ("floor", floor)) if r % 2 == 0 else (("floor", floor), ("eg", eg))
+        for side, fn in order:
+            on_count(side, True)
+            t0 = time.perf_counter()
+            fn(WARMUP + done, count, lat[side])
+            spent[side] += time.perf_counter() - t0
+            on_count(side, False)
+        done += count
+        r += 1
+    return {"spent": spent, "lat": lat}
+
+
+def _figure(variant: str, n: int, result: dict[str, Any], commits: dict[str, int],
+            durability_off: bool) -> Figure:
+    spent, lat = result["spent"], result["lat"]
+    eg_rate, floor_rate = n / spent["eg"], n / spent["floor"]
+    notes: dict[str, Any] = {
+        "n": n,
+        "effectgate": {**summarise(lat["eg"]), "commits_per_action": commits["eg"] / n},
+        "floor": {**summarise(lat["floor"]), "commits_per_action": commits["floor"] / n},
+    }
+    if durability_off:
+        notes["overhead_us_per_action"] = round(1e6 / eg_rate - 1e6 / floor_rate, 1)
+    return Figure("B1", variant, "actions/s", eg_rate, floor_rate, notes)
+
+
+# --- SQLite --------------------------------------------------------------------------------------
+
+_SQLITE_INSERT = (
+    "INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, intent, "
+    "effect, tier, reason, policy_version, created_at, updated_at, submitted_at) "
+    "VALUES (?,?,?,?,?,'submitted',?,?,?,?,?,?,?,?)")
+_SQLITE_UPDATE = (
+    "UPDATE operations SET state = 'acknowledged', updated_at = ?, version = version + 1, "
+    "venue_id = ? WHERE scope = ? AND operation_id = ? AND state = 'submitted'")
+
+
+def _sqlite_floor(conn: sqlite3.Connection, row: FloorRow) -> Callable[
+        [int, int, list[float] | None], None]:
+    action, fp, intent, effect, tier, reason, version, _ = row
+    execute = conn.execute
+    clock = time.perf_counter
+
+    def loop(start: int, count: int, latencies: list[float] | None) -> None:
+        for i in range(start, start + count):
+            t0 = clock()
+            op = f"f{i}"
+            now = time.time()
+            execute("BEGIN IMMEDIATE")
+            execute(_SQLITE_INSERT, ("floor", op, f"floor:{op}", action, fp, intent, effect,
+                                     tier, reason, version, now, now, now))
+            execute("COMMIT")
+            execute("BEGIN IMMEDIATE")
+            cur = execute(_SQLITE_UPDATE, (now, f"V-{i}", "floor", op))
+            if cur.rowcount != 1:
+                raise StoreError(f"floor update of {op} matched {cur.rowcount} rows")
+            execute("COMMIT")
+            if latencies is not None:
+                latencies.append(clock() - t0)
+    return loop
+
+
+def _sqlite(target: Target, n: int, synchronous: str) -> Figure:
+    from effectgate.store.sqlite import SQLiteStore
+
+    with target.sqlite_file(f"b1-{synchronous.lower()}") as path:
+        store = SQLiteStore(path, synchronous=synchronous)
+        gate = bench_gate(store, PaperAdapter(PaperVenue()))
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("PRAGMA busy_timeout = 30000")
+            conn.execute(f"PRAGMA synchronous = {synchronous}")
+            mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+            counters = {"eg": SQLiteCommitCounter.on_store(store), "floor":
+                        SQLiteCommitCounter(conn)}
+            commits = {"eg": 0, "floor": 0}
+            marks: dict[str, int] = {}
+
+            def on_count(side: str, starting: bool) -> None:
+                if starting:
+                    marks[side] = counters[side].commits
+                else:
+                    commits[side] += counters[side].commits - marks[side]
+
+            result = _alternate(
+                n, lambda s, c, lat: _gate_loop(gate, "e", s, c, lat),
+                _sqlite_floor(conn, floor_row()), on_count)
+            for c in counters.values():
+                c.stop()
+        finally:
+            conn.close()
+            store.close()
+    variant = f"SQLite {mode.upper()} synchronous={synchronous}"
+    return _figure(variant, n, result, commits, durability_off=synchronous == "OFF")
+
+
+# --- PostgreSQL ----------------------------------------------------------------------------------
+
+def _postgres(target: Target, n: int) -> Figure:
+    import psycopg
+    from psycopg import sql
+
+    from effectgate.store import open_store
+    from effectgate.store.postgres import split_schema
+
+    with target.pg_schema("b1") as url:
+        store = open_store(url)
+        gate = bench_gate(store, PaperAdapter(PaperVenue()))
+        conninfo, schema = split_schema(url)
+        insert = ("INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, "
+                  "state, intent, effect, tier, reason, policy_version, created_at, updated_at, "
+                  "submitted_at) VALUES (%s,%s,%s,%s,%s,'submitted',%s,%s,%s,%s,%s,%s,%s,%s)")
+        update = ("UPDATE operations SET state = 'acknowledged', updated_at = %s, "
+                  "version = version + 1, venue_id = %s "
+                  "WHERE scope = %s AND operation_id = %s AND state = 'submitted'")
+        action, fp, intent, effect, tier, reason, version, _ = floor_row()
+        conn = psycopg.connect(conninfo, autocommit=True)
+        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema or "")))
+        clock = time.perf_counter
+
+        def floor(start: int, count: int, latencies: list[float] | None) -> None:
+            # BEGIN, the statement and COMMIT in one pipeline: one round trip per commit, the
+            # least any client can do. The row count is checked once the commit is back.
+            for i in range(start, start + count):
+                t0 = clock()
+                op = f"f{i}"
+                now = time.time()
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    conn.execute(insert, ("floor", op, f"floor:{op}", action, fp, intent,
+                                          effect, tier, reason, version, now, now, now))
+                    conn.execute("COMMIT")
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    cur = conn.execute(update, (now, f"V-{i}", "floor", op))
+                    conn.execute("COMMIT")
+                if cur.rowcount != 1:
+                    raise StoreError(f"floor update of {op} matched {cur.rowcount} rows")
+                if latencies is not None:
+                    latencies.append(clock() - t0)
+
+        commits = {"eg": 0, "floor": 0}
+        marks: dict[str, int] = {}
+
+        def on_count(side: str, starting: bool) -> None:
+            if starting:
+                marks[side] = pg_commit_count(url)
+            else:
+                commits[side] += pg_commit_count(url) - marks[side]
+
+        try:
+            result = _alternate(n, lambda s, c, lat: _gate_loop(gate, "e", s, c, lat), floor,
+                                on_count)
+        finally:
+            conn.close()
+            store.close()
+    return _figure("PostgreSQL, 1 connection, synchronous_commit=on", n, result, commits,
+                   durability_off=False)
+
+
