@@ -16,17 +16,20 @@ def test_bench_smoke_runs_and_prints_ratios(tmp_path) -> None:
     out = tmp_path / "bench.json"
     result = CliRunner().invoke(app, [
         "bench", "--smoke", "--store", f"sqlite:///{tmp_path / 'ledger.db'}",
-        "--workload", "B1,B2,B3,B4", "--json", str(out)])
+        "--workload", "B1,B2,B3,B4,B5", "--json", str(out)])
     assert result.exit_code == 0, result.output
     assert "ratio" in result.output
     report = json.loads(out.read_text())
     workloads = {f["workload"] for f in report["figures"]}
-    assert {"B1", "B3", "B4"} <= workloads
+    assert {"B1", "B3", "B4", "B5"} <= workloads
     assert "B2" in report["skipped"]  # needs PostgreSQL
     b1 = [f for f in report["figures"] if f["workload"] == "B1"]
     assert all(f["ratio"] is not None and f["ratio"] > 0 for f in b1)
     assert all(f["notes"]["effectgate"]["commits_per_action"] == 2 for f in b1)
     b3 = next(f for f in report["figures"] if f["workload"] == "B3" and f["unit"] == "calls")
     assert b3["effectgate"] == b3["floor"]  # venue calls == operation ids after recovery
+    b5 = [f for f in report["figures"] if f["workload"] == "B5"]
+    assert [f["notes"]["clients"] for f in b5] == [16, 64]
+    assert all(f["effectgate"] > 0 for f in b5)  # every request answered 201, acknowledged
     # the bench leaves nothing beside the given path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json"]

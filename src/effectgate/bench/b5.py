@@ -1,23 +1,170 @@
 """B5: the HTTP API under concurrent load from a separate process (16 and 64 clients).
 
-Runs only when the build has the HTTP front door (``effectgate.frontends.http``); until then the
-workload reports itself as skipped, with the reason.
+The service runs as ``effectgate serve`` in its own process (uvicorn, one worker) on a fresh
+ledger in the target store, with the in-process paper venue; rate limits are lifted and the
+standing reconciler is off so only the request path is measured. A second process drives it with
+C concurrent keep-alive clients (httpx, asyncio), each POSTing intents under fresh
+``Idempotency-Key`` values, and reports throughput and per-request latency. Every request must
+answer 201 with an acknowledged operation: anything else fails the run. There is no raw floor for
+a network service; B1's floor is the per-commit cost underneath it.
 """
 
 from __future__ import annotations
 
-import importlib.util
+import asyncio
+import multiprocessing as mp
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.queues import Queue
+from pathlib import Path
+from typing import Any
 
-from effectgate.bench.common import Figure, Target
+from effectgate.bench.common import Figure, Target, summarise
+from effectgate.errors import StoreError
 
-__all__ = ["available", "run"]
+__all__ = ["CLIENTS", "run"]
+
+CLIENTS = (16, 64)
+
+#: An order for the starter config's ``submit_order`` class (what ``effectgate init`` writes).
+BODY = (b'{"intent_version": "1", "action": "submit_order", "instrument": "XYZ-PERP", '
+        b'"side": "buy", "quantity": "4", "limit_price": "100.00", '
+        b'"rationale": "B5 load", "context_digest": "sha256:0123456789abcdef"}')
 
 
-def available() -> bool:
-    return importlib.util.find_spec("effectgate.frontends.http") is not None
+def run(target: Target, n: int, *, smoke: bool = False) -> list[Figure]:
+    figures = []
+    for clients in CLIENTS:
+        with _service(target, f"b5c{clients}") as (url, token):
+            figures.append(_drive(url, token, clients, max(n, clients)))
+    return figures
 
 
-def run(target: Target, n: int, *, smoke: bool = False) -> list[Figure] | str:
-    if not available():
-        return "this build has no HTTP API (effectgate.frontends.http) yet"
-    return "the HTTP API exists but its load generator is not written yet"
+class _service:
+    """``effectgate serve`` on a free loopback port with a starter config aimed at ``target``."""
+
+    def __init__(self, target: Target, name: str) -> None:
+        self.target, self.name = target, name
+
+    def __enter__(self) -> tuple[str, str]:
+        from effectgate.service import write_starter
+
+        self._tmp = tempfile.TemporaryDirectory(prefix="effectgate-b5-")
+        folder = Path(self._tmp.name)
+        starter = write_starter(folder)
+        if self.target.dialect == "sqlite":
+            self._store_cm: Any = self.target.sqlite_file(self.name)
+            store_url = f"sqlite:///{self._store_cm.__enter__()}"
+        else:
+            self._store_cm = self.target.pg_schema(self.name)
+            store_url = self._store_cm.__enter__()
+        port = _free_port()
+        text = starter.config.read_text(encoding="utf-8")
+        text = re.sub(r"(?m)^port = \d+", f"port = {port}", text)
+        text = re.sub(r"(?m)^reconcile_interval = [\d.]+", "reconcile_interval = 0", text)
+        text = re.sub(r"(?m)^mcp_http = true", "mcp_http = false", text)
+        text = re.sub(r"(?m)^per_second = \d+", "per_second = 1000000", text)
+        text = re.sub(r"(?m)^burst = \d+", "burst = 1000000", text)
+        text = re.sub(r'(?m)^url = "sqlite:///effectgate.db"', f'url = "{store_url}"', text)
+        starter.config.write_text(text, encoding="utf-8")
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "effectgate", "serve", "--config", str(starter.config)],
+            cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        url = f"http://127.0.0.1:{port}"
+        _wait_ready(url, self._proc)
+        return url, starter.agent_token
+
+    def __exit__(self, *exc: object) -> None:
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait()
+        if self._proc.stderr is not None:
+            self._proc.stderr.close()
+        self._store_cm.__exit__(None, None, None)
+        self._tmp.cleanup()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+    import httpx
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            raise StoreError(f"B5: effectgate serve exited with {proc.returncode}: {err[-500:]}")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise StoreError("B5: effectgate serve did not become healthy within 30 s")
+
+
+def _drive(url: str, token: str, clients: int, n: int) -> Figure:
+    """Run the load generator in its own process and turn its report into a figure."""
+    ctx = mp.get_context("spawn")
+    out: Queue[dict[str, Any]] = ctx.Queue()
+    proc = ctx.Process(target=_load, args=(url, token, clients, n, out))
+    proc.start()
+    result = out.get(timeout=600)
+    proc.join(timeout=30)
+    if result.get("error"):
+        raise StoreError(f"B5 at {clients} clients: {result['error']}")
+    notes = {"clients": clients, "n": n, **summarise(result["lat"])}
+    return Figure("B5", f"HTTP, {clients} clients", "actions/s", n / result["seconds"],
+                  None, notes)
+
+
+def _load(url: str, token: str, clients: int, n: int, out: Queue[dict[str, Any]]) -> None:
+    """The load generator's process: ``clients`` keep-alive connections, ``n`` requests."""
+    try:
+        out.put(asyncio.run(_load_async(url, token, clients, n)))
+    except Exception as exc:  # report, never hang the parent
+        out.put({"error": f"{type(exc).__name__}: {exc}"})
+
+
+async def _load_async(url: str, token: str, clients: int, n: int) -> dict[str, Any]:
+    import httpx
+
+    run_id = os.urandom(4).hex()
+    lat: list[float] = []
+    errors: list[str] = []
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+        async def one(i: int) -> None:
+            t0 = time.perf_counter()
+            r = await client.post("/v1/actions/submit_order", content=BODY,
+                                  headers={**headers, "Idempotency-Key": f"b5-{run_id}-{i}"})
+            lat.append(time.perf_counter() - t0)
+            if r.status_code != 201 or r.json().get("state") != "acknowledged":
+                errors.append(f"{r.status_code} {r.text[:200]}")
+
+        async def worker(w: int) -> None:
+            for i in range(w, n, clients):
+                await one(i)
+
+        await one(-1)  # warm the server (imports, first connection) outside the clock
+        lat.clear()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(w) for w in range(clients)))
+        seconds = time.perf_counter() - t0
+    if errors:
+        return {"error": f"{len(errors)} of {n} requests failed; first: {errors[0]}"}
+    return {"seconds": seconds, "lat": lat}
