@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
+from effectgate.frontends._mcp_screen import REFUSED_META, screen
 from effectgate.frontends._models import OperationOut
 from effectgate.frontends.http import create_app
 from effectgate.frontends.mcp import LOOKUP_TOOL, PIN_META_KEY, build_server
@@ -193,3 +196,53 @@ class TestStreamableHttp:
                                headers={**headers, "Accept": "application/json"})
                 assert r.status_code == status
         assert venue.effect_count == 1
+
+
+def _dup_call(op: str) -> str:
+    """A tools/call whose raw text names quantity twice (the SDK's parser keeps the last)."""
+    args = ", ".join(f'"{k}": {json.dumps(v)}' for k, v in {**ORDER, "operation_id": op}.items()
+                     if k != "quantity")
+    return ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": '
+            f'"submit_order", "arguments": {{{args}, "quantity": "1", "quantity": "4"}}}}}}')
+
+
+class TestDuplicateKeys:
+    def test_screen_marks_only_duplicated_tool_calls(self) -> None:
+        plain = '{"jsonrpc": "2.0", "id": 1, "method": "ping"}'
+        assert screen(plain) is plain
+        marked = json.loads(screen(_dup_call("op-d")))
+        assert marked["params"]["_meta"][REFUSED_META] == "quantity"
+
+    def test_http_door_refuses_duplicate_keys(self, service: Service, venue: PaperVenue) -> None:
+        """Bad input: a repeated key is refused at the MCP door as at the HTTP door."""
+        import httpx
+
+        app = create_app(service, mcp_http=True)
+        with uvicorn_thread(app) as url:
+            r = httpx.post(f"{url}/mcp", content=_dup_call("op-d"), headers={
+                "Authorization": f"Bearer {AGENT_A}", "Content-Type": "application/json",
+                "Accept": "application/json, text/event-stream"})
+        result = r.json()["result"]
+        assert result["isError"] is True
+        assert result["structuredContent"]["reason"] == "duplicate_key"
+        assert result["structuredContent"]["field"] == "quantity"
+        assert venue.effect_count == 0
+
+    def test_stdio_door_refuses_duplicate_keys(self, tmp_path: Path) -> None:
+        config = tmp_path / "effectgate.toml"
+        config.write_text(config_text(store_url=f"sqlite:///{tmp_path}/ledger.db"))
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "0"}}}
+        lines = [json.dumps(init), json.dumps({"jsonrpc": "2.0",
+                                               "method": "notifications/initialized"}),
+                 _dup_call("op-d")]
+        proc = subprocess.run(
+            [sys.executable, "-m", "effectgate", "mcp", "--config", str(config)],
+            input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60,
+            cwd=str(tmp_path), env={**os.environ, "EFFECTGATE_AGENT_TOKEN": AGENT_A},
+            check=False)
+        answers = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+        call = next(a for a in answers if a.get("id") == 7)
+        assert call["result"]["isError"] is True
+        assert call["result"]["structuredContent"]["reason"] == "duplicate_key"

@@ -22,7 +22,9 @@ streamable HTTP at ``/mcp`` in the HTTP service's process (agent bearer token pe
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
@@ -35,10 +37,11 @@ from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from effectgate import __version__
 from effectgate.errors import BadRequest, EffectgateError, IntentError, Unauthenticated
+from effectgate.frontends._mcp_screen import REFUSED_META, ScreenedLines, screen
 from effectgate.frontends._models import OperationOut, operation_out, problem_for
 from effectgate.service import Principal, Service
 from effectgate.store.base import OPERATION_ID_PATTERN
@@ -121,6 +124,10 @@ def _principal(ctx: ServerRequestContext[Any], fixed: Principal | None) -> Princ
 
 async def _call(service: Service, who: Principal,
                 params: types.CallToolRequestParams) -> types.CallToolResult:
+    refused = (params.meta or {}).get(REFUSED_META)
+    if refused is not None:
+        raise IntentError(f"duplicate key {str(refused)!r} in the tool call; send each key once",
+                          field=str(refused), reason="duplicate_key")
     args = dict(params.arguments or {})
     if "operation_id" not in args:
         raise IntentError("required field 'operation_id' is missing", field="operation_id",
@@ -150,7 +157,9 @@ async def _call(service: Service, who: Principal,
 async def run_stdio(service: Service, principal: Principal) -> None:
     """Serve MCP over this process's stdin/stdout until the client closes it."""
     server = build_server(service, principal)
-    async with stdio_server() as (read, write):
+    lines = ScreenedLines(anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8",
+                                                           errors="replace")))
+    async with stdio_server(stdin=lines) as (read, write):  # type: ignore[arg-type]
         await server.run(read, write, server.create_initialization_options())
 
 
@@ -197,4 +206,45 @@ class McpHttpMount:
             await JSONResponse(body, status_code=status, headers=extra,
                                media_type="application/problem+json")(scope, receive, send)
             return
+        scope, receive = await _screened_request(scope, receive,
+                                                 self._service.config.service.max_body_bytes)
         await self._manager.handle_request({**scope, _PRINCIPAL_KEY: who}, receive, send)
+
+
+async def _screened_request(scope: Scope, receive: Receive,
+                            cap: int) -> tuple[Scope, Receive]:
+    """Buffer a POST body (up to ``cap``), screen it for duplicate keys, and replay it."""
+    if scope.get("method") != "POST":
+        return scope, receive
+    chunks: list[bytes] = []
+    size, more = 0, True
+    while more and size <= cap + 4096:
+        message = await receive()
+        if message["type"] != "http.request":
+            return scope, _replay([message])
+        chunks.append(message.get("body", b""))
+        size += len(chunks[-1])
+        more = message.get("more_body", False)
+    body = b"".join(chunks)
+    if more:  # over the cap: let the SDK refuse it, untouched
+        return scope, _replay([{"type": "http.request", "body": body, "more_body": True}],
+                              then=receive)
+    screened = screen(body)
+    data = screened if isinstance(screened, bytes) else screened.encode()
+    if data is not body:
+        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
+        scope = {**scope, "headers": [*headers, (b"content-length", str(len(data)).encode())]}
+    return scope, _replay([{"type": "http.request", "body": data, "more_body": False}])
+
+
+def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
+    pending = list(messages)
+
+    async def receive() -> Message:
+        if pending:
+            return pending.pop(0)
+        if then is not None:
+            return await then()
+        return {"type": "http.disconnect"}
+
+    return receive
