@@ -54,7 +54,7 @@ def policy() -> Any:
     from effectgate.core.policy import LimitPolicy, PolicySet
 
     return PolicySet({"submit_order": LimitPolicy(Decimal("1000")),
-                      "cancel_order": LimitPolicy(Decimal("1000"))})
+                      "cancel_order": LimitPolicy()})
 
 
 def http_gate(store: Any, venue_url: str, clock: Callable[[], float] = time.time) -> Any:

@@ -55,7 +55,7 @@ class World:
 
 def policy() -> PolicySet:
     return PolicySet({"submit_order": LimitPolicy(Decimal("1000"), approve_above=Decimal("900")),
-                      "cancel_order": LimitPolicy(Decimal("1000"))})
+                      "cancel_order": LimitPolicy()})
 
 
 @pytest.fixture
@@ -290,3 +290,20 @@ class TestPolicyAndTerminal:
         assert set(req.effect) <= set(world.gate.registry.get("submit_order").effect_fields)
         assert req.effect["limit_price"] == "100"
         assert not {"rationale", "context_digest", "proposed_by"} & set(req.effect)
+
+
+class TestValueLimits:
+    def test_market_order_cannot_slip_under_a_value_ceiling(self, world: World) -> None:
+        """Deny by default: an order whose value cannot be measured is refused under a cap."""
+        market = {k: v for k, v in INTENT.items() if k != "limit_price"}
+        row = world.gate.submit("submit_order", "op-m", {**market, "order_type": "market",
+                                                          "quantity": "999"})
+        assert row.state is State.REJECTED and "cannot be measured" in (row.reason or "")
+        assert world.adapter.execute_calls == 0
+
+    def test_limit_without_a_ceiling_allows_a_class_with_no_value_axis(self,
+                                                                       world: World) -> None:
+        row = world.gate.submit("cancel_order", "op-c", {
+            "intent_version": "1", "action": "cancel_order", "instrument": "XYZ-PERP",
+            "order_ref": "V-000001"})
+        assert row.state is State.ACKNOWLEDGED and row.reason == "no value axis; allowed"

@@ -140,7 +140,7 @@ class TestActionClassDescription:
         intent = default_registry().parse("submit_order", EXAMPLE_ORDER)
         assert ac.value_of is not None
         assert ac.value_of(intent.effect) == Decimal("400")
-        assert notional({"quantity": "3", "action": "submit_order"}) == Decimal("3")
+        assert notional({"quantity": "3", "action": "submit_order"}) is None  # market: unknown
 
 
 class TestRegistryLookup:

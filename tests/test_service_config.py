@@ -42,6 +42,12 @@ class TestValidation:
         fails(GOOD.replace("visibility_horizon = 60.0", 'visibility_horizon = "60"', 1),
               "classes.submit_order.visibility_horizon", "must be a number")
 
+    def test_value_limit_on_a_class_without_a_value_measure(self) -> None:
+        """A ceiling that could never be checked is a configuration error, not a no-op."""
+        fails(GOOD.replace("[policies.cancel_order]\n", '[policies.cancel_order]\n'
+                           'max_value = "10"\n', 1),
+              "policies.cancel_order.max_value", "no value measure")
+
     def test_toml_syntax_error_gives_line(self) -> None:
         fails(GOOD + "\n[broken\n", "not valid TOML", "line")
 

@@ -82,7 +82,7 @@ StoreFactory = Callable[[str], Store]
 
 def _policy() -> PolicySet:
     return PolicySet({"submit_order": LimitPolicy(POLICY_LIMIT),
-                      "cancel_order": LimitPolicy(POLICY_LIMIT)})
+                      "cancel_order": LimitPolicy()})
 
 
 def _world(stores: StoreFactory, name: str, *, honour_key: bool = True,

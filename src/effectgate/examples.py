@@ -79,16 +79,16 @@ class CancelOrder(IntentBase):
     order_ref: OrderRef
 
 
-def notional(effect: Mapping[str, str | int | bool]) -> Decimal:
-    """The value measure of a canonical ``submit_order`` effect.
+def notional(effect: Mapping[str, str | int | bool]) -> Decimal | None:
+    """The value measure of a canonical ``submit_order`` effect: ``quantity * limit_price``.
 
-    Limit orders: ``quantity * limit_price``. Market orders carry no price at proposal time, so
-    their measure is the ``quantity`` alone; a policy that caps value should therefore cap
-    market orders separately (or refuse them) rather than compare this to a money limit.
+    A market order carries no price at proposal time, so its value is unknown (``None``) and a
+    policy with a value ceiling refuses it: an unmeasurable order is never under a limit.
     """
-    quantity = Decimal(str(effect["quantity"]))
     price = effect.get("limit_price")
-    return quantity * Decimal(str(price)) if price is not None else quantity
+    if price is None:
+        return None
+    return Decimal(str(effect["quantity"])) * Decimal(str(price))
 
 
 def submit_order_class(adapter: str = "paper", visibility_horizon: float = 60.0,

@@ -213,7 +213,7 @@ class ActionClass:
     key_retention: float
     schema_versions: frozenset[str] = frozenset({"1"})
     tier_floor: Tier = Tier.VALIDATE
-    value_of: Callable[[Mapping[str, str | int | bool]], Decimal] | None = None
+    value_of: Callable[[Mapping[str, str | int | bool]], Decimal | None] | None = None
     target_field: str | None = None
     settlement_window: float | None = None
     _effect_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)

@@ -43,11 +43,15 @@ def effective_tier(floor: Tier, asked: Tier) -> Tier:
 class LimitPolicy:
     """A value ceiling per action on the class's value measure (e.g. notional).
 
+    ``max_value``: the ceiling; ``None`` for a class with no value axis (e.g. cancellations).
     ``approve_above``: values above it (and within the ceiling) need one approver.
     ``allowed_targets``: when set, the class's target field must be one of these.
+    A value axis the class cannot measure (no ``value_of``, or ``value_of`` returns ``None``
+    for this effect, as for a market order with no price) is a refusal: a ceiling that cannot
+    be checked is not a ceiling.
     """
 
-    max_value: Decimal
+    max_value: Decimal | None = None
     version: str = "limit-1"
     approve_above: Decimal | None = None
     allowed_targets: frozenset[str] | None = None
@@ -59,17 +63,22 @@ class LimitPolicy:
             if target not in self.allowed_targets:
                 return Decision(False, floor, f"target {target!r} is not on the allowlist",
                                 self.version)
-        if action_class.value_of is None:
-            return Decision(True, floor, "no value measure; within limits", self.version)
-        value = action_class.value_of(effect)
-        if value > self.max_value:
+        if self.max_value is None and self.approve_above is None:
+            return Decision(True, floor, "no value axis; allowed", self.version)
+        value = action_class.value_of(effect) if action_class.value_of is not None else None
+        if value is None:
+            return Decision(False, floor, f"the value of this {action_class.name} cannot be "
+                            "measured, so its value limits cannot be checked (deny by default)",
+                            self.version)
+        if self.max_value is not None and value > self.max_value:
             return Decision(False, floor, f"value {value} over limit {self.max_value}",
                             self.version)
         if self.approve_above is not None and value > self.approve_above:
             return Decision(True, effective_tier(floor, Tier.APPROVE),
                             f"value {value} above {self.approve_above} needs approval",
                             self.version)
-        return Decision(True, floor, f"value {value} within limit {self.max_value}", self.version)
+        within = f"within limit {self.max_value}" if self.max_value is not None else "no ceiling"
+        return Decision(True, floor, f"value {value} {within}", self.version)
 
 
 class PolicySet:

@@ -148,7 +148,13 @@ def parse_config(source: str, file: str = "<config>", *,
     for name, sec in top.tables("policies"):
         if name not in registry:
             sec.fail(None, f"no action class named {name!r}")
-        policy.set(name, _policy(sec))
+        limits = _policy(sec)
+        if registry.get(name).value_of is None:
+            for key in ("max_value", "approve_above"):
+                if getattr(limits, key) is not None:
+                    sec.fail(key, f"class {name!r} declares no value measure (classes.{name}."
+                             "value), so this limit could never be checked")
+        policy.set(name, limits)
         policy_names.add(name)
     tokens = tuple(_token(name, sec) for name, sec in top.tables("tokens"))
     digests = [t.sha256 for t in tokens]
@@ -311,7 +317,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
         sec.fail("adapter", f"no adapter named {adapter!r} (declared: "
                  f"{', '.join(sorted(adapters))})")
     value_ref = sec.text("value")
-    value_of: Callable[..., Decimal] | None = None
+    value_of: Callable[..., Decimal | None] | None = None
     if value_ref is not None:
         value_of = _imported(sec, "value", value_ref)
         if not callable(value_of):
@@ -372,7 +378,7 @@ def _policy(sec: Section) -> LimitPolicy:
     max_value = dec("max_value")
     approve_above = dec("approve_above")
     targets = sec.text_list("allowed_targets")
-    policy = LimitPolicy(max_value if max_value is not None else Decimal("Infinity"),
+    policy = LimitPolicy(max_value,
                          version=sec.text("version", "limit-1") or "limit-1",
                          approve_above=approve_above,
                          allowed_targets=frozenset(targets) if targets is not None else None)
