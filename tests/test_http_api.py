@@ -295,7 +295,9 @@ class TestHealthMetricsOpenApi:
 
     def test_metrics_report_ledger_and_dispatch(self, client: TestClient) -> None:
         post(client, "op-1")
-        text = client.get("/metrics").text
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", headers=bearer(AGENT_A)).status_code == 403
+        text = client.get("/metrics", headers=bearer(OPERATOR)).text
         assert 'effectgate_operations{action="submit_order",state="acknowledged"} 1.0' in text
         assert 'effectgate_dispatch_seconds_count{action="submit_order",adapter="venue",' \
                'outcome="applied"} 1.0' in text

@@ -79,7 +79,8 @@ class TestCredentialNeverLeaves:
         rig.call("POST", "/v1/admin/reconcile", headers=bearer(OPERATOR))
         for path in ("/metrics", "/openapi.json", "/v1/actions", "/v1/admin/operations",
                      "/v1/admin/divergences", "/readyz"):
-            rig.call("GET", path, headers=bearer(OPERATOR if "admin" in path else AGENT_A))
+            operator_only = "admin" in path or path == "/metrics"
+            rig.call("GET", path, headers=bearer(OPERATOR if operator_only else AGENT_A))
         rig.call("GET", "/v1/admin/operations/alpha/lost", headers=bearer(OPERATOR))
 
         async def mcp() -> list[str]:

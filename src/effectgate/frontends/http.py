@@ -140,9 +140,11 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
             return _problem(503, "store_error", "the ledger does not answer")
         return JSONResponse({"status": "ready"})
 
-    @app.get("/metrics", tags=["health"], summary="Prometheus metrics",
-             response_class=Response)
-    async def metrics() -> Response:
+    # Operator credential: the figures describe every tenant's ledger, and a scrape costs
+    # queries; neither belongs to anonymous callers.
+    @app.get("/metrics", tags=["operator"], summary="Prometheus metrics (operator token)",
+             response_class=Response, responses=_ERRORS)
+    async def metrics(who: operator) -> Response:
         body = await run_in_threadpool(service.metrics.render)
         return Response(body, media_type=CONTENT_TYPE)
 
