@@ -4,8 +4,11 @@ from __future__ import annotations
 
 __all__ = [
     "AdapterError",
+    "ApprovalError",
+    "AuditTampered",
     "BadRequest",
     "ConfigError",
+    "ControlError",
     "EffectgateError",
     "IdempotencyConflict",
     "IndeterminateCommit",
@@ -174,3 +177,52 @@ class OperationInFlight(EffectgateError):
         super().__init__(message)
         self.operation_id = operation_id
         self.retry_after = retry_after
+
+
+class ControlError(EffectgateError):
+    """An operator control was given bad input (malformed envelope, unknown axis, bad threshold).
+
+    Raised before anything is written: the control's state is unchanged.
+    """
+
+    code = "invalid_control"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+
+    def to_dict(self) -> dict[str, object]:
+        return {"code": self.code, "message": self.message, "field": self.field}
+
+
+class ApprovalError(EffectgateError):
+    """An approval or refusal was not accepted; ``reason`` says why. Nothing was released.
+
+    Reasons: ``not_awaiting`` (the row is in another state), ``fingerprint_mismatch`` (the
+    approval names another payload), ``self_approval`` (the approver proposed it),
+    ``duplicate_approver`` (this approver already answered), ``expired`` (the approval window
+    closed; the row is now ``denied``), ``invalid_approver``.
+    """
+
+    code = "approval_refused"
+
+    def __init__(self, message: str, *, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def to_dict(self) -> dict[str, object]:
+        return {"code": self.code, "message": self.message, "reason": self.reason}
+
+
+class AuditTampered(EffectgateError):
+    """The audit chain does not verify: an entry was edited, deleted, inserted or reordered."""
+
+    code = "audit_tampered"
+
+    def __init__(self, message: str, *, seq: int | None = None, lane: int | None = None) -> None:
+        super().__init__(message)
+        self.seq = seq
+        self.lane = lane
+
+    def to_dict(self) -> dict[str, object]:
+        return {"code": self.code, "message": self.message, "seq": self.seq, "lane": self.lane}

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 
-from effectgate.core.intent import Intent, Registry, Tier
+from effectgate.core.controls import Alert, ApprovalRules, BreakerConfig, DispatchGuard
+from effectgate.core.intent import ActionClass, Intent, Registry, Tier
 from effectgate.core.policy import Decision, PolicySet
 from effectgate.core.states import State
 from effectgate.errors import (
@@ -27,6 +29,7 @@ from effectgate.errors import (
     UnknownActionClass,
 )
 from effectgate.execute.adapter import Adapter, OutboundRequest, Outcome, Receipt
+from effectgate.execute.alerts import AlertSink, deliver
 from effectgate.execute.crashpoints import crashpoint
 from effectgate.store.base import NewOperation, Operation, Store, validate_identity
 
@@ -42,7 +45,10 @@ class Gate:
 
     def __init__(self, *, store: Store, registry: Registry, adapters: Mapping[str, Adapter],
                  policy: PolicySet, clock: Callable[[], float] = time.time,
-                 dispatch_timeout: float = 10.0) -> None:
+                 dispatch_timeout: float = 10.0,
+                 breakers: Mapping[str, BreakerConfig] | None = None,
+                 approvals: ApprovalRules | None = None,
+                 alerts: AlertSink | None = None) -> None:
         missing = sorted({registry.get(n).adapter for n in registry.names()} - set(adapters))
         if missing:
             raise ConfigError(f"action classes name adapters that are not configured: {missing}")
@@ -54,19 +60,35 @@ class Gate:
         self.policy = policy
         self.clock = clock
         self.dispatch_timeout = dispatch_timeout
+        # Operator configuration: the agent reaches none of it, and nothing here flips a
+        # control (that is effectgate.Operator's job, on the operator's credential).
+        self.breakers = dict(breakers or {})
+        for name in self.breakers:
+            registry.get(name)
+        self.approvals = approvals or ApprovalRules()
+        self.alerts = alerts
 
     # --- the front door -------------------------------------------------------------------
 
     def submit(self, action: str, operation_id: str, intent: RawIntent, *,
-               scope: str = "default", dispatch: bool = True) -> Operation:
+               scope: str = "default", dispatch: bool = True, principal: str | None = None,
+               correlation_id: str | None = None) -> Operation:
         """Propose an action under ``operation_id`` and, if policy allows it automatically, run it.
 
         The same id with the same effect payload is a retry: the existing row comes back
         (``replayed=True``) and nothing is sent again. The same id with another payload raises
         :class:`~effectgate.errors.IdempotencyConflict`. Refused input raises
         :class:`~effectgate.errors.IntentError` and writes only an audit line.
+
+        ``principal``: who submits (mapped from the agent credential); it may never approve the
+        action. ``correlation_id``: keys a shadowed row to the incumbent's outcome (default:
+        the operation id). A row a control holds comes back ``validated`` with ``detail``
+        saying why; one in shadow mode comes back ``shadowed``.
         """
         parsed = self._parse(action, operation_id, intent, scope)
+        if principal is not None and not _PRINCIPAL.fullmatch(principal):
+            raise IntentError(f"principal {principal!r} must match {_PRINCIPAL.pattern}",
+                              field="principal", reason="invalid_principal")
         action_class = self.registry.get(action)
         decision = self.policy.decide(action_class, parsed)
         path = _path_for(decision, dispatch)
@@ -75,14 +97,20 @@ class Gate:
             fingerprint=parsed.fingerprint, intent=parsed.snapshot, effect=parsed.effect,
             tier=decision.tier.value, reason=decision.reason,
             policy_version=decision.policy_version)
+        guard = self._guard(action_class, parsed.effect, correlation_id)
+        guard.proposers = _proposers(principal, parsed.audit.get("proposed_by"))
+        now = self.clock()
         try:
-            row, created = self.store.insert_operation(new, path, now=self.clock())
+            row, created = self.store.insert_operation(
+                new, path, now=now, guard=guard, audit=_provenance(parsed, decision, principal))
         except IndeterminateCommit:
             return self._after_lost_commit(scope, operation_id)
         if not created:
             if row.state is State.VALIDATED and dispatch:
-                return _replayed(self.dispatch(operation_id, scope=scope))
+                return _replayed(self.dispatch(operation_id, scope=scope,
+                                               correlation_id=correlation_id))
             return _replayed(row)
+        self._after_guard(guard, now)
         if row.state is State.SUBMITTED:
             return self._call(row)
         return row
@@ -92,19 +120,29 @@ class Gate:
         """Journal and decide without dispatching (the row ends ``validated`` at most)."""
         return self.submit(action, operation_id, intent, scope=scope, dispatch=False)
 
-    def dispatch(self, operation_id: str, *, scope: str = "default") -> Operation:
-        """Send a ``validated`` operation. Any other state is returned untouched."""
+    def dispatch(self, operation_id: str, *, scope: str = "default",
+                 correlation_id: str | None = None) -> Operation:
+        """Send a ``validated`` operation. Any other state is returned untouched.
+
+        The controls are checked in the transaction that writes ``submitted``: a held row
+        comes back ``validated`` (``detail`` says why), a shadowed class's row ``shadowed``.
+        """
         row = self.get(operation_id, scope=scope)
         if row.state is not State.VALIDATED:
             return row
+        guard = self._guard(self.registry.get(row.action), row.effect, correlation_id)
+        now = self.clock()
         try:
             row = self.store.transition(scope, operation_id, State.VALIDATED, State.SUBMITTED,
-                                        now=self.clock())
+                                        now=now, guard=guard)
         except StaleState:
             # Another process won the compare-and-set; it alone dispatches (invariant 1).
             return self.get(operation_id, scope=scope)
         except IndeterminateCommit:
             return self._after_lost_commit(scope, operation_id)
+        self._after_guard(guard, now)
+        if row.state is not State.SUBMITTED:
+            return row
         return self._call(row)
 
     def get(self, operation_id: str, *, scope: str = "default") -> Operation:
@@ -114,6 +152,27 @@ class Gate:
         return row
 
     # --- internals ------------------------------------------------------------------------
+
+    def _guard(self, ac: ActionClass, effect: Mapping[str, str | int | bool],
+               correlation_id: str | None) -> DispatchGuard:
+        """What the store checks in the dispatching transaction, from the class and config."""
+        target = effect.get(ac.target_field) if ac.target_field else None
+        return DispatchGuard(
+            action=ac.name, value=ac.value_of(effect) if ac.value_of else None,
+            target=str(target) if target is not None else None,
+            breaker=self.breakers.get(ac.name), correlation_id=correlation_id,
+            approvals_required=self.approvals.multi_approvers, approval_ttl=self.approvals.ttl)
+
+    def _after_guard(self, guard: DispatchGuard, now: float) -> None:
+        """Page on a trip (after the commit that recorded it) and say why a row was held."""
+        report = guard.report
+        if report.tripped:
+            reason = "; ".join(report.tripped)
+            deliver(self.alerts, Alert("breaker-tripped", f"{guard.action}@{now!r}",
+                                       guard.action, f"breaker for {guard.action} tripped: "
+                                       f"{reason}", {"signals": list(report.tripped)}, now))
+        if report.held_by:
+            log.warning("%s dispatch held: %s", guard.action, report.held_by)
 
     def _parse(self, action: str, operation_id: str, intent: RawIntent, scope: str) -> Intent:
         try:
@@ -193,6 +252,30 @@ def _path_for(decision: Decision, dispatch: bool) -> list[State]:
         # commits per action (this one, then the receipt).
         return [State.PROPOSED, State.VALIDATED, State.SUBMITTED]
     return [State.PROPOSED, State.VALIDATED]
+
+
+_PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}")
+
+
+def _proposers(principal: str | None, proposed_by: object) -> tuple[str, ...]:
+    """Every identity that proposed the action; none of them may approve it."""
+    names = {principal} if principal else set()
+    if isinstance(proposed_by, Mapping):
+        names |= {v for v in proposed_by.values() if isinstance(v, str) and v}
+    return tuple(sorted(names))
+
+
+def _provenance(parsed: Intent, decision: Decision, principal: str | None) -> dict[str, object]:
+    """The audit facts of a proposal beyond the snapshot: who, from what, and what was decided."""
+    by = parsed.audit.get("proposed_by")
+    by = by if isinstance(by, Mapping) else {}
+    digests = parsed.audit.get("tool_output_digests")
+    return {"principal": principal, "model": by.get("model"),
+            "harness_version": by.get("harness_version"),
+            "context_digest": parsed.audit.get("context_digest"),
+            "tool_output_digests": list(digests) if isinstance(digests, list | tuple) else [],
+            "decision": {"allowed": decision.allowed, "tier": decision.tier.value,
+                         "reason": decision.reason, "policy_version": decision.policy_version}}
 
 
 def _replayed(row: Operation) -> Operation:

@@ -29,6 +29,8 @@ from effectgate.core.intent import Registry
 from effectgate.core.states import State
 from effectgate.errors import AdapterError, OperationNotFound, StaleState
 from effectgate.execute.adapter import Adapter, VenueRecord, iter_records
+from effectgate.execute.alerts import AlertSink, raise_alert
+from effectgate.execute.maintenance import DIVERGENCE_ALERTS, check_maintenance, divergence_alert
 from effectgate.store.base import LedgerEntry, Store
 
 __all__ = ["ReconcileReport", "Reconciler"]
@@ -77,7 +79,8 @@ class Reconciler:
     def __init__(self, *, store: Store, registry: Registry, adapters: Mapping[str, Adapter],
                  clock: Callable[[], float] = time.time, page_size: int = 1000,
                  owner: str | None = None, sweep_ttl: float = 3600.0,
-                 lease_seconds: float = 60.0, keep_repaired: bool = True) -> None:
+                 lease_seconds: float = 60.0, keep_repaired: bool = True,
+                 alerts: AlertSink | None = None) -> None:
         self.store = store
         self.registry = registry
         self.adapters = dict(adapters)
@@ -91,13 +94,19 @@ class Reconciler:
         self.keep_repaired = keep_repaired
         #: Called with the number of ledger rows swept so far, once per page (progress bars).
         self.progress: Callable[[int], None] | None = None
+        # With a sink, new orphans and duplicate effects page at once, and every pass also
+        # runs the maintenance rules (aged uncertain rows, horizon vs retention).
+        self.alerts = alerts
 
     def run_once(self) -> ReconcileReport:
         """Sweep if no other replica is sweeping; otherwise take a share of the repairs."""
         with self.store.sweep_lock(self.owner, now=self.clock(), ttl=self.sweep_ttl) as mine:
-            if mine:
-                return self.sweep()
-        return self.repair()
+            report = self.sweep() if mine else None
+        if report is None:
+            report = self.repair()
+        if self.alerts is not None:
+            check_maintenance(self.store, self.registry, self.alerts, now=self.clock())
+        return report
 
     def watch(self, interval: float, stop: threading.Event,
               on_report: Callable[[ReconcileReport], None] | None = None) -> None:
@@ -251,3 +260,6 @@ class Reconciler:
                 else logging.WARNING
             log.log(level, "divergence %s: key=%s venue_ids=%s ledger_state=%s", kind, op_key,
                     venue_ids, ledger_state)
+            if self.alerts is not None and kind in DIVERGENCE_ALERTS:
+                raise_alert(self.store, self.alerts, divergence_alert(
+                    kind, op_key, venue_ids, ledger_state, at=self.clock()))

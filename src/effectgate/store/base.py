@@ -13,10 +13,23 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from effectgate.core.states import State, check_transition
 from effectgate.errors import ConfigError, IdempotencyConflict
+
+if TYPE_CHECKING:
+    from effectgate.audit import ChainEntry
+    from effectgate.core.controls import (
+        Alert,
+        ApprovalOutcome,
+        ApprovalRecord,
+        ApprovalRequest,
+        AuthorityStep,
+        ClassControls,
+        DispatchGuard,
+        ShadowPair,
+    )
 
 __all__ = [
     "OPERATION_ID_PATTERN",
@@ -192,17 +205,26 @@ class Store(Protocol):
         """Apply pending schema migrations (idempotent, safe from several processes)."""
 
     def insert_operation(self, new: NewOperation, path: Sequence[State], *, now: float,
-                         audit: Mapping[str, object] | None = None) -> tuple[Operation, bool]:
+                         audit: Mapping[str, object] | None = None,
+                         guard: DispatchGuard | None = None) -> tuple[Operation, bool]:
         """Journal a new row that walked ``path`` in one transaction, or return the existing one.
 
         Returns ``(row, created)``. An existing row with another fingerprint raises
         :class:`IdempotencyConflict`. A path ending in ``submitted`` is durable when this returns.
+        In the same transaction the class's controls apply (see :mod:`effectgate.store.guard`):
+        the row may end ``rejected`` (envelope), ``shadowed``, or stay ``validated`` with
+        ``detail`` saying what holds it; ``guard.report`` says which.
         """
 
     def transition(self, scope: str, operation_id: str, expected: State, target: State, *,
                    now: float, venue_id: str | None = None, detail: str | None = None,
-                   audit: Mapping[str, object] | None = None) -> Operation:
-        """Compare-and-set ``expected -> target``; raise StaleState/OperationNotFound otherwise."""
+                   audit: Mapping[str, object] | None = None,
+                   guard: DispatchGuard | None = None) -> Operation:
+        """Compare-and-set ``expected -> target``; raise StaleState/OperationNotFound otherwise.
+
+        A move to ``submitted`` checks the controls in the same transaction: the row may come
+        back ``shadowed``, or still ``validated`` (held, ``detail`` says why).
+        """
 
     def get(self, scope: str, operation_id: str) -> Operation | None: ...
 
@@ -231,6 +253,56 @@ class Store(Protocol):
                      scope: str | None = None, operation_id: str | None = None) -> None: ...
 
     def iter_audit(self, after_seq: int = 0) -> Iterator[AuditEvent]: ...
+
+    # --- operational controls (operator side; each call is one audited transaction) ---------
+
+    def controls(self, action: str) -> ClassControls: ...
+
+    def list_controls(self) -> list[ClassControls]: ...
+
+    def set_kill(self, action: str, on: bool, *, operator: str, reason: str | None,
+                 now: float) -> ClassControls: ...
+
+    def reset_breaker(self, action: str, *, operator: str, reason: str | None,
+                      now: float) -> ClassControls: ...
+
+    def set_shadow(self, action: str, on: bool, *, operator: str,
+                   now: float) -> ClassControls: ...
+
+    def apply_authority_step(self, action: str, axis: str, new: object, *,
+                             evidence: Mapping[str, object], reverse_on: str, operator: str,
+                             now: float) -> AuthorityStep: ...
+
+    def authority_history(self, action: str | None = None) -> list[AuthorityStep]: ...
+
+    def approval_request(self, scope: str, operation_id: str) -> ApprovalRequest | None: ...
+
+    def list_approvals(self, scope: str, operation_id: str) -> list[ApprovalRecord]: ...
+
+    def decide_approval(self, scope: str, operation_id: str, *, approver: str, fingerprint: str,
+                        approve: bool, reason: str | None, now: float) -> ApprovalOutcome:
+        """One approver's answer to exactly this payload; releases or denies the row."""
+
+    def expire_approvals(self, *, now: float) -> list[Operation]: ...
+
+    def record_incumbent(self, correlation_id: str, action: str, fingerprint: str | None,
+                         effect: Mapping[str, object] | None, *, source: str,
+                         now: float) -> None: ...
+
+    def shadow_pairs(self, action: str | None = None) -> list[ShadowPair]: ...
+
+    def record_alert(self, alert: Alert) -> bool:
+        """Store an alert once per ``(kind, subject)``; True only the first time."""
+
+    def list_alerts(self, limit: int = 1000) -> list[Alert]: ...
+
+    def audit_entries(self, *, after_seq: int = 0, until_seq: int | None = None,
+                      lane: int | None = None, scope: str | None = None,
+                      operation_id: str | None = None, limit: int = 1000) -> list[ChainEntry]:
+        """Audit entries with their chain fields, in seq order."""
+
+    def audit_heads(self) -> dict[int, tuple[int, str]]:
+        """The last ``(seq, hash)`` of each audit lane."""
 
     def sweep_lock(self, holder: str, *, now: float,
                    ttl: float) -> AbstractContextManager[bool]:

@@ -12,8 +12,10 @@ import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
 from typing import Any
 
+from effectgate.core.controls import DispatchGuard
 from effectgate.core.states import State, check_transition
 from effectgate.errors import OperationNotFound, StaleState, StoreError
 from effectgate.store.base import (
@@ -25,6 +27,15 @@ from effectgate.store.base import (
     check_path,
     conflict,
     dumps,
+)
+from effectgate.store.guard import SHADOW, dispatch_verdict, guard_new_row, shadow_request
+from effectgate.store.sqlite_controls import (
+    MIGRATION_CONTROLS,
+    SQLiteControlsMixin,
+    SQLiteControlTx,
+    backfill_chain,
+    chained_audit,
+    request_approval,
 )
 
 __all__ = ["SQLiteStore"]
@@ -62,7 +73,11 @@ MIGRATIONS: list[str] = [
     );
     CREATE TABLE locks (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL);
     """,
+    # 2: operational controls and the hash-chained audit log (store/sqlite_controls.py).
+    MIGRATION_CONTROLS,
 ]
+# Python steps that run right after a migration, in its transaction.
+_AFTER_MIGRATION = {2: backfill_chain}
 
 _OP_COLUMNS = ("scope, operation_id, action, fingerprint, state, intent, effect, tier, reason, "
                "policy_version, venue_id, detail, created_at, updated_at, submitted_at, version")
@@ -92,11 +107,10 @@ def _select(conn: sqlite3.Connection, scope: str, operation_id: str) -> Operatio
 
 def _audit(conn: sqlite3.Connection, now: float, scope: str | None, operation_id: str | None,
            kind: str, detail: Mapping[str, object]) -> None:
-    conn.execute("INSERT INTO audit_log (at, scope, operation_id, kind, detail) VALUES (?,?,?,?,?)",
-                 (now, scope, operation_id, kind, dumps(detail)))
+    chained_audit(conn, now, scope, operation_id, kind, detail)
 
 
-class SQLiteStore:
+class SQLiteStore(SQLiteControlsMixin):
     """The :class:`~effectgate.store.base.Store` on one SQLite file.
 
     ``synchronous`` is ``FULL`` by default: a commit that returned survives power loss. ``NORMAL``
@@ -152,6 +166,9 @@ class SQLiteStore:
                     continue
                 for statement in filter(str.strip, script.split(";")):
                     conn.execute(statement)
+                after = _AFTER_MIGRATION.get(version)
+                if after is not None:
+                    after(conn)
                 conn.execute("INSERT INTO schema_migrations VALUES (?, julianday('now'))",
                              (version,))
 
@@ -163,40 +180,17 @@ class SQLiteStore:
     # --- operations ---------------------------------------------------------------------------
 
     def insert_operation(self, new: NewOperation, path: Sequence[State], *, now: float,
-                         audit: Mapping[str, object] | None = None) -> tuple[Operation, bool]:
+                         audit: Mapping[str, object] | None = None,
+                         guard: DispatchGuard | None = None) -> tuple[Operation, bool]:
         check_path(path)
-        final = path[-1]
-        submitted_at = now if final is State.SUBMITTED else None
         with self._tx() as conn:
-            cur = conn.execute(
-                "INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
-                "intent, effect, tier, reason, policy_version, created_at, updated_at, "
-                "submitted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT DO NOTHING",
-                (new.scope, new.operation_id, new.op_key, new.action, new.fingerprint,
-                 final.value, dumps(new.intent), dumps(new.effect), new.tier, new.reason,
-                 new.policy_version, now, now, submitted_at))
-            if cur.rowcount == 1:
-                for step in path:
-                    detail: dict[str, object] = {"state": step.value}
-                    if step is State.PROPOSED:
-                        detail.update(intent=new.intent, fingerprint=new.fingerprint,
-                                      action=new.action)
-                        if audit:
-                            detail.update(audit)
-                    elif step is not State.SUBMITTED:
-                        detail.update(tier=new.tier, reason=new.reason,
-                                      policy_version=new.policy_version)
-                    _audit(conn, now, new.scope, new.operation_id, "transition", detail)
-                return Operation(
-                    scope=new.scope, operation_id=new.operation_id, action=new.action,
-                    fingerprint=new.fingerprint, state=final, intent=new.intent,
-                    effect=new.effect, tier=new.tier, reason=new.reason,
-                    policy_version=new.policy_version, venue_id=None, detail=None,
-                    created_at=now, updated_at=now, submitted_at=submitted_at,
-                    version=1), True
             existing = _select(conn, new.scope, new.operation_id)
-            if existing is None:  # the conflict was on op_key alone: cannot happen by construction
-                raise StoreError(f"key collision for {new.op_key!r} without a matching row")
+            if existing is None:
+                # BEGIN IMMEDIATE holds the write lock: nobody can insert between the read
+                # above and the insert below, and the controls are read under the same lock.
+                new, steps, held = guard_new_row(SQLiteControlTx(conn), new, list(path), guard,
+                                                 now=now)
+                return self._insert_new(conn, new, steps, held, now, audit, guard), True
         if existing.fingerprint != new.fingerprint:
             err = conflict(existing, new.fingerprint)
             self.append_audit("idempotency_conflict", {"offered_fingerprint": new.fingerprint,
@@ -205,12 +199,78 @@ class SQLiteStore:
             raise err
         return existing, False
 
+    def _insert_new(self, conn: sqlite3.Connection, new: NewOperation, path: list[State],
+                    held: str | None, now: float, audit: Mapping[str, object] | None,
+                    guard: DispatchGuard | None) -> Operation:
+        final = path[-1]
+        submitted_at = now if final is State.SUBMITTED else None
+        conn.execute(
+            "INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
+            "intent, effect, tier, reason, policy_version, detail, created_at, updated_at, "
+            "submitted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (new.scope, new.operation_id, new.op_key, new.action, new.fingerprint,
+             final.value, dumps(new.intent), dumps(new.effect), new.tier, new.reason,
+             new.policy_version, held, now, now, submitted_at))
+        for step in path:
+            detail: dict[str, object] = {"state": step.value}
+            if step is State.PROPOSED:
+                detail.update(intent=new.intent, fingerprint=new.fingerprint,
+                              action=new.action)
+                if audit:
+                    detail.update(audit)
+            elif step is State.SHADOWED:
+                detail["request"] = shadow_request(new.op_key, new.action, new.effect)
+            elif step is not State.SUBMITTED:
+                detail.update(tier=new.tier, reason=new.reason,
+                              policy_version=new.policy_version)
+            _audit(conn, now, new.scope, new.operation_id, "transition", detail)
+        if held is not None:
+            _audit(conn, now, new.scope, new.operation_id, "dispatch_held", {"reason": held})
+        if final is State.AWAITING_APPROVAL:
+            request_approval(conn, new.scope, new.operation_id, new.fingerprint,
+                             new.tier, guard, now)
+        return Operation(
+            scope=new.scope, operation_id=new.operation_id, action=new.action,
+            fingerprint=new.fingerprint, state=final, intent=new.intent,
+            effect=new.effect, tier=new.tier, reason=new.reason,
+            policy_version=new.policy_version, venue_id=None, detail=held,
+            created_at=now, updated_at=now, submitted_at=submitted_at, version=1)
+
     def transition(self, scope: str, operation_id: str, expected: State, target: State, *,
                    now: float, venue_id: str | None = None, detail: str | None = None,
-                   audit: Mapping[str, object] | None = None) -> Operation:
+                   audit: Mapping[str, object] | None = None,
+                   guard: DispatchGuard | None = None) -> Operation:
         target = check_transition(expected, target)
         submitted_at = now if target is State.SUBMITTED else None
         with self._tx() as conn:
+            if target is State.SUBMITTED:
+                # The kill switch, breaker, shadow flag and envelope are read in the very
+                # transaction that would write `submitted` (invariant 7).
+                current = _select(conn, scope, operation_id)
+                if current is None:
+                    raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
+                if current.state is not expected:
+                    raise StaleState(f"operation {operation_id!r} is {current.state.value!r}, "
+                                     f"not {expected.value!r}")
+                tx = SQLiteControlTx(conn)
+                verdict = dispatch_verdict(tx, tx.controls(current.action), guard, now=now,
+                                           op_key=current.op_key)
+                if verdict == SHADOW:
+                    target, submitted_at = State.SHADOWED, None
+                    request = shadow_request(current.op_key, current.action, current.effect)
+                    tx.record_shadow(scope, operation_id, current.action,
+                                     (guard.correlation_id if guard else None) or operation_id,
+                                     request, current.fingerprint, now)
+                    audit = {**(audit or {}), "request": request}
+                    if guard is not None:
+                        guard.report.shadowed = True
+                elif verdict is not None:
+                    if guard is not None:
+                        guard.report.held_by = verdict
+                    conn.execute("UPDATE operations SET detail = ?, updated_at = ? WHERE scope = ? "
+                                 "AND operation_id = ?", (verdict, now, scope, operation_id))
+                    _audit(conn, now, scope, operation_id, "dispatch_held", {"reason": verdict})
+                    return replace(current, detail=verdict, updated_at=now)
             cur = conn.execute(
                 "UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
                 "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), "
@@ -239,6 +299,23 @@ class SQLiteStore:
         if row is None:  # unreachable: the update matched the row inside this transaction
             raise StoreError("row vanished inside its own transaction")
         return row
+
+    def _move(self, conn: sqlite3.Connection, row: Operation, target: State, now: float,
+              detail: str | None, audit: Mapping[str, object]) -> Operation:
+        """Compare-and-set ``row.state -> target`` inside the caller's transaction."""
+        check_transition(row.state, target)
+        cur = conn.execute("UPDATE operations SET state = ?, updated_at = ?, version = version + 1,"
+                           " detail = coalesce(?, detail) WHERE scope = ? AND operation_id = ? "
+                           "AND state = ?", (target.value, now, detail, row.scope,
+                                             row.operation_id, row.state.value))
+        if cur.rowcount != 1:
+            raise StaleState(f"operation {row.operation_id!r} moved concurrently")
+        _audit(conn, now, row.scope, row.operation_id, "transition",
+               {"from": row.state.value, "state": target.value, **audit})
+        moved = _select(conn, row.scope, row.operation_id)
+        if moved is None:  # unreachable: updated inside this transaction
+            raise StoreError("row vanished inside its own transaction")
+        return moved
 
     def get(self, scope: str, operation_id: str) -> Operation | None:
         with self._read() as conn:

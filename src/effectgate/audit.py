@@ -1,0 +1,271 @@
+"""The tamper-evident audit log: hash chain, verification, offline evidence bundles.
+
+Every entry commits to the previous entry of its *lane*::
+
+    digest = sha256(canonical JSON of [lane, seq, at, scope, operation_id, kind, detail_text])
+    hash   = sha256(prev_hash + digest)
+
+``seq`` is inside the digest, so moving an entry changes its hash; ``prev_hash`` links it to its
+predecessor, so deleting or inserting one breaks the link of the next; the store keeps each
+lane's head (last seq and hash), so truncating the tail is visible too. An attacker who can
+rewrite the whole database can re-chain it; anchor the head that ``effectgate audit verify``
+prints somewhere they cannot write (a ticket, a log service) and pass it back with
+``--expect-head``.
+
+Lanes let a store avoid serialising every writer on one chain head. SQLite serialises writers
+anyway and uses lane 0 only. An operation's entries always share one lane (see
+:func:`lane_for`), so its trail is one contiguous sub-chain that an evidence bundle can carry.
+
+:func:`verify_entries` and :func:`verify_bundle` need no store: a bundle written by
+:func:`export_bundle` verifies offline with only this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from effectgate.store.base import Store
+
+__all__ = [
+    "BUNDLE_FORMAT",
+    "GENESIS",
+    "ChainEntry",
+    "Finding",
+    "VerifyResult",
+    "chain_hash",
+    "content_digest",
+    "export_bundle",
+    "lane_for",
+    "verify_bundle",
+    "verify_entries",
+    "verify_store",
+]
+
+GENESIS: Final = "0" * 64
+BUNDLE_FORMAT: Final = "effectgate-evidence/1"
+
+
+def content_digest(lane: int, seq: int, at: float, scope: str | None,
+                   operation_id: str | None, kind: str, detail_text: str) -> str:
+    """sha256 over the entry's content, as stored (``detail_text`` is the stored JSON text)."""
+    body = json.dumps([lane, seq, at, scope, operation_id, kind, detail_text],
+                      ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(body.encode("ascii")).hexdigest()
+
+
+def chain_hash(prev_hash: str, digest: str) -> str:
+    return hashlib.sha256((prev_hash + digest).encode("ascii")).hexdigest()
+
+
+def lane_for(scope: str | None, operation_id: str | None, lanes: int) -> int:
+    """The lane of an entry: by operation key, so one operation's trail stays in one lane."""
+    if lanes <= 1 or scope is None or operation_id is None:
+        return 0
+    return zlib.crc32(f"{scope}:{operation_id}".encode()) % lanes
+
+
+@dataclass(frozen=True, slots=True)
+class ChainEntry:
+    """One audit entry with its chain fields, exactly as stored."""
+
+    seq: int
+    lane: int
+    at: float
+    scope: str | None
+    operation_id: str | None
+    kind: str
+    detail_text: str
+    prev_hash: str
+    hash: str
+
+    @property
+    def digest(self) -> str:
+        return content_digest(self.lane, self.seq, self.at, self.scope, self.operation_id,
+                              self.kind, self.detail_text)
+
+    @property
+    def detail(self) -> Any:
+        return json.loads(self.detail_text)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"seq": self.seq, "lane": self.lane, "at": self.at, "scope": self.scope,
+                "operation_id": self.operation_id, "kind": self.kind,
+                "detail_text": self.detail_text, "prev_hash": self.prev_hash, "hash": self.hash}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ChainEntry:
+        return cls(int(data["seq"]), int(data["lane"]), float(data["at"]), data["scope"],
+                   data["operation_id"], str(data["kind"]), str(data["detail_text"]),
+                   str(data["prev_hash"]), str(data["hash"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One place the chain does not verify. ``problem``: ``edited``, ``broken_link`` (an entry
+    deleted, inserted or moved before this one), ``out_of_order``, ``truncated``, ``head``."""
+
+    seq: int | None
+    lane: int
+    problem: str
+    message: str
+
+
+@dataclass
+class VerifyResult:
+    checked: int = 0
+    findings: list[Finding] = field(default_factory=list)
+    heads: dict[int, tuple[int, str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+    def to_dict(self) -> dict[str, object]:
+        return {"ok": self.ok, "checked": self.checked,
+                "heads": {str(k): {"seq": s, "hash": h} for k, (s, h) in self.heads.items()},
+                "findings": [{"seq": f.seq, "lane": f.lane, "problem": f.problem,
+                              "message": f.message} for f in self.findings]}
+
+
+def verify_entries(entries: Iterable[ChainEntry], *,
+                   heads: Mapping[int, tuple[int, str]] | None = None,
+                   start: Mapping[int, str] | None = None) -> VerifyResult:
+    """Check every link of every lane, in seq order; report where each break is.
+
+    ``heads``: the stored (or anchored) last ``(seq, hash)`` per lane, to catch a truncated
+    tail. ``start``: the ``prev_hash`` each lane's first entry must name (default
+    :data:`GENESIS`, i.e. the entries start at the beginning of the log).
+    """
+    result = VerifyResult()
+    last: dict[int, tuple[int, str]] = {}
+    for entry in entries:
+        result.checked += 1
+        lane = entry.lane
+        prev_seq, prev_hash = last.get(lane, (0, (start or {}).get(lane, GENESIS)))
+        where = f"seq {entry.seq} (lane {lane})"
+        if entry.seq <= prev_seq:
+            result.findings.append(Finding(entry.seq, lane, "out_of_order",
+                                           f"{where} comes after seq {prev_seq}"))
+        if chain_hash(entry.prev_hash, entry.digest) != entry.hash:
+            result.findings.append(Finding(
+                entry.seq, lane, "edited",
+                f"{where}: content does not match its hash (the entry was edited)"))
+        if entry.prev_hash != prev_hash:
+            before = f"seq {prev_seq}" if prev_seq else "the start of the log"
+            result.findings.append(Finding(
+                entry.seq, lane, "broken_link",
+                f"{where} does not follow {before}: an entry between them was deleted or "
+                "inserted, or the entries were reordered"))
+        last[lane] = (entry.seq, entry.hash)
+    result.heads = dict(last)
+    for lane, (seq, head_hash) in sorted((heads or {}).items()):
+        mine = last.get(lane)
+        if mine is None or mine[0] < seq:
+            result.findings.append(Finding(
+                seq, lane, "truncated",
+                f"lane {lane}: the recorded head is seq {seq} but the log ends at "
+                f"{mine[0] if mine else 'nothing'} (entries were deleted from the tail)"))
+        elif mine != (seq, head_hash):
+            result.findings.append(Finding(
+                mine[0], lane, "head",
+                f"lane {lane}: the log ends at seq {mine[0]} hash {mine[1][:16]}, but the "
+                f"recorded head is seq {seq} hash {head_hash[:16]}"))
+    return result
+
+
+def verify_store(store: Store, *, expect_heads: Mapping[int, tuple[int, str]] | None = None,
+                 page: int = 5000) -> VerifyResult:
+    """Verify the whole audit log of ``store`` against its stored heads (and anchored ones)."""
+
+    def entries() -> Iterable[ChainEntry]:
+        after = 0
+        while True:
+            batch = store.audit_entries(after_seq=after, limit=page)
+            yield from batch
+            if len(batch) < page:
+                return
+            after = batch[-1].seq
+
+    result = verify_entries(entries(), heads=store.audit_heads())
+    # An anchored head must still be in the log; the log may have grown past it.
+    for lane, (seq, want) in sorted((expect_heads or {}).items()):
+        found = store.audit_entries(after_seq=seq - 1, until_seq=seq, lane=lane, limit=1)
+        if not found or found[0].hash != want:
+            result.findings.append(Finding(seq, lane, "head", f"lane {lane}: the anchored head "
+                                           f"seq {seq} {want[:16]} is not in the log"))
+    return result
+
+
+def export_bundle(store: Store, operation_id: str, *, scope: str = "default") -> dict[str, Any]:
+    """An evidence bundle for one operation: its full entries and the chain segment linking them.
+
+    The segment carries only ``(seq, prev_hash, digest, hash)`` for entries of other operations
+    between the first and last entry of this one, so the bundle proves contiguity without
+    disclosing them. :func:`verify_bundle` checks it offline.
+    """
+    own = store.audit_entries(scope=scope, operation_id=operation_id, limit=100_000)
+    if not own:
+        from effectgate.errors import OperationNotFound
+
+        raise OperationNotFound(f"no audit entries for {operation_id!r} in scope {scope!r}")
+    lane = own[0].lane
+    segment = store.audit_entries(after_seq=own[0].seq - 1, until_seq=own[-1].seq, lane=lane,
+                                  limit=10_000_000)
+    row = store.get(scope, operation_id)
+    return {
+        "format": BUNDLE_FORMAT,
+        "scope": scope,
+        "operation_id": operation_id,
+        "operation": row.to_dict() if row is not None else None,
+        "entries": [e.to_dict() for e in own],
+        "segment": [{"seq": e.seq, "prev_hash": e.prev_hash, "digest": e.digest, "hash": e.hash}
+                    for e in segment],
+        "lane": lane,
+        "head": dict(zip(("seq", "hash"), store.audit_heads().get(lane, (0, GENESIS)),
+                         strict=True)),
+    }
+
+
+def verify_bundle(bundle: Mapping[str, Any]) -> VerifyResult:
+    """Verify an evidence bundle with no store: every entry hashes into a linked segment."""
+    result = VerifyResult()
+
+    def fail(seq: int | None, problem: str, message: str) -> VerifyResult:
+        result.findings.append(Finding(seq, int(bundle.get("lane", 0) or 0), problem, message))
+        return result
+
+    if bundle.get("format") != BUNDLE_FORMAT:
+        return fail(None, "format", f"not an {BUNDLE_FORMAT} bundle")
+    try:
+        entries = [ChainEntry.from_dict(e) for e in bundle["entries"]]
+        segment = [(int(s["seq"]), str(s["prev_hash"]), str(s["digest"]), str(s["hash"]))
+                   for s in bundle["segment"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        return fail(None, "format", f"malformed bundle: {exc}")
+    by_seq = {seq: (prev, digest, h) for seq, prev, digest, h in segment}
+    for entry in entries:
+        result.checked += 1
+        if (entry.scope, entry.operation_id) != (bundle["scope"], bundle["operation_id"]):
+            fail(entry.seq, "foreign", f"seq {entry.seq} belongs to another operation")
+        link = by_seq.get(entry.seq)
+        if link is None:
+            fail(entry.seq, "broken_link", f"seq {entry.seq} is not in the chain segment")
+        elif entry.digest != link[1] or chain_hash(entry.prev_hash, entry.digest) != entry.hash \
+                or (entry.prev_hash, entry.hash) != (link[0], link[2]):
+            fail(entry.seq, "edited", f"seq {entry.seq}: content does not match the chain")
+    previous: tuple[int, str] | None = None
+    for seq, prev, digest, h in segment:
+        if chain_hash(prev, digest) != h:
+            fail(seq, "edited", f"segment seq {seq}: hash does not match")
+        if previous is not None and (seq <= previous[0] or prev != previous[1]):
+            fail(seq, "broken_link", f"segment seq {seq} does not follow seq {previous[0]}")
+        previous = (seq, h)
+    if previous is not None:
+        result.heads = {int(bundle.get("lane", 0) or 0): previous}
+    return result

@@ -1,0 +1,273 @@
+"""Control checks that run inside a store's transaction, written once for every dialect.
+
+A store exposes its open transaction as a :class:`ControlTx` (a handful of SQL primitives) and
+calls :func:`observe_proposal` and :func:`dispatch_verdict` from the transaction that journals a
+new row or moves one to ``submitted``. Because the reads and writes share that transaction (and
+the store serialises it per class: ``BEGIN IMMEDIATE`` in SQLite, a locked control row in
+PostgreSQL), two executors cannot both spend the last unit of an envelope, and a switch
+flipped by another process is seen by the very next dispatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from decimal import Decimal
+from typing import Protocol
+
+from effectgate.core.controls import (
+    VALUE_SCALE,
+    AuthorityStep,
+    ClassControls,
+    DispatchGuard,
+    Envelope,
+    parse_axis_value,
+    to_micros,
+)
+from effectgate.core.states import State
+from effectgate.errors import ControlError
+from effectgate.store.base import NewOperation
+
+__all__ = ["SHADOW", "ControlTx", "SignalStats", "apply_step", "dispatch_verdict",
+           "guard_new_row", "observe_proposal", "shadow_request", "trip_breaker"]
+
+SHADOW = "shadow"
+#: Signals and dispatch records older than this (or the class's largest window) are pruned.
+MIN_RETENTION = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class SignalStats:
+    decided: int
+    rejected: int
+    value_micros: int
+    same_fingerprint: int
+    new_targets: int
+
+
+class ControlTx(Protocol):
+    """SQL primitives over one open transaction (see ``_SQLiteControls`` for the reference)."""
+
+    def controls(self, action: str) -> ClassControls:
+        """The class's control row, locked for the rest of the transaction where the dialect
+        needs it (PostgreSQL: ``FOR UPDATE``); defaults if the class was never touched."""
+
+    def save_controls(self, ctl: ClassControls, *, at: float) -> None: ...
+
+    def seen_target(self, action: str, target: str, at: float) -> bool:
+        """Whether ``target`` was seen before for ``action``; remembers it either way."""
+
+    def record_signal(self, action: str, at: float, op_key: str, fingerprint: str,
+                      value_micros: int | None, rejected: bool, new_target: bool) -> None: ...
+
+    def signal_stats(self, action: str, since: float, fingerprint: str) -> SignalStats: ...
+
+    def dispatch_usage(self, action: str, since: float) -> tuple[int, int]:
+        """``(count, value_micros)`` dispatched since ``since``."""
+
+    def record_dispatch(self, action: str, at: float, op_key: str,
+                        value_micros: int | None) -> None: ...
+
+    def prune(self, action: str, before: float) -> None: ...
+
+    def active_steps(self, action: str) -> list[AuthorityStep]: ...
+
+    def insert_step(self, step: AuthorityStep) -> int: ...
+
+    def deactivate_step(self, step_id: int) -> None: ...
+
+    def record_shadow(self, scope: str, operation_id: str, action: str, correlation_id: str,
+                      request: Mapping[str, object], fingerprint: str, at: float) -> None: ...
+
+    def audit(self, kind: str, detail: Mapping[str, object], at: float,
+              scope: str | None = None, operation_id: str | None = None) -> None: ...
+
+    def record_alert(self, kind: str, subject: str, action: str | None, message: str,
+                     detail: Mapping[str, object], at: float) -> bool: ...
+
+
+def observe_proposal(tx: ControlTx, guard: DispatchGuard, *, op_key: str, fingerprint: str,
+                     rejected: bool, now: float) -> ClassControls:
+    """Record a new proposal's signal and trip the class's breaker if a threshold is crossed."""
+    ctl = tx.controls(guard.action)
+    new_target = guard.target is not None and not tx.seen_target(guard.action, guard.target, now)
+    tx.record_signal(guard.action, now, op_key, fingerprint,
+                     None if rejected else guard.value_micros, rejected, new_target)
+    cfg = guard.breaker
+    if cfg is None or ctl.breaker_open:
+        return ctl
+    stats = tx.signal_stats(guard.action, now - cfg.window, fingerprint)
+    tripped: list[tuple[str, str]] = []
+    if cfg.max_rejection_rate is not None and stats.decided >= cfg.min_samples \
+            and stats.rejected > cfg.max_rejection_rate * stats.decided:
+        tripped.append(("rejection_rate", f"rejection rate {stats.rejected}/{stats.decided} "
+                        f"over {cfg.max_rejection_rate:.0%} in {cfg.window:g}s"))
+    if cfg.max_value is not None and stats.value_micros > to_micros(cfg.max_value):
+        shown = Decimal(stats.value_micros) / VALUE_SCALE
+        tripped.append(("value_rate", f"value {shown.normalize()} over {cfg.max_value} in "
+                        f"{cfg.window:g}s"))
+    if cfg.max_repeats is not None and stats.same_fingerprint > cfg.max_repeats:
+        tripped.append(("repeats", f"fingerprint {fingerprint[:12]} under "
+                        f"{stats.same_fingerprint} operation ids in {cfg.window:g}s"))
+    if cfg.max_new_targets is not None and stats.new_targets > cfg.max_new_targets:
+        tripped.append(("new_targets", f"{stats.new_targets} never-seen targets in "
+                        f"{cfg.window:g}s (latest {guard.target!r})"))
+    tx.prune(guard.action, now - max(cfg.window, MIN_RETENTION))
+    if tripped:
+        ctl = trip_breaker(tx, ctl, tripped, now=now, op_key=op_key)
+        guard.report.tripped.extend(f"{name}: {why}" for name, why in tripped)
+    return ctl
+
+
+def trip_breaker(tx: ControlTx, ctl: ClassControls, signals: list[tuple[str, str]], *,
+                 now: float, op_key: str | None = None) -> ClassControls:
+    """Open the breaker, reverse the staged steps conditioned on it, record an alert."""
+    reason = "; ".join(f"{name}: {why}" for name, why in signals)
+    names = {name for name, _ in signals}
+    envelope = ctl.envelope
+    reversed_ids: list[int] = []
+    # Newest first, so stacked expansions unwind back to where they started.
+    for step in sorted(tx.active_steps(ctl.action), key=lambda s: s.id, reverse=True):
+        cond = step.reverse_on
+        if cond == "breaker_trip" or (cond.startswith("breaker_trip:")
+                                      and cond.split(":", 1)[1] in names):
+            current = envelope.axis(step.axis)
+            envelope = envelope.with_axis(step.axis, step.old)
+            envelope = Envelope.from_json(envelope.to_json(), version=envelope.version + 1)
+            tx.deactivate_step(step.id)
+            rid = tx.insert_step(AuthorityStep(
+                id=0, action=ctl.action, axis=step.axis, old=current, new=step.old,
+                evidence={"breaker": reason}, reverse_on="manual", operator="system:breaker",
+                at=now, kind="reversal", reverses=step.id, active=False))
+            reversed_ids.append(step.id)
+            tx.audit("authority_reversed", {"action": ctl.action, "axis": step.axis,
+                                            "old": current, "new": step.old,
+                                            "reverses": step.id, "step": rid,
+                                            "condition": cond}, now)
+    ctl = ClassControls(action=ctl.action, killed=ctl.killed, kill_reason=ctl.kill_reason,
+                        breaker_open=True, breaker_reason=reason, shadow=ctl.shadow,
+                        envelope=envelope, updated_by="system:breaker", updated_at=now)
+    tx.save_controls(ctl, at=now)
+    tx.audit("breaker_tripped", {"action": ctl.action, "signals": sorted(names),
+                                 "reason": reason, "trigger": op_key,
+                                 "reversed_steps": reversed_ids}, now)
+    tx.record_alert("breaker-tripped", f"{ctl.action}@{now!r}", ctl.action,
+                    f"breaker for {ctl.action} tripped: {reason}",
+                    {"signals": sorted(names), "reversed_steps": reversed_ids}, now)
+    # Logged at ERROR and delivered by the gate once this transaction has committed.
+    return ctl
+
+
+def dispatch_verdict(tx: ControlTx, ctl: ClassControls, guard: DispatchGuard | None, *,
+                     now: float, op_key: str) -> str | None:
+    """``None`` to send, :data:`SHADOW` to record instead, or why the row is held.
+
+    Called in the transaction that would write ``submitted``; a send is charged to the
+    envelope's exposure and rate windows in that same transaction.
+    """
+    if ctl.shadow:
+        return SHADOW
+    if ctl.killed:
+        return f"held: kill switch on {ctl.action}" + (f" ({ctl.kill_reason})"
+                                                       if ctl.kill_reason else "")
+    if ctl.breaker_open:
+        return f"held: breaker open on {ctl.action} ({ctl.breaker_reason})"
+    env = ctl.envelope
+    value = guard.value if guard is not None else None
+    micros = guard.value_micros if guard is not None else None
+    if guard is not None:
+        breach = env.per_action_breach(guard.value, guard.target)
+        if breach:
+            return f"held: {breach}"
+    if env.rate_limit is not None and env.rate_interval is not None:
+        count, _ = tx.dispatch_usage(ctl.action, now - env.rate_interval)
+        if count + 1 > env.rate_limit:
+            return (f"held: rate {env.rate_limit} per {env.rate_interval:g}s reached "
+                    f"({count} dispatched)")
+    # A class without a value measure (or an unguarded move) has no exposure to charge.
+    if env.exposure_limit is not None and env.exposure_window is not None \
+            and micros is not None:
+        _, used = tx.dispatch_usage(ctl.action, now - env.exposure_window)
+        if used + micros > to_micros(env.exposure_limit):
+            shown = (Decimal(used) / VALUE_SCALE).normalize()
+            return (f"held: exposure {shown} + {value} would exceed "
+                    f"{env.exposure_limit} per {env.exposure_window:g}s")
+    tx.record_dispatch(ctl.action, now, op_key, micros)
+    return None
+
+
+def apply_step(tx: ControlTx, action: str, axis: str, new: object, *,
+               evidence: Mapping[str, object], reverse_on: str, operator: str,
+               now: float) -> AuthorityStep:
+    """Change one envelope axis as a recorded step (operator action, audited)."""
+    from effectgate.core.controls import REVERSAL_CONDITIONS
+
+    clean = parse_axis_value(axis, new)
+    if reverse_on not in REVERSAL_CONDITIONS:
+        raise ControlError(f"unknown reversal condition {reverse_on!r}; one of: "
+                           f"{', '.join(REVERSAL_CONDITIONS)}", field="reverse_on")
+    if not isinstance(evidence, Mapping) or not evidence:
+        raise ControlError("a step must name the evidence that justified it",
+                           field="evidence")
+    ctl = tx.controls(action)
+    old = ctl.envelope.axis(axis)
+    envelope = ctl.envelope.with_axis(axis, clean)
+    envelope = Envelope.from_json(envelope.to_json(), version=ctl.envelope.version + 1)
+    step = AuthorityStep(id=0, action=action, axis=axis, old=old, new=clean,
+                         evidence=dict(evidence), reverse_on=reverse_on, operator=operator,
+                         at=now, kind="step", active=reverse_on != "manual")
+    step_id = tx.insert_step(step)
+    tx.save_controls(ClassControls(
+        action=action, killed=ctl.killed, kill_reason=ctl.kill_reason,
+        breaker_open=ctl.breaker_open, breaker_reason=ctl.breaker_reason, shadow=ctl.shadow,
+        envelope=envelope, updated_by=operator, updated_at=now), at=now)
+    tx.audit("authority_step", {"action": action, "axis": axis, "old": old, "new": clean,
+                                "evidence": dict(evidence), "reverse_on": reverse_on,
+                                "operator": operator, "step": step_id,
+                                "envelope_version": envelope.version}, now)
+    return replace(step, id=step_id)
+
+
+def shadow_request(op_key: str, action: str, effect: Mapping[str, object]) -> dict[str, object]:
+    """The outbound request a shadowed row would have sent (what an adapter would receive)."""
+    return {"operation_key": op_key, "action": action, "effect": dict(effect)}
+
+
+def guard_new_row(tx: ControlTx, new: NewOperation, path: list[State],
+                  guard: DispatchGuard | None, *, now: float,
+                  ) -> tuple[NewOperation, list[State], str | None]:
+    """Apply the controls to a row being journalled: the path it really takes, and a hold.
+
+    The envelope's per-action axes can turn an allowed proposal into ``rejected`` (the reason
+    names the axis); the breaker observes every proposal; and a path ending in ``submitted``
+    meets the shadow flag, kill switch, breaker and windows, in this transaction.
+    """
+    held: str | None = None
+    ctl: ClassControls | None = None
+    if guard is not None:
+        if path[-1] is not State.REJECTED:
+            env = tx.controls(new.action).envelope
+            breach = env.per_action_breach(guard.value, guard.target)
+            if breach:
+                new = replace(new, reason=f"envelope: {breach}",
+                              policy_version=f"{new.policy_version}+envelope-{env.version}")
+                path = [State.PROPOSED, State.REJECTED]
+                guard.report.envelope_rejection = breach
+        ctl = observe_proposal(tx, guard, op_key=new.op_key, fingerprint=new.fingerprint,
+                               rejected=path[-1] is State.REJECTED, now=now)
+    if path[-1] is State.SUBMITTED:
+        verdict = dispatch_verdict(tx, ctl or tx.controls(new.action), guard, now=now,
+                                   op_key=new.op_key)
+        if verdict == SHADOW:
+            path = [*path[:-1], State.SHADOWED]
+            tx.record_shadow(new.scope, new.operation_id, new.action,
+                             (guard.correlation_id if guard else None) or new.operation_id,
+                             shadow_request(new.op_key, new.action, new.effect),
+                             new.fingerprint, now)
+            if guard is not None:
+                guard.report.shadowed = True
+        elif verdict is not None:
+            path, held = path[:-1], verdict
+            if guard is not None:
+                guard.report.held_by = verdict
+    return new, path, held

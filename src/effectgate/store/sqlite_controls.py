@@ -1,0 +1,484 @@
+"""SQLite storage for the operational controls, mixed into :class:`~effectgate.store.SQLiteStore`.
+
+Every method owns one ``BEGIN IMMEDIATE`` transaction, which serialises writers across
+processes: the checks in :mod:`effectgate.store.guard` read and charge the envelope windows in
+the same transaction as the row they guard, so no second writer can interleave. The audit chain
+is a single lane for the same reason: writers are serialised anyway, so one chain head costs
+one indexed read per entry and no extra contention.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import replace
+from typing import Any
+
+from effectgate.audit import GENESIS, ChainEntry, chain_hash, content_digest
+from effectgate.core.controls import (
+    Alert,
+    ApprovalOutcome,
+    ApprovalRecord,
+    ApprovalRequest,
+    AuthorityStep,
+    ClassControls,
+    DispatchGuard,
+    Envelope,
+    ShadowPair,
+)
+from effectgate.core.intent import Tier
+from effectgate.core.states import State
+from effectgate.errors import ApprovalError, OperationNotFound
+from effectgate.store.base import Operation, dumps
+from effectgate.store.guard import SignalStats, apply_step
+
+__all__ = ["MIGRATION_CONTROLS", "SQLiteControlsMixin", "chained_audit", "request_approval"]
+
+MIGRATION_CONTROLS = """
+ALTER TABLE audit_log ADD COLUMN lane INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE audit_log ADD COLUMN prev_hash TEXT;
+ALTER TABLE audit_log ADD COLUMN hash TEXT;
+CREATE INDEX audit_by_operation ON audit_log (scope, operation_id, seq);
+CREATE TABLE audit_heads (lane INTEGER PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL);
+CREATE TABLE class_controls (
+    action TEXT PRIMARY KEY, killed INTEGER NOT NULL DEFAULT 0, kill_reason TEXT,
+    breaker_open INTEGER NOT NULL DEFAULT 0, breaker_reason TEXT,
+    shadow INTEGER NOT NULL DEFAULT 0, envelope TEXT NOT NULL DEFAULT '{}',
+    envelope_version INTEGER NOT NULL DEFAULT 0, updated_by TEXT, updated_at REAL
+);
+CREATE TABLE control_signals (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, action TEXT NOT NULL, at REAL NOT NULL,
+    op_key TEXT NOT NULL, fingerprint TEXT NOT NULL, value_micros INTEGER,
+    rejected INTEGER NOT NULL, new_target INTEGER NOT NULL
+);
+CREATE INDEX control_signals_window ON control_signals (action, at);
+CREATE INDEX control_signals_fingerprint ON control_signals (action, fingerprint, at);
+CREATE TABLE known_targets (
+    action TEXT NOT NULL, target TEXT NOT NULL, first_seen REAL NOT NULL,
+    PRIMARY KEY (action, target)
+) WITHOUT ROWID;
+CREATE TABLE dispatch_log (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, action TEXT NOT NULL, at REAL NOT NULL,
+    op_key TEXT NOT NULL, value_micros INTEGER
+);
+CREATE INDEX dispatch_log_window ON dispatch_log (action, at);
+CREATE TABLE authority_steps (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, action TEXT NOT NULL, axis TEXT NOT NULL,
+    old TEXT NOT NULL, new TEXT NOT NULL, evidence TEXT NOT NULL, reverse_on TEXT NOT NULL,
+    operator TEXT NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL, reverses INTEGER,
+    active INTEGER NOT NULL
+);
+CREATE INDEX authority_steps_by_action ON authority_steps (action, id);
+CREATE TABLE approval_requests (
+    scope TEXT NOT NULL, operation_id TEXT NOT NULL, fingerprint TEXT NOT NULL,
+    required INTEGER NOT NULL, expires_at REAL NOT NULL, proposers TEXT NOT NULL,
+    PRIMARY KEY (scope, operation_id)
+) WITHOUT ROWID;
+CREATE TABLE approvals (
+    scope TEXT NOT NULL, operation_id TEXT NOT NULL, approver TEXT NOT NULL,
+    verdict TEXT NOT NULL, fingerprint TEXT NOT NULL, reason TEXT, at REAL NOT NULL,
+    PRIMARY KEY (scope, operation_id, approver)
+) WITHOUT ROWID;
+CREATE TABLE shadow_records (
+    scope TEXT NOT NULL, operation_id TEXT NOT NULL, action TEXT NOT NULL,
+    correlation_id TEXT NOT NULL, fingerprint TEXT NOT NULL, request TEXT NOT NULL,
+    at REAL NOT NULL, PRIMARY KEY (scope, operation_id)
+) WITHOUT ROWID;
+CREATE INDEX shadow_by_correlation ON shadow_records (correlation_id);
+CREATE TABLE incumbent_outcomes (
+    correlation_id TEXT PRIMARY KEY, action TEXT NOT NULL, fingerprint TEXT, effect TEXT,
+    source TEXT NOT NULL, at REAL NOT NULL
+);
+CREATE TABLE alerts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, subject TEXT NOT NULL,
+    action TEXT, message TEXT NOT NULL, detail TEXT NOT NULL, at REAL NOT NULL,
+    UNIQUE (kind, subject)
+)
+"""
+
+_CHAIN_COLUMNS = "seq, lane, at, scope, operation_id, kind, detail, prev_hash, hash"
+
+
+def chained_audit(conn: sqlite3.Connection, now: float, scope: str | None,
+                  operation_id: str | None, kind: str, detail: Mapping[str, object]) -> None:
+    """Append one audit entry linked to the chain head (lane 0), in the caller's transaction."""
+    at, text = float(now), dumps(detail)
+    head = conn.execute("SELECT seq, hash FROM audit_heads WHERE lane = 0").fetchone()
+    seq, prev = (int(head[0]) + 1, str(head[1])) if head else (1, GENESIS)
+    digest = content_digest(0, seq, at, scope, operation_id, kind, text)
+    entry_hash = chain_hash(prev, digest)
+    conn.execute("INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, "
+                 "prev_hash, hash) VALUES (?,?,?,?,?,?,0,?,?)",
+                 (seq, at, scope, operation_id, kind, text, prev, entry_hash))
+    conn.execute("INSERT INTO audit_heads (lane, seq, hash) VALUES (0, ?, ?) ON CONFLICT (lane) "
+                 "DO UPDATE SET seq = excluded.seq, hash = excluded.hash", (seq, entry_hash))
+
+
+def backfill_chain(conn: sqlite3.Connection) -> None:
+    """Chain entries written before the audit log was hash-chained (runs once, in migration)."""
+    rows = conn.execute("SELECT seq, at, scope, operation_id, kind, detail FROM audit_log "
+                        "ORDER BY seq").fetchall()
+    prev, last = GENESIS, 0
+    for seq, at, scope, op, kind, text in rows:
+        entry_hash = chain_hash(prev, content_digest(0, seq, float(at), scope, op, kind, text))
+        conn.execute("UPDATE audit_log SET prev_hash = ?, hash = ? WHERE seq = ?",
+                     (prev, entry_hash, seq))
+        prev, last = entry_hash, seq
+    if last:
+        conn.execute("INSERT INTO audit_heads VALUES (0, ?, ?)", (last, prev))
+
+
+def _controls_from_row(action: str, row: Sequence[Any] | None) -> ClassControls:
+    if row is None:
+        return ClassControls(action=action)
+    return ClassControls(action=action, killed=bool(row[0]), kill_reason=row[1],
+                         breaker_open=bool(row[2]), breaker_reason=row[3], shadow=bool(row[4]),
+                         envelope=Envelope.from_json(json.loads(row[5]), version=int(row[6])),
+                         updated_by=row[7], updated_at=row[8])
+
+
+def _step_from_row(r: Sequence[Any]) -> AuthorityStep:
+    return AuthorityStep(id=r[0], action=r[1], axis=r[2], old=json.loads(r[3]),
+                         new=json.loads(r[4]), evidence=json.loads(r[5]), reverse_on=r[6],
+                         operator=r[7], at=r[8], kind=r[9], reverses=r[10], active=bool(r[11]))
+
+
+_CONTROL_COLUMNS = ("killed, kill_reason, breaker_open, breaker_reason, shadow, envelope, "
+                    "envelope_version, updated_by, updated_at")
+_STEP_COLUMNS = ("id, action, axis, old, new, evidence, reverse_on, operator, at, kind, "
+                 "reverses, active")
+
+
+class SQLiteControlTx:
+    """:class:`~effectgate.store.guard.ControlTx` over an open SQLite transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def controls(self, action: str) -> ClassControls:
+        row = self.conn.execute(f"SELECT {_CONTROL_COLUMNS} FROM class_controls WHERE action = ?",
+                                (action,)).fetchone()
+        return _controls_from_row(action, row)
+
+    def save_controls(self, ctl: ClassControls, *, at: float) -> None:
+        self.conn.execute(
+            f"INSERT INTO class_controls (action, {_CONTROL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+            " ON CONFLICT (action) DO UPDATE SET killed = excluded.killed, "
+            "kill_reason = excluded.kill_reason, breaker_open = excluded.breaker_open, "
+            "breaker_reason = excluded.breaker_reason, shadow = excluded.shadow, "
+            "envelope = excluded.envelope, envelope_version = excluded.envelope_version, "
+            "updated_by = excluded.updated_by, updated_at = excluded.updated_at",
+            (ctl.action, int(ctl.killed), ctl.kill_reason, int(ctl.breaker_open),
+             ctl.breaker_reason, int(ctl.shadow), dumps(ctl.envelope.to_json()),
+             ctl.envelope.version, ctl.updated_by, at))
+
+    def seen_target(self, action: str, target: str, at: float) -> bool:
+        cur = self.conn.execute("INSERT INTO known_targets VALUES (?,?,?) ON CONFLICT DO NOTHING",
+                                (action, target, at))
+        return cur.rowcount == 0
+
+    def record_signal(self, action: str, at: float, op_key: str, fingerprint: str,
+                      value_micros: int | None, rejected: bool, new_target: bool) -> None:
+        self.conn.execute("INSERT INTO control_signals (action, at, op_key, fingerprint, "
+                          "value_micros, rejected, new_target) VALUES (?,?,?,?,?,?,?)",
+                          (action, at, op_key, fingerprint, value_micros, int(rejected),
+                           int(new_target)))
+
+    def signal_stats(self, action: str, since: float, fingerprint: str) -> SignalStats:
+        r = self.conn.execute(
+            "SELECT count(*), coalesce(sum(rejected), 0), coalesce(sum(value_micros), 0), "
+            "coalesce(sum(new_target), 0) FROM control_signals WHERE action = ? AND at >= ?",
+            (action, since)).fetchone()
+        same = self.conn.execute(
+            "SELECT count(DISTINCT op_key) FROM control_signals WHERE action = ? AND "
+            "fingerprint = ? AND at >= ?", (action, fingerprint, since)).fetchone()[0]
+        return SignalStats(int(r[0]), int(r[1]), int(r[2]), int(same), int(r[3]))
+
+    def dispatch_usage(self, action: str, since: float) -> tuple[int, int]:
+        r = self.conn.execute("SELECT count(*), coalesce(sum(value_micros), 0) FROM dispatch_log "
+                              "WHERE action = ? AND at >= ?", (action, since)).fetchone()
+        return int(r[0]), int(r[1])
+
+    def record_dispatch(self, action: str, at: float, op_key: str,
+                        value_micros: int | None) -> None:
+        self.conn.execute("INSERT INTO dispatch_log (action, at, op_key, value_micros) "
+                          "VALUES (?,?,?,?)", (action, at, op_key, value_micros))
+
+    def prune(self, action: str, before: float) -> None:
+        self.conn.execute("DELETE FROM control_signals WHERE action = ? AND at < ?",
+                          (action, before))
+
+    def active_steps(self, action: str) -> list[AuthorityStep]:
+        rows = self.conn.execute(f"SELECT {_STEP_COLUMNS} FROM authority_steps WHERE action = ? "
+                                 "AND active = 1 ORDER BY id", (action,)).fetchall()
+        return [_step_from_row(r) for r in rows]
+
+    def insert_step(self, step: AuthorityStep) -> int:
+        cur = self.conn.execute(
+            "INSERT INTO authority_steps (action, axis, old, new, evidence, reverse_on, "
+            "operator, at, kind, reverses, active) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (step.action, step.axis, dumps(step.old), dumps(step.new), dumps(step.evidence),
+             step.reverse_on, step.operator, step.at, step.kind, step.reverses,
+             int(step.active)))
+        return int(cur.lastrowid or 0)
+
+    def deactivate_step(self, step_id: int) -> None:
+        self.conn.execute("UPDATE authority_steps SET active = 0 WHERE id = ?", (step_id,))
+
+    def record_shadow(self, scope: str, operation_id: str, action: str, correlation_id: str,
+                      request: Mapping[str, object], fingerprint: str, at: float) -> None:
+        self.conn.execute("INSERT INTO shadow_records VALUES (?,?,?,?,?,?,?)",
+                          (scope, operation_id, action, correlation_id, fingerprint,
+                           dumps(request), at))
+
+    def audit(self, kind: str, detail: Mapping[str, object], at: float,
+              scope: str | None = None, operation_id: str | None = None) -> None:
+        chained_audit(self.conn, at, scope, operation_id, kind, detail)
+
+    def record_alert(self, kind: str, subject: str, action: str | None, message: str,
+                     detail: Mapping[str, object], at: float) -> bool:
+        cur = self.conn.execute("INSERT INTO alerts (kind, subject, action, message, detail, at) "
+                                "VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+                                (kind, subject, action, message, dumps(detail), at))
+        return cur.rowcount == 1
+
+
+def request_approval(conn: sqlite3.Connection, scope: str, operation_id: str, fingerprint: str,
+                     tier: str, guard: DispatchGuard | None, now: float) -> None:
+    """Open the approval request of a row journalled as ``awaiting_approval``."""
+    required = 1 if tier == Tier.APPROVE.value else max(
+        2, guard.approvals_required if guard else 2)
+    ttl = guard.approval_ttl if guard else 86400.0
+    conn.execute("INSERT INTO approval_requests VALUES (?,?,?,?,?,?)",
+                 (scope, operation_id, fingerprint, required, now + ttl,
+                  dumps(list(guard.proposers) if guard else [])))
+
+
+class SQLiteControlsMixin:
+    """Operator-side control methods of the SQLite store (each one transaction)."""
+
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError
+
+    def _read(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError
+
+    def _move(self, conn: sqlite3.Connection, row: Operation, target: State, now: float,
+              detail: str | None, audit: Mapping[str, object]) -> Operation:
+        raise NotImplementedError
+
+    # --- switches, breakers, shadow -----------------------------------------------------
+
+    def controls(self, action: str) -> ClassControls:
+        with self._read() as conn:
+            return SQLiteControlTx(conn).controls(action)
+
+    def list_controls(self) -> list[ClassControls]:
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT action, {_CONTROL_COLUMNS} FROM class_controls "
+                                "ORDER BY action").fetchall()
+        return [_controls_from_row(r[0], r[1:]) for r in rows]
+
+    def _change_controls(self, action: str, *, operator: str, now: float, kind: str,
+                         detail: Mapping[str, object], reset_signals: bool = False,
+                         **changes: Any) -> ClassControls:
+        with self._tx() as conn:
+            tx = SQLiteControlTx(conn)
+            new = replace(tx.controls(action), **changes, updated_by=operator, updated_at=now)
+            tx.save_controls(new, at=now)
+            if reset_signals:
+                # The window that tripped the breaker must not trip it again on the next
+                # proposal; the evidence stays in the audit log.
+                conn.execute("DELETE FROM control_signals WHERE action = ?", (action,))
+            tx.audit(kind, {"action": action, "operator": operator, **detail}, now)
+        return new
+
+    def set_kill(self, action: str, on: bool, *, operator: str, reason: str | None,
+                 now: float) -> ClassControls:
+        return self._change_controls(action, operator=operator, now=now,
+                                     kind="kill_switch_on" if on else "kill_switch_off",
+                                     detail={"reason": reason}, killed=on,
+                                     kill_reason=reason if on else None)
+
+    def reset_breaker(self, action: str, *, operator: str, reason: str | None,
+                      now: float) -> ClassControls:
+        return self._change_controls(action, operator=operator, now=now, kind="breaker_reset",
+                                     detail={"reason": reason}, reset_signals=True,
+                                     breaker_open=False, breaker_reason=None)
+
+    def set_shadow(self, action: str, on: bool, *, operator: str, now: float) -> ClassControls:
+        return self._change_controls(action, operator=operator, now=now,
+                                     kind="shadow_on" if on else "shadow_off", detail={},
+                                     shadow=on)
+
+    def apply_authority_step(self, action: str, axis: str, new: object, *,
+                             evidence: Mapping[str, object], reverse_on: str, operator: str,
+                             now: float) -> AuthorityStep:
+        with self._tx() as conn:
+            return apply_step(SQLiteControlTx(conn), action, axis, new, evidence=evidence,
+                              reverse_on=reverse_on, operator=operator, now=now)
+
+    def authority_history(self, action: str | None = None) -> list[AuthorityStep]:
+        where, args = ("WHERE action = ?", (action,)) if action else ("", ())
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT {_STEP_COLUMNS} FROM authority_steps {where} "
+                                "ORDER BY id", args).fetchall()
+        return [_step_from_row(r) for r in rows]
+
+    # --- approvals ------------------------------------------------------------------------
+
+    def approval_request(self, scope: str, operation_id: str) -> ApprovalRequest | None:
+        with self._read() as conn:
+            r = conn.execute("SELECT fingerprint, required, expires_at, proposers FROM "
+                             "approval_requests WHERE scope = ? AND operation_id = ?",
+                             (scope, operation_id)).fetchone()
+        if r is None:
+            return None
+        return ApprovalRequest(scope, operation_id, r[0], int(r[1]), float(r[2]),
+                               tuple(json.loads(r[3])))
+
+    def list_approvals(self, scope: str, operation_id: str) -> list[ApprovalRecord]:
+        with self._read() as conn:
+            rows = conn.execute("SELECT approver, verdict, fingerprint, reason, at FROM approvals "
+                                "WHERE scope = ? AND operation_id = ? ORDER BY at, approver",
+                                (scope, operation_id)).fetchall()
+        return [ApprovalRecord(*r) for r in rows]
+
+    def decide_approval(self, scope: str, operation_id: str, *, approver: str, fingerprint: str,
+                        approve: bool, reason: str | None, now: float) -> ApprovalOutcome:
+        """Record one approver's answer to exactly this payload; release or deny the row."""
+        from effectgate.store.sqlite import _select
+
+        with self._tx() as conn:
+            row = _select(conn, scope, operation_id)
+            if row is None:
+                raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
+            if row.state is not State.AWAITING_APPROVAL:
+                raise ApprovalError(f"operation {operation_id!r} is {row.state.value!r}, not "
+                                    "awaiting approval", reason="not_awaiting")
+            req = conn.execute("SELECT fingerprint, required, expires_at, proposers FROM "
+                               "approval_requests WHERE scope = ? AND operation_id = ?",
+                               (scope, operation_id)).fetchone()
+            required, expires_at = (int(req[1]), float(req[2])) if req else (1, float("inf"))
+            proposers = set(json.loads(req[3])) if req else set()
+            if fingerprint != row.fingerprint:
+                raise ApprovalError(
+                    f"the approval names payload {fingerprint[:12]} but operation "
+                    f"{operation_id!r} carries {row.fingerprint[:12]}: an approval releases "
+                    "only the exact payload it was given", reason="fingerprint_mismatch")
+            if approver in proposers:
+                raise ApprovalError(f"{approver!r} proposed operation {operation_id!r} and "
+                                    "cannot approve it", reason="self_approval")
+            if conn.execute("SELECT 1 FROM approvals WHERE scope = ? AND operation_id = ? AND "
+                            "approver = ?", (scope, operation_id, approver)).fetchone():
+                raise ApprovalError(f"{approver!r} already answered for {operation_id!r}; "
+                                    "approvers must be distinct", reason="duplicate_approver")
+            if now >= expires_at:
+                moved = self._move(conn, row, State.DENIED, now, "approval expired",
+                                   {"by": approver, "reason": "approval expired"})
+                return ApprovalOutcome(moved, 0, required, expired=True)
+            conn.execute("INSERT INTO approvals VALUES (?,?,?,?,?,?,?)",
+                         (scope, operation_id, approver, "approve" if approve else "refuse",
+                          fingerprint, reason, now))
+            chained_audit(conn, now, scope, operation_id, "approval",
+                          {"approver": approver, "verdict": "approve" if approve else "refuse",
+                           "fingerprint": fingerprint, "reason": reason})
+            count = int(conn.execute("SELECT count(*) FROM approvals WHERE scope = ? AND "
+                                     "operation_id = ? AND verdict = 'approve'",
+                                     (scope, operation_id)).fetchone()[0])
+            if not approve:
+                row = self._move(conn, row, State.DENIED, now, f"refused by {approver}",
+                                 {"by": approver, "reason": reason})
+            elif count >= required:
+                row = self._move(conn, row, State.VALIDATED, now, None,
+                                 {"approvals": count, "required": required})
+            return ApprovalOutcome(row, count, required)
+
+    def expire_approvals(self, *, now: float) -> list[Operation]:
+        """Deny every ``awaiting_approval`` row whose approval window has closed."""
+        from effectgate.store.sqlite import _select
+
+        out: list[Operation] = []
+        with self._tx() as conn:
+            keys = conn.execute(
+                "SELECT r.scope, r.operation_id FROM approval_requests r JOIN operations o "
+                "ON o.scope = r.scope AND o.operation_id = r.operation_id "
+                "WHERE o.state = 'awaiting_approval' AND r.expires_at <= ?", (now,)).fetchall()
+            for scope, op in keys:
+                row = _select(conn, scope, op)
+                if row is not None:
+                    out.append(self._move(conn, row, State.DENIED, now, "approval expired",
+                                          {"by": "system:expiry", "reason": "approval expired"}))
+        return out
+
+    # --- shadow -------------------------------------------------------------------------
+
+    def record_incumbent(self, correlation_id: str, action: str, fingerprint: str | None,
+                         effect: Mapping[str, object] | None, *, source: str,
+                         now: float) -> None:
+        with self._tx() as conn:
+            conn.execute("INSERT INTO incumbent_outcomes VALUES (?,?,?,?,?,?) ON CONFLICT "
+                         "(correlation_id) DO UPDATE SET action = excluded.action, "
+                         "fingerprint = excluded.fingerprint, effect = excluded.effect, "
+                         "source = excluded.source, at = excluded.at",
+                         (correlation_id, action, fingerprint,
+                          dumps(effect) if effect is not None else None, source, now))
+            chained_audit(conn, now, None, None, "incumbent_outcome",
+                          {"correlation_id": correlation_id, "action": action,
+                           "fingerprint": fingerprint, "source": source})
+
+    def shadow_pairs(self, action: str | None = None) -> list[ShadowPair]:
+        sql = ("SELECT s.correlation_id, s.action, s.scope, s.operation_id, s.fingerprint, "
+               "s.request, i.fingerprint, i.effect, i.correlation_id IS NOT NULL "
+               "FROM shadow_records s LEFT JOIN incumbent_outcomes i "
+               "ON i.correlation_id = s.correlation_id {w} UNION ALL "
+               "SELECT i.correlation_id, i.action, NULL, NULL, NULL, NULL, i.fingerprint, "
+               "i.effect, 1 FROM incumbent_outcomes i WHERE NOT EXISTS (SELECT 1 FROM "
+               "shadow_records s WHERE s.correlation_id = i.correlation_id) {a} ORDER BY 1")
+        args: tuple[str, ...] = ()
+        if action:
+            sql, args = sql.format(w="WHERE s.action = ?", a="AND i.action = ?"), (action, action)
+        else:
+            sql = sql.format(w="", a="")
+        with self._read() as conn:
+            rows = conn.execute(sql, args).fetchall()
+        return [ShadowPair(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]) if r[5] else None,
+                           r[6], json.loads(r[7]) if r[7] else None, bool(r[8])) for r in rows]
+
+    # --- alerts and audit chain ---------------------------------------------------------
+
+    def record_alert(self, alert: Alert) -> bool:
+        with self._tx() as conn:
+            return SQLiteControlTx(conn).record_alert(alert.kind, alert.subject, alert.action,
+                                                      alert.message, alert.detail, alert.at)
+
+    def list_alerts(self, limit: int = 1000) -> list[Alert]:
+        with self._read() as conn:
+            rows = conn.execute("SELECT kind, subject, action, message, detail, at FROM alerts "
+                                "ORDER BY id LIMIT ?", (limit,)).fetchall()
+        return [Alert(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
+
+    def audit_entries(self, *, after_seq: int = 0, until_seq: int | None = None,
+                      lane: int | None = None, scope: str | None = None,
+                      operation_id: str | None = None, limit: int = 1000) -> list[ChainEntry]:
+        clauses: list[str] = ["seq > ?"]
+        args: list[object] = [after_seq]
+        for column, value in (("seq <=", until_seq), ("lane =", lane), ("scope =", scope),
+                              ("operation_id =", operation_id)):
+            if value is not None:
+                clauses.append(f"{column} ?")
+                args.append(value)
+        with self._read() as conn:
+            rows = conn.execute(f"SELECT {_CHAIN_COLUMNS} FROM audit_log WHERE "
+                                f"{' AND '.join(clauses)} ORDER BY seq LIMIT ?",
+                                (*args, limit)).fetchall()
+        return [ChainEntry(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] or "", r[8] or "")
+                for r in rows]
+
+    def audit_heads(self) -> dict[int, tuple[int, str]]:
+        with self._read() as conn:
+            rows = conn.execute("SELECT lane, seq, hash FROM audit_heads").fetchall()
+        return {int(r[0]): (int(r[1]), str(r[2])) for r in rows}
+
