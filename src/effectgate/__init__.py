@@ -5,6 +5,16 @@ The curated public API. Everything else lives in private-by-convention modules a
 
 from __future__ import annotations
 
+from effectgate.audit import VerifyResult, verify_bundle, verify_entries
+from effectgate.core.controls import (
+    Alert,
+    ApprovalOutcome,
+    ApprovalRules,
+    AuthorityStep,
+    BreakerConfig,
+    ClassControls,
+    Envelope,
+)
 from effectgate.core.intent import (
     ActionClass,
     EffectClass,
@@ -19,8 +29,11 @@ from effectgate.core.policy import Decision, LimitPolicy, Policy, PolicySet
 from effectgate.core.states import State
 from effectgate.errors import (
     AdapterError,
+    ApprovalError,
+    AuditTampered,
     BadRequest,
     ConfigError,
+    ControlError,
     EffectgateError,
     IdempotencyConflict,
     IndeterminateCommit,
@@ -38,7 +51,9 @@ from effectgate.errors import (
     UnknownActionClass,
 )
 from effectgate.execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
+from effectgate.execute.alerts import AlertSink, LogAlertSink, WebhookAlertSink
 from effectgate.execute.executor import Gate
+from effectgate.execute.operator import BlastRadius, Operator, ShadowReport
 from effectgate.execute.reconciler import Reconciler, ReconcileReport
 from effectgate.store import SQLiteStore, Store, open_store
 from effectgate.store.base import Operation
@@ -49,11 +64,23 @@ __all__ = [
     "ActionClass",
     "Adapter",
     "AdapterError",
+    "Alert",
+    "AlertSink",
+    "ApprovalError",
+    "ApprovalOutcome",
+    "ApprovalRules",
+    "AuditTampered",
+    "AuthorityStep",
     "BadRequest",
+    "BlastRadius",
+    "BreakerConfig",
+    "ClassControls",
     "ConfigError",
+    "ControlError",
     "Decision",
     "EffectClass",
     "EffectgateError",
+    "Envelope",
     "Gate",
     "IdempotencyConflict",
     "IndeterminateCommit",
@@ -62,9 +89,11 @@ __all__ = [
     "IntentError",
     "InvalidTransition",
     "LimitPolicy",
+    "LogAlertSink",
     "Operation",
     "OperationInFlight",
     "OperationNotFound",
+    "Operator",
     "OutboundRequest",
     "Outcome",
     "PermissionDenied",
@@ -79,6 +108,7 @@ __all__ = [
     "Registry",
     "RegistryError",
     "SQLiteStore",
+    "ShadowReport",
     "StaleState",
     "State",
     "Store",
@@ -87,7 +117,11 @@ __all__ = [
     "Unauthenticated",
     "UnknownActionClass",
     "VenueRecord",
+    "VerifyResult",
+    "WebhookAlertSink",
     "__version__",
     "identifier",
     "open_store",
+    "verify_bundle",
+    "verify_entries",
 ]

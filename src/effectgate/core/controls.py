@@ -59,6 +59,8 @@ def to_micros(value: Decimal) -> int:
 
 
 def _decimal(value: object, axis: str) -> Decimal:
+    if isinstance(value, Decimal):
+        value = str(value)
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ControlError("must be a decimal string such as \"1000\" (floats are refused)",
                            field=axis)
