@@ -2,12 +2,14 @@
 
 Every entry commits to the previous entry of its *lane*::
 
-    digest = sha256(canonical JSON of [lane, seq, at, scope, operation_id, kind, detail_text])
+    digest = sha256(canonical JSON of [lane, at, scope, operation_id, kind, detail_text])
     hash   = sha256(prev_hash + digest)
 
-``seq`` is inside the digest, so moving an entry changes its hash; ``prev_hash`` links it to its
-predecessor, so deleting or inserting one breaks the link of the next; the store keeps each
-lane's head (last seq and hash), so truncating the tail is visible too. An attacker who can
+``prev_hash`` links each entry to its predecessor in seq order, so editing one breaks its own
+hash, and deleting, inserting or moving one breaks the link of the entry after it; the store
+keeps each lane's head (last seq and hash), so truncating the tail is visible too. ``seq`` is
+deliberately outside the digest: the links already fix the order, and it lets PostgreSQL assign
+``seq`` and compute the link inside the writing statement (no extra round trip). An attacker who can
 rewrite the whole database can re-chain it; anchor the head that ``effectgate audit verify``
 prints somewhere they cannot write (a ticket, a log service) and pass it back with
 ``--expect-head``.
@@ -51,10 +53,10 @@ GENESIS: Final = "0" * 64
 BUNDLE_FORMAT: Final = "effectgate-evidence/1"
 
 
-def content_digest(lane: int, seq: int, at: float, scope: str | None,
-                   operation_id: str | None, kind: str, detail_text: str) -> str:
+def content_digest(lane: int, at: float, scope: str | None, operation_id: str | None,
+                   kind: str, detail_text: str) -> str:
     """sha256 over the entry's content, as stored (``detail_text`` is the stored JSON text)."""
-    body = json.dumps([lane, seq, at, scope, operation_id, kind, detail_text],
+    body = json.dumps([lane, at, scope, operation_id, kind, detail_text],
                       ensure_ascii=True, separators=(",", ":"), allow_nan=False)
     return hashlib.sha256(body.encode("ascii")).hexdigest()
 
@@ -86,8 +88,8 @@ class ChainEntry:
 
     @property
     def digest(self) -> str:
-        return content_digest(self.lane, self.seq, self.at, self.scope, self.operation_id,
-                              self.kind, self.detail_text)
+        return content_digest(self.lane, self.at, self.scope, self.operation_id, self.kind,
+                              self.detail_text)
 
     @property
     def detail(self) -> Any:

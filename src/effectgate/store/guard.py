@@ -29,7 +29,7 @@ from effectgate.errors import ControlError
 from effectgate.store.base import NewOperation
 
 __all__ = ["SHADOW", "ControlTx", "SignalStats", "apply_step", "dispatch_verdict",
-           "guard_new_row", "observe_proposal", "shadow_request", "trip_breaker"]
+           "guard_new_row", "observe_proposal", "path_audit", "shadow_request", "trip_breaker"]
 
 SHADOW = "shadow"
 #: Signals and dispatch records older than this (or the class's largest window) are pruned.
@@ -90,10 +90,14 @@ def observe_proposal(tx: ControlTx, guard: DispatchGuard, *, op_key: str, finger
                      rejected: bool, now: float) -> ClassControls:
     """Record a new proposal's signal and trip the class's breaker if a threshold is crossed."""
     ctl = tx.controls(guard.action)
-    new_target = guard.target is not None and not tx.seen_target(guard.action, guard.target, now)
+    cfg = guard.breaker
+    # Targets are remembered only while the new-target signal is on: that keeps a lookup off
+    # the hot path of classes that do not watch for it.
+    new_target = (cfg is not None and cfg.max_new_targets is not None
+                  and guard.target is not None
+                  and not tx.seen_target(guard.action, guard.target, now))
     tx.record_signal(guard.action, now, op_key, fingerprint,
                      None if rejected else guard.value_micros, rejected, new_target)
-    cfg = guard.breaker
     if cfg is None or ctl.breaker_open:
         return ctl
     stats = tx.signal_stats(guard.action, now - cfg.window, fingerprint)
@@ -271,3 +275,23 @@ def guard_new_row(tx: ControlTx, new: NewOperation, path: list[State],
             if guard is not None:
                 guard.report.held_by = verdict
     return new, path, held
+
+
+def path_audit(new: NewOperation, path: list[State], audit: Mapping[str, object] | None,
+               held: str | None) -> list[tuple[str, dict[str, object]]]:
+    """The audit entries of a newly journalled row: one per state it walked, then any hold."""
+    out: list[tuple[str, dict[str, object]]] = []
+    for step in path:
+        detail: dict[str, object] = {"state": step.value}
+        if step is State.PROPOSED:
+            detail.update(intent=new.intent, fingerprint=new.fingerprint, action=new.action)
+            if audit:
+                detail.update(audit)
+        elif step is State.SHADOWED:
+            detail["request"] = shadow_request(new.op_key, new.action, new.effect)
+        elif step is not State.SUBMITTED:
+            detail.update(tier=new.tier, reason=new.reason, policy_version=new.policy_version)
+        out.append(("transition", detail))
+    if held is not None:
+        out.append(("dispatch_held", {"reason": held}))
+    return out

@@ -22,6 +22,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -29,6 +30,8 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from effectgate.audit import lane_for
+from effectgate.core.controls import DispatchGuard, GuardReport
 from effectgate.core.states import State, check_transition
 from effectgate.errors import (
     ConfigError,
@@ -46,6 +49,24 @@ from effectgate.store.base import (
     check_path,
     conflict,
     dumps,
+)
+from effectgate.store.guard import (
+    SHADOW,
+    dispatch_verdict,
+    guard_new_row,
+    path_audit,
+    shadow_request,
+)
+from effectgate.store.postgres_controls import (
+    LANES,
+    MIGRATION_CONTROLS,
+    PgControlsMixin,
+    PgTx,
+    approval_request_write,
+    audit_params,
+    backfill_chain,
+    chain_ctes,
+    class_lock,
 )
 
 __all__ = ["MIGRATIONS", "PostgresStore", "drop_schema", "split_schema"]
@@ -101,44 +122,87 @@ MIGRATIONS: list[str] = [
         CONSTRAINT divergences_once UNIQUE (kind, op_key, venue_ids)
     );
     """,
+    # 2: operational controls and the hash-chained audit log (store/postgres_controls.py).
+    MIGRATION_CONTROLS,
 ]
+# Python steps that run right after a migration, in its transaction.
+_AFTER_MIGRATION = {2: backfill_chain}
+
+_INSERT_ROW = """
+INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, intent, effect,
+                        tier, reason, policy_version, detail, created_at, updated_at,
+                        submitted_at)
+VALUES (%(scope)s, %(operation_id)s, %(op_key)s, %(action)s, %(fingerprint)s, %(state)s,
+        %(intent)s, %(effect)s, %(tier)s, %(reason)s, %(policy_version)s, %(detail)s, %(now)s,
+        %(now)s, %(submitted_at)s)
+"""
 
 _OP_COLUMNS = ("scope, operation_id, action, fingerprint, state, intent, effect, tier, reason, "
                "policy_version, venue_id, detail, created_at, updated_at, submitted_at, version")
 _ENTRY_COLUMNS = "op_key, action, state, venue_id, submitted_at, updated_at"
 
-_INSERT = """
-WITH ins AS (
+_CLASS_ACTIVE = ("SELECT 1 FROM class_controls WHERE action = %(action)s AND (killed OR "
+                 "breaker_open OR shadow OR envelope_version > 0)")
+
+# The hot path: a class with no active control and no breaker journals its row, its signal, its
+# window charge and its chained audit lines in ONE statement, which also checks (after the
+# class's shared lock) that no control is active; if one is, nothing is written and the
+# transaction continues on the full path.
+_FAST_INSERT = f"""
+WITH RECURSIVE
+ctl AS ({_CLASS_ACTIVE}),
+ins AS (
     INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, intent,
                             effect, tier, reason, policy_version, created_at, updated_at,
                             submitted_at)
-    VALUES (%(scope)s, %(operation_id)s, %(op_key)s, %(action)s, %(fingerprint)s, %(state)s,
-            %(intent)s, %(effect)s, %(tier)s, %(reason)s, %(policy_version)s, %(now)s, %(now)s,
-            %(submitted_at)s)
+    SELECT %(scope)s, %(operation_id)s, %(op_key)s, %(action)s, %(fingerprint)s, %(state)s,
+           %(intent)s, %(effect)s, %(tier)s, %(reason)s, %(policy_version)s, %(now)s, %(now)s,
+           %(submitted_at)s
+    WHERE NOT EXISTS (SELECT 1 FROM ctl)
     ON CONFLICT DO NOTHING
-    RETURNING scope, operation_id
-), aud AS (
-    INSERT INTO audit_log (at, scope, operation_id, kind, detail)
-    SELECT %(now)s, ins.scope, ins.operation_id, 'transition', d.detail
-    FROM ins CROSS JOIN unnest(%(details)s::text[]) WITH ORDINALITY AS d(detail, n)
-    ORDER BY d.n
-)
-SELECT count(*) FROM ins
+    RETURNING 1
+),
+sig AS (
+    INSERT INTO control_signals (action, at, op_key, fingerprint, value_micros, rejected,
+                                 new_target)
+    SELECT %(action)s, %(now)s, %(op_key)s, %(fingerprint)s, %(signal_micros)s::bigint,
+           %(rejected)s, false FROM ins WHERE %(signal)s
+),
+dl AS (
+    INSERT INTO dispatch_log (action, at, op_key, value_micros)
+    SELECT %(action)s, %(now)s, %(op_key)s, %(value_micros)s::bigint FROM ins WHERE %(dispatch)s
+),
+apr AS (
+    INSERT INTO approval_requests
+    SELECT %(scope)s, %(operation_id)s, %(fingerprint)s, %(required)s::integer,
+           %(expires_at)s::float8, %(proposers)s FROM ins WHERE %(approval)s
+),
+{chain_ctes("ins")}
+SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM ctl)
 """
 
-_TRANSITION = f"""
-WITH upd AS (
+_FAST_TRANSITION = f"""
+WITH RECURSIVE
+upd AS (
     UPDATE operations SET state = %(target)s, updated_at = %(now)s, version = version + 1,
         venue_id = coalesce(%(venue_id)s, venue_id), detail = coalesce(%(detail)s, detail),
         submitted_at = coalesce(%(submitted_at)s, submitted_at),
         lease_owner = NULL, lease_until = NULL
     WHERE scope = %(scope)s AND operation_id = %(operation_id)s AND state = %(expected)s
     RETURNING {_OP_COLUMNS}
-), aud AS (
-    INSERT INTO audit_log (at, scope, operation_id, kind, detail)
-    SELECT %(now)s, upd.scope, upd.operation_id, 'transition', %(event)s FROM upd
-)
+),
+{chain_ctes("upd")}
 SELECT {_OP_COLUMNS} FROM upd
+"""
+
+
+_TRANSITION_ROW = f"""
+UPDATE operations SET state = %(target)s, updated_at = %(now)s, version = version + 1,
+    venue_id = coalesce(%(venue_id)s, venue_id), detail = coalesce(%(detail)s, detail),
+    submitted_at = coalesce(%(submitted_at)s, submitted_at),
+    lease_owner = NULL, lease_until = NULL
+WHERE scope = %(scope)s AND operation_id = %(operation_id)s AND state = %(expected)s
+RETURNING {_OP_COLUMNS}
 """
 
 # The CTE is MATERIALIZED so the locked, skipped and limited set is computed exactly once.
@@ -155,16 +219,10 @@ RETURNING {", ".join("o." + c.strip() for c in _ENTRY_COLUMNS.split(","))}
 """
 
 _DIVERGENCE = """
-WITH ins AS (
-    INSERT INTO divergences (kind, op_key, venue_ids, ledger_state, first_seen)
-    VALUES (%(kind)s, %(op_key)s, %(venue_ids)s, %(ledger_state)s, %(now)s)
-    ON CONFLICT DO NOTHING
-    RETURNING 1
-), aud AS (
-    INSERT INTO audit_log (at, scope, operation_id, kind, detail)
-    SELECT %(now)s, %(scope)s, %(operation_id)s, 'divergence', %(event)s FROM ins
-)
-SELECT count(*) FROM ins
+INSERT INTO divergences (kind, op_key, venue_ids, ledger_state, first_seen)
+VALUES (%(kind)s, %(op_key)s, %(venue_ids)s, %(ledger_state)s, %(now)s)
+ON CONFLICT DO NOTHING
+RETURNING 1
 """
 
 
@@ -216,7 +274,7 @@ def _lock_key(purpose: str, schema: str) -> sql.Composed:
     return sql.SQL("hashtextextended({}, 0)").format(sql.Literal(f"effectgate.{purpose}:{schema}"))
 
 
-class PostgresStore:
+class PostgresStore(PgControlsMixin):
     """The :class:`~effectgate.store.base.Store` on one PostgreSQL schema.
 
     ``statement_timeout_ms`` and ``lock_timeout_ms`` bound every statement on the server;
@@ -371,6 +429,9 @@ class PostgresStore:
                     continue
                 for statement in filter(str.strip, script.split(";")):
                     conn.execute(statement.encode())
+                after = _AFTER_MIGRATION.get(version)
+                if after is not None:
+                    after(conn)
                 conn.execute(sql.SQL("INSERT INTO {}.schema_migrations (version) VALUES (%s)")
                              .format(ident), (version,))
 
@@ -385,59 +446,108 @@ class PostgresStore:
     # --- operations ---------------------------------------------------------------------
 
     def insert_operation(self, new: NewOperation, path: Sequence[State], *, now: float,
-                         audit: Mapping[str, object] | None = None) -> tuple[Operation, bool]:
+                         audit: Mapping[str, object] | None = None,
+                         guard: DispatchGuard | None = None) -> tuple[Operation, bool]:
         check_path(path)
+        lane = lane_for(new.scope, new.operation_id, LANES)
+        # A configured breaker reads its windows before deciding: the full path from the start.
+        fast = guard is None or guard.breaker is None
         final = path[-1]
         submitted_at = now if final is State.SUBMITTED else None
-        details = []
-        for step in path:
-            detail: dict[str, object] = {"state": step.value}
-            if step is State.PROPOSED:
-                detail.update(intent=new.intent, fingerprint=new.fingerprint, action=new.action)
-                if audit:
-                    detail.update(audit)
-            elif step is not State.SUBMITTED:
-                detail.update(tier=new.tier, reason=new.reason,
-                              policy_version=new.policy_version)
-            details.append(dumps(detail))
         intent, effect = dumps(new.intent), dumps(new.effect)
-        params: dict[str, Any] = {
-            "scope": new.scope, "operation_id": new.operation_id, "op_key": new.op_key,
-            "action": new.action, "fingerprint": new.fingerprint, "state": final.value,
-            "intent": intent, "effect": effect, "tier": new.tier,
-            "reason": new.reason, "policy_version": new.policy_version, "now": now,
-            "submitted_at": submitted_at, "details": details,
-        }
+        fast_params: dict[str, Any] = {}
+        if fast:
+            micros = guard.value_micros if guard is not None else None
+            _, req = approval_request_write(new.scope, new.operation_id, new.fingerprint,
+                                                  new.tier, guard, now)
+            fast_params = {
+                "scope": new.scope, "operation_id": new.operation_id, "op_key": new.op_key,
+                "action": new.action, "fingerprint": new.fingerprint, "state": final.value,
+                "intent": intent, "effect": effect, "tier": new.tier, "reason": new.reason,
+                "policy_version": new.policy_version, "now": now, "submitted_at": submitted_at,
+                "signal": guard is not None, "rejected": final is State.REJECTED,
+                "signal_micros": None if final is State.REJECTED else micros,
+                "dispatch": final is State.SUBMITTED, "value_micros": micros,
+                "approval": final is State.AWAITING_APPROVAL, "required": req[3],
+                "expires_at": req[4], "proposers": req[5],
+                **audit_params(lane, [(now, new.scope, new.operation_id, kind, detail)
+                                      for kind, detail in path_audit(new, list(path), audit,
+                                                                     None)])}
 
-        def then(conn: Conn, cur: Cur) -> tuple[bool, Operation | None]:
-            row = cur.fetchone()
-            if row is not None and row[0] == 1:
-                return True, None
-            # Lost the race (or a retry): a new statement sees the winner's committed row.
-            return False, _select(conn, new.scope, new.operation_id)
+        def first(conn: Conn) -> Cur:
+            # One round trip: BEGIN, the class's shared lock (a flip waits for us, and we see
+            # any flip committed before us), this key's lock, then the statement.
+            conn.execute(class_lock(self.schema, new.action, exclusive=False))
+            conn.execute(class_lock(self.schema, new.op_key, exclusive=True, purpose="op"))
+            if fast:
+                return conn.execute(_FAST_INSERT, fast_params)
+            return conn.execute("SELECT 0, 1")
 
-        created, existing = self._write(lambda conn: conn.execute(_INSERT, params), then,
-                                        f"insert {new.op_key}")
+        def then(conn: Conn, cur: Cur) -> tuple[Operation, bool]:
+            inserted, active = cur.fetchone() or (0, 0)
+            if inserted:
+                return Operation(
+                    scope=new.scope, operation_id=new.operation_id, action=new.action,
+                    fingerprint=new.fingerprint, state=final, intent=json.loads(intent),
+                    effect=json.loads(effect), tier=new.tier, reason=new.reason,
+                    policy_version=new.policy_version, venue_id=None, detail=None,
+                    created_at=now, updated_at=now, submitted_at=submitted_at, version=1), True
+            if not active:
+                existing = _select(conn, new.scope, new.operation_id)
+                if existing is None:  # conflict on op_key alone: cannot happen by construction
+                    raise StoreError(f"key collision for {new.op_key!r} without a matching row")
+                return existing, False
+            return self._insert_guarded(conn, new, path, lane, now, audit, guard)
+
+        result, created = self._write(first, then, f"insert {new.op_key}")
         if created:
-            return Operation(
-                scope=new.scope, operation_id=new.operation_id, action=new.action,
-                fingerprint=new.fingerprint, state=final, intent=json.loads(intent),
-                effect=json.loads(effect), tier=new.tier, reason=new.reason,
-                policy_version=new.policy_version, venue_id=None, detail=None,
-                created_at=now, updated_at=now, submitted_at=submitted_at, version=1), True
-        if existing is None:  # the conflict was on op_key alone: cannot happen by construction
-            raise StoreError(f"key collision for {new.op_key!r} without a matching row")
-        if existing.fingerprint != new.fingerprint:
-            err = conflict(existing, new.fingerprint)
+            return result, True
+        if result.fingerprint != new.fingerprint:
+            err = conflict(result, new.fingerprint)
             self.append_audit("idempotency_conflict", {"offered_fingerprint": new.fingerprint,
-                              "stored_fingerprint": existing.fingerprint}, now=now,
+                              "stored_fingerprint": result.fingerprint}, now=now,
                               scope=new.scope, operation_id=new.operation_id)
             raise err
-        return existing, False
+        return result, False
+
+    def _insert_guarded(self, conn: Conn, new: NewOperation, path: Sequence[State], lane: int,
+                        now: float, audit: Mapping[str, object] | None,
+                        guard: DispatchGuard | None) -> tuple[Operation, bool]:
+        """The full path, in the same transaction: controls are active or a breaker watches."""
+        tx = PgTx(conn, self.schema, lane)
+        with conn.pipeline():
+            tx.open(shared_class=new.action, row=(new.scope, new.operation_id))
+        existing = tx.collect()
+        if existing is not None:
+            return existing, False
+        if guard is not None:
+            guard.report = GuardReport()  # a retried attempt starts clean
+        row, steps, held = guard_new_row(tx, new, list(path), guard, now=now)
+        for kind, detail in path_audit(row, steps, audit, held):
+            tx.audit(kind, detail, now, row.scope, row.operation_id)
+        final = steps[-1]
+        if final is State.AWAITING_APPROVAL:
+            tx.writes.append(approval_request_write(row.scope, row.operation_id,
+                                                    row.fingerprint, row.tier, guard, now))
+        submitted_at = now if final is State.SUBMITTED else None
+        intent, effect = dumps(row.intent), dumps(row.effect)
+        tx.flush(main=(_INSERT_ROW, {
+            "scope": row.scope, "operation_id": row.operation_id, "op_key": row.op_key,
+            "action": row.action, "fingerprint": row.fingerprint, "state": final.value,
+            "intent": intent, "effect": effect, "tier": row.tier, "reason": row.reason,
+            "policy_version": row.policy_version, "detail": held, "now": now,
+            "submitted_at": submitted_at}))
+        return Operation(
+            scope=row.scope, operation_id=row.operation_id, action=row.action,
+            fingerprint=row.fingerprint, state=final, intent=json.loads(intent),
+            effect=json.loads(effect), tier=row.tier, reason=row.reason,
+            policy_version=row.policy_version, venue_id=None, detail=held,
+            created_at=now, updated_at=now, submitted_at=submitted_at, version=1), True
 
     def transition(self, scope: str, operation_id: str, expected: State, target: State, *,
                    now: float, venue_id: str | None = None, detail: str | None = None,
-                   audit: Mapping[str, object] | None = None) -> Operation:
+                   audit: Mapping[str, object] | None = None,
+                   guard: DispatchGuard | None = None) -> Operation:
         target = check_transition(expected, target)
         event: dict[str, object] = {"from": expected.value, "state": target.value}
         if venue_id is not None:
@@ -446,10 +556,86 @@ class PostgresStore:
             event["detail"] = detail
         if audit:
             event.update(audit)
+        # A move to `submitted` takes its class's shared lock first (the same order as the
+        # insert path: class, row, audit head). A row's action never changes, so reading it
+        # ahead of the transaction is safe.
+        action: str | None = None
+        if target is State.SUBMITTED:
+            action = guard.action if guard is not None else None
+            if action is None:
+                known = self.get(scope, operation_id)
+                if known is None:
+                    raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
+                action = known.action
+        lane = lane_for(scope, operation_id, LANES)
+        if target is not State.SUBMITTED:
+            return self._fast_transition(scope, operation_id, expected, target, lane, now,
+                                         venue_id, detail, event)
+        holder: dict[str, PgTx] = {}
+
+        def first(conn: Conn) -> Cur:
+            tx = holder["tx"] = PgTx(conn, self.schema, lane)
+            return tx.open(shared_class=action, row=(scope, operation_id), row_for_update=True)
+
+        def then(conn: Conn, _: Cur) -> Operation | State | None:
+            tx = holder["tx"]
+            row = tx.collect()
+            if row is None or row.state is not expected:
+                return None if row is None else row.state
+            to: State = target
+            ev = dict(event)
+            submitted_at: float | None = now if target is State.SUBMITTED else None
+            if target is State.SUBMITTED:
+                if guard is not None:
+                    guard.report = GuardReport()
+                if row.action != action:
+                    raise StoreError(f"guard for {action!r} used on a {row.action!r} row")
+                verdict = dispatch_verdict(tx, tx.controls(row.action), guard, now=now,
+                                           op_key=row.op_key)
+                if verdict == SHADOW:
+                    to, submitted_at = State.SHADOWED, None
+                    request = shadow_request(row.op_key, row.action, row.effect)
+                    tx.record_shadow(scope, operation_id, row.action,
+                                     (guard.correlation_id if guard else None) or operation_id,
+                                     request, row.fingerprint, now)
+                    ev.update(state=to.value, request=request)
+                    if guard is not None:
+                        guard.report.shadowed = True
+                elif verdict is not None:
+                    if guard is not None:
+                        guard.report.held_by = verdict
+                    tx.audit("dispatch_held", {"reason": verdict}, now, scope, operation_id)
+                    tx.flush(main=("UPDATE operations SET detail = %s, updated_at = %s WHERE "
+                                   "scope = %s AND operation_id = %s",
+                                   (verdict, now, scope, operation_id)))
+                    return replace(row, detail=verdict, updated_at=now)
+            tx.audit("transition", ev, now, scope, operation_id)
+            cur = tx.flush(main=(_TRANSITION_ROW, {
+                "target": to.value, "now": now, "venue_id": venue_id, "detail": detail,
+                "submitted_at": submitted_at, "scope": scope, "operation_id": operation_id,
+                "expected": expected.value}))
+            moved = cur.fetchone() if cur is not None else None
+            if moved is None:  # unreachable: the row is locked FOR UPDATE in this transaction
+                raise StoreError(f"operation {operation_id!r} changed under its row lock")
+            return _row_to_operation(moved)
+
+        outcome = self._write(first, then, f"transition {scope}:{operation_id}")
+        if isinstance(outcome, Operation):
+            return outcome
+        if outcome is None:
+            raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
+        raise StaleState(f"operation {operation_id!r} is {outcome.value!r}, "
+                         f"not {expected.value!r}")
+
+    def _fast_transition(self, scope: str, operation_id: str, expected: State, target: State,
+                         lane: int, now: float, venue_id: str | None, detail: str | None,
+                         event: dict[str, object]) -> Operation:
+        """Compare-and-set plus its chained audit line in one statement (the receipt path)."""
         params = {
             "target": target.value, "now": now, "venue_id": venue_id, "detail": detail,
-            "submitted_at": now if target is State.SUBMITTED else None, "scope": scope,
-            "operation_id": operation_id, "expected": expected.value, "event": dumps(event),
+            "submitted_at": None, "scope": scope, "operation_id": operation_id,
+            "expected": expected.value,
+            **audit_params(lane, [(now, scope, operation_id, "transition", event)]),
         }
 
         def then(conn: Conn, cur: Cur) -> Operation | State | None:
@@ -460,7 +646,7 @@ class PostgresStore:
                                    "operation_id = %s", (scope, operation_id)).fetchone()
             return None if current is None else State(current[0])
 
-        outcome = self._write(lambda conn: conn.execute(_TRANSITION, params), then,
+        outcome = self._write(lambda conn: conn.execute(_FAST_TRANSITION, params), then,
                               f"transition {scope}:{operation_id}")
         if isinstance(outcome, Operation):
             return outcome
@@ -513,20 +699,28 @@ class PostgresStore:
     def record_divergence(self, kind: str, op_key: str, venue_ids: Sequence[str],
                           ledger_state: str | None, *, now: float) -> bool:
         scope, _, operation_id = op_key.partition(":")
-        params = {
-            "kind": kind, "op_key": op_key, "venue_ids": dumps(list(venue_ids)),
-            "ledger_state": ledger_state, "now": now, "scope": scope or None,
-            "operation_id": operation_id or None,
-            "event": dumps({"kind": kind, "venue_ids": list(venue_ids),
-                            "ledger_state": ledger_state}),
-        }
+        params = {"kind": kind, "op_key": op_key, "venue_ids": dumps(list(venue_ids)),
+                  "ledger_state": ledger_state, "now": now}
+        holder: dict[str, PgTx] = {}
+
+        def first(conn: Conn) -> Cur:
+            tx = holder["tx"] = PgTx(conn, self.schema,
+                                     lane_for(scope or None, operation_id or None, LANES))
+            tx.open()
+            return conn.execute(_DIVERGENCE, params)
 
         def then(conn: Conn, cur: Cur) -> bool:
-            row = cur.fetchone()
-            return row is not None and row[0] == 1
+            tx = holder["tx"]
+            tx.collect()
+            if cur.fetchone() is None:
+                return False
+            tx.audit("divergence", {"kind": kind, "venue_ids": list(venue_ids),
+                                    "ledger_state": ledger_state}, now, scope or None,
+                     operation_id or None)
+            tx.flush()
+            return True
 
-        return self._write(lambda conn: conn.execute(_DIVERGENCE, params), then,
-                           f"record_divergence {kind} {op_key}")
+        return self._write(first, then, f"record_divergence {kind} {op_key}")
 
     def list_divergences(self, limit: int = 1000) -> list[Divergence]:
         rows = self._read(lambda conn: conn.execute(
@@ -594,10 +788,10 @@ class PostgresStore:
 
     def append_audit(self, kind: str, detail: Mapping[str, object], *, now: float,
                      scope: str | None = None, operation_id: str | None = None) -> None:
-        params = (now, scope, operation_id, kind, dumps(detail))
-        self._write(lambda conn: conn.execute(
-            "INSERT INTO audit_log (at, scope, operation_id, kind, detail) "
-            "VALUES (%s, %s, %s, %s, %s)", params), lambda conn, cur: None, f"audit {kind}")
+        def work(tx: PgTx, _: Operation | None) -> None:
+            tx.audit(kind, detail, now, scope, operation_id)
+
+        self._in_tx(work, f"audit {kind}", lane=lane_for(scope, operation_id, LANES))
 
     def iter_audit(self, after_seq: int = 0) -> Iterator[AuditEvent]:
         def page(after: int) -> list[tuple[Any, ...]]:

@@ -28,7 +28,13 @@ from effectgate.store.base import (
     conflict,
     dumps,
 )
-from effectgate.store.guard import SHADOW, dispatch_verdict, guard_new_row, shadow_request
+from effectgate.store.guard import (
+    SHADOW,
+    dispatch_verdict,
+    guard_new_row,
+    path_audit,
+    shadow_request,
+)
 from effectgate.store.sqlite_controls import (
     MIGRATION_CONTROLS,
     SQLiteControlsMixin,
@@ -211,21 +217,8 @@ class SQLiteStore(SQLiteControlsMixin):
             (new.scope, new.operation_id, new.op_key, new.action, new.fingerprint,
              final.value, dumps(new.intent), dumps(new.effect), new.tier, new.reason,
              new.policy_version, held, now, now, submitted_at))
-        for step in path:
-            detail: dict[str, object] = {"state": step.value}
-            if step is State.PROPOSED:
-                detail.update(intent=new.intent, fingerprint=new.fingerprint,
-                              action=new.action)
-                if audit:
-                    detail.update(audit)
-            elif step is State.SHADOWED:
-                detail["request"] = shadow_request(new.op_key, new.action, new.effect)
-            elif step is not State.SUBMITTED:
-                detail.update(tier=new.tier, reason=new.reason,
-                              policy_version=new.policy_version)
-            _audit(conn, now, new.scope, new.operation_id, "transition", detail)
-        if held is not None:
-            _audit(conn, now, new.scope, new.operation_id, "dispatch_held", {"reason": held})
+        for kind, detail in path_audit(new, path, audit, held):
+            _audit(conn, now, new.scope, new.operation_id, kind, detail)
         if final is State.AWAITING_APPROVAL:
             request_approval(conn, new.scope, new.operation_id, new.fingerprint,
                              new.tier, guard, now)

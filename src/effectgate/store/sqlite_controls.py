@@ -107,7 +107,7 @@ def chained_audit(conn: sqlite3.Connection, now: float, scope: str | None,
     at, text = float(now), dumps(detail)
     head = conn.execute("SELECT seq, hash FROM audit_heads WHERE lane = 0").fetchone()
     seq, prev = (int(head[0]) + 1, str(head[1])) if head else (1, GENESIS)
-    digest = content_digest(0, seq, at, scope, operation_id, kind, text)
+    digest = content_digest(0, at, scope, operation_id, kind, text)
     entry_hash = chain_hash(prev, digest)
     conn.execute("INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, "
                  "prev_hash, hash) VALUES (?,?,?,?,?,?,0,?,?)",
@@ -122,7 +122,7 @@ def backfill_chain(conn: sqlite3.Connection) -> None:
                         "ORDER BY seq").fetchall()
     prev, last = GENESIS, 0
     for seq, at, scope, op, kind, text in rows:
-        entry_hash = chain_hash(prev, content_digest(0, seq, float(at), scope, op, kind, text))
+        entry_hash = chain_hash(prev, content_digest(0, float(at), scope, op, kind, text))
         conn.execute("UPDATE audit_log SET prev_hash = ?, hash = ? WHERE seq = ?",
                      (prev, entry_hash, seq))
         prev, last = entry_hash, seq
