@@ -20,7 +20,7 @@ from effectgate.bench.cli import register as register_bench
 from effectgate.core.states import State
 from effectgate.errors import EffectgateError
 from effectgate.execute.reconciler import Reconciler, ReconcileReport
-from effectgate.frontends import cli_service
+from effectgate.frontends import cli_controls, cli_service
 from effectgate.frontends.cli_service import ConfigOpt, open_ledger
 
 app = typer.Typer(help="effectgate: the boundary between an agent's proposal and its effect.",
@@ -31,6 +31,7 @@ ops_app = typer.Typer(help="Inspect ledger operations.", no_args_is_help=True)
 app.add_typer(venue_app, name="venue")
 app.add_typer(ops_app, name="ops")
 register_bench(app)
+cli_controls.register(app)
 
 console = Console()
 err = Console(stderr=True)
