@@ -93,12 +93,15 @@ def observe_proposal(tx: ControlTx, guard: DispatchGuard, *, op_key: str, finger
     cfg = guard.breaker
     # Targets are remembered only while the new-target signal is on: that keeps a lookup off
     # the hot path of classes that do not watch for it.
-    new_target = (cfg is not None and cfg.max_new_targets is not None
-                  and guard.target is not None
+    if cfg is None:
+        # No breaker watches this class: nothing to record (a breaker configured later starts
+        # with an empty window, which can only make it trip later, never wrongly).
+        return ctl
+    new_target = (cfg.max_new_targets is not None and guard.target is not None
                   and not tx.seen_target(guard.action, guard.target, now))
     tx.record_signal(guard.action, now, op_key, fingerprint,
                      None if rejected else guard.value_micros, rejected, new_target)
-    if cfg is None or ctl.breaker_open:
+    if ctl.breaker_open:
         return ctl
     stats = tx.signal_stats(guard.action, now - cfg.window, fingerprint)
     tripped: list[tuple[str, str]] = []

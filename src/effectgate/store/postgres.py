@@ -144,8 +144,8 @@ _ENTRY_COLUMNS = "op_key, action, state, venue_id, submitted_at, updated_at"
 _CLASS_ACTIVE = ("SELECT 1 FROM class_controls WHERE action = %(action)s AND (killed OR "
                  "breaker_open OR shadow OR envelope_version > 0)")
 
-# The hot path: a class with no active control and no breaker journals its row, its signal, its
-# window charge and its chained audit lines in ONE statement, which also checks (after the
+# The hot path: a class with no active control and no breaker journals its row, its window
+# charge and its chained audit lines in ONE statement, which also checks (after the
 # class's shared lock) that no control is active; if one is, nothing is written and the
 # transaction continues on the full path.
 _FAST_INSERT = f"""
@@ -161,12 +161,6 @@ ins AS (
     WHERE NOT EXISTS (SELECT 1 FROM ctl)
     ON CONFLICT DO NOTHING
     RETURNING 1
-),
-sig AS (
-    INSERT INTO control_signals (action, at, op_key, fingerprint, value_micros, rejected,
-                                 new_target)
-    SELECT %(action)s, %(now)s, %(op_key)s, %(fingerprint)s, %(signal_micros)s::bigint,
-           %(rejected)s, false FROM ins WHERE %(signal)s
 ),
 dl AS (
     INSERT INTO dispatch_log (action, at, op_key, value_micros)
@@ -450,7 +444,7 @@ class PostgresStore(PgControlsMixin):
                          guard: DispatchGuard | None = None) -> tuple[Operation, bool]:
         check_path(path)
         lane = lane_for(new.scope, new.operation_id, LANES)
-        # A configured breaker reads its windows before deciding: the full path from the start.
+        # A configured breaker records and reads its windows before deciding: the full path.
         fast = guard is None or guard.breaker is None
         final = path[-1]
         submitted_at = now if final is State.SUBMITTED else None
@@ -465,8 +459,6 @@ class PostgresStore(PgControlsMixin):
                 "action": new.action, "fingerprint": new.fingerprint, "state": final.value,
                 "intent": intent, "effect": effect, "tier": new.tier, "reason": new.reason,
                 "policy_version": new.policy_version, "now": now, "submitted_at": submitted_at,
-                "signal": guard is not None, "rejected": final is State.REJECTED,
-                "signal_micros": None if final is State.REJECTED else micros,
                 "dispatch": final is State.SUBMITTED, "value_micros": micros,
                 "approval": final is State.AWAITING_APPROVAL, "required": req[3],
                 "expires_at": req[4], "proposers": req[5],

@@ -59,7 +59,6 @@ ALTER TABLE audit_log ADD COLUMN lane integer NOT NULL DEFAULT 0;
 ALTER TABLE audit_log ADD COLUMN prev_hash text;
 ALTER TABLE audit_log ADD COLUMN hash text;
 CREATE INDEX audit_by_operation ON audit_log (scope, operation_id, seq);
-CREATE INDEX audit_by_lane ON audit_log (lane, seq);
 CREATE TABLE audit_heads (lane integer PRIMARY KEY, seq bigint NOT NULL, hash text NOT NULL);
 INSERT INTO audit_heads SELECT g, 0, '{GENESIS}' FROM generate_series(0, {LANES - 1}) g;
 CREATE TABLE class_controls (
