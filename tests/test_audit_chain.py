@@ -205,3 +205,12 @@ def test_state_is_untouched_by_verification(store: Store) -> None:
     before = store.count_by_state()
     op.verify_audit()
     assert store.count_by_state() == before and before[("submit_order", State.ACKNOWLEDGED)] == 4
+
+
+def test_a_log_that_grew_after_its_heads_were_read_verifies(store: Store) -> None:
+    """Verification on a live ledger: entries written after the heads were read are fine."""
+    fill(store)
+    heads = store.audit_heads()
+    store.append_audit("note", {"n": 1}, now=5.0)
+    store.append_audit("note", {"n": 2}, now=6.0, scope="default", operation_id="op-1")
+    assert verify_entries(store.audit_entries(limit=10_000), heads=heads).ok

@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Protocol
 
 from effectgate.core.controls import (
+    REVERSAL_CONDITIONS,
     VALUE_SCALE,
     AuthorityStep,
     ClassControls,
@@ -207,8 +208,6 @@ def apply_step(tx: ControlTx, action: str, axis: str, new: object, *,
                evidence: Mapping[str, object], reverse_on: str, operator: str,
                now: float) -> AuthorityStep:
     """Change one envelope axis as a recorded step (operator action, audited)."""
-    from effectgate.core.controls import REVERSAL_CONDITIONS
-
     clean = parse_axis_value(axis, new)
     if reverse_on not in REVERSAL_CONDITIONS:
         raise ControlError(f"unknown reversal condition {reverse_on!r}; one of: "

@@ -57,12 +57,11 @@ from effectgate.store.guard import (
     path_audit,
     shadow_request,
 )
-from effectgate.store.postgres_controls import (
+from effectgate.store.postgres_controls import PgControlsMixin, approval_request_write
+from effectgate.store.postgres_tx import (
     LANES,
     MIGRATION_CONTROLS,
-    PgControlsMixin,
     PgTx,
-    approval_request_write,
     audit_params,
     backfill_chain,
     chain_ctes,
@@ -122,7 +121,7 @@ MIGRATIONS: list[str] = [
         CONSTRAINT divergences_once UNIQUE (kind, op_key, venue_ids)
     );
     """,
-    # 2: operational controls and the hash-chained audit log (store/postgres_controls.py).
+    # 2: operational controls and the hash-chained audit log (store/postgres_tx.py).
     MIGRATION_CONTROLS,
 ]
 # Python steps that run right after a migration, in its transaction.
