@@ -156,13 +156,20 @@ class SQLiteControlTx:
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
+        # Read once per transaction: BEGIN IMMEDIATE holds the write lock, nobody else can
+        # change them before this transaction ends.
+        self._controls: dict[str, ClassControls] = {}
 
     def controls(self, action: str) -> ClassControls:
-        row = self.conn.execute(f"SELECT {_CONTROL_COLUMNS} FROM class_controls WHERE action = ?",
-                                (action,)).fetchone()
-        return _controls_from_row(action, row)
+        ctl = self._controls.get(action)
+        if ctl is None:
+            row = self.conn.execute(f"SELECT {_CONTROL_COLUMNS} FROM class_controls WHERE "
+                                    "action = ?", (action,)).fetchone()
+            ctl = self._controls[action] = _controls_from_row(action, row)
+        return ctl
 
     def save_controls(self, ctl: ClassControls, *, at: float) -> None:
+        self._controls[ctl.action] = ctl
         self.conn.execute(
             f"INSERT INTO class_controls (action, {_CONTROL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT (action) DO UPDATE SET killed = excluded.killed, "
