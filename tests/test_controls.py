@@ -191,6 +191,24 @@ class TestEnvelope:
         assert other.state is State.REJECTED and "allowlist" in (other.reason or "")
         assert world.gate.submit("submit_order", "op-ok", INTENT).state is State.ACKNOWLEDGED
 
+    def test_unmeasurable_value_is_refused_by_the_ceiling_and_held_by_exposure(
+            self, world: World) -> None:
+        """A limit that cannot be checked is not a limit: a market order has no notional.
+
+        The class policy has no value axis here, so only the envelope can refuse it."""
+        market = {**INTENT, "order_type": "market"}
+        del market["limit_price"]
+        world.gate.policy = PolicySet({"submit_order": LimitPolicy()})
+        world.operator.step("submit_order", "exposure", {"limit": "1000", "window": 60},
+                            evidence={"initial": True}, operator="alice")
+        held = world.gate.submit("submit_order", "op-m1", market)
+        assert held.state is State.VALIDATED and "cannot be measured" in (held.detail or "")
+        world.operator.step("submit_order", "max_value", "500", evidence={"initial": True},
+                            operator="alice")
+        refused = world.gate.submit("submit_order", "op-m2", market)
+        assert refused.state is State.REJECTED and "cannot be measured" in (refused.reason or "")
+        assert world.adapter.execute_calls == 0
+
     def test_rate_axis_holds_the_extra_dispatch(self, world: World) -> None:
         world.operator.step("submit_order", "rate", {"limit": 2, "interval": 60},
                             evidence={"initial": True}, operator="alice")

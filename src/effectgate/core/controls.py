@@ -177,8 +177,12 @@ class Envelope:
         """Why one action is outside the per-action axes (ceiling, allowlist), or ``None``."""
         if self.allowed_targets is not None and target not in self.allowed_targets:
             return f"target {target!r} is not on the envelope's allowlist"
-        if self.max_value is not None and value is not None and value > self.max_value:
-            return f"value {value} over the envelope's ceiling {self.max_value}"
+        if self.max_value is not None:
+            if value is None:
+                # A ceiling that cannot be checked is not a ceiling (deny by default).
+                return "the value cannot be measured, so the envelope's ceiling cannot be checked"
+            if value > self.max_value:
+                return f"value {value} over the envelope's ceiling {self.max_value}"
         return None
 
 

@@ -192,9 +192,10 @@ def dispatch_verdict(tx: ControlTx, ctl: ClassControls, guard: DispatchGuard | N
         if count + 1 > env.rate_limit:
             return (f"held: rate {env.rate_limit} per {env.rate_interval:g}s reached "
                     f"({count} dispatched)")
-    # A class without a value measure (or an unguarded move) has no exposure to charge.
-    if env.exposure_limit is not None and env.exposure_window is not None \
-            and micros is not None:
+    if env.exposure_limit is not None and env.exposure_window is not None:
+        if micros is None:
+            # An exposure window that cannot be charged is not a limit (deny by default).
+            return "held: the value cannot be measured, so the exposure window cannot be charged"
         _, used = tx.dispatch_usage(ctl.action, now - env.exposure_window)
         if used + micros > to_micros(env.exposure_limit):
             shown = (Decimal(used) / VALUE_SCALE).normalize()
