@@ -20,6 +20,7 @@ from servicekit import (
     AGENT_A,
     AGENT_B,
     CANARY,
+    OPERATOR,
     ORDER,
     VENUE_KEY_ENV,
     bearer,
@@ -116,7 +117,7 @@ class TestIdempotencyKeyMatrix:
             assert results[0].status_code == 201
             assert propose(live.url, "k-2").status_code == 200
 
-            metrics = httpx.get(f"{live.url}/metrics").text
+            metrics = httpx.get(f"{live.url}/metrics", headers=bearer(OPERATOR)).text
             assert 'effectgate_operations{action="submit_order",state="acknowledged"} 3.0' \
                 in metrics
         assert gated.effect_count == 3

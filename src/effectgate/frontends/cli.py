@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from effectgate.bench.cli import register as register_bench
@@ -250,7 +251,8 @@ def main() -> None:
     try:
         app()
     except EffectgateError as exc:
-        err.print(f"[red]error[/red] [{exc.code}] {exc.message}")
+        # escape(): "[code]" would otherwise be read as Rich markup and vanish.
+        err.print(f"[red]error[/red] {escape(f'[{exc.code}]')} {escape(exc.message)}")
         raise SystemExit(EXIT_FAILED) from None
 
 
