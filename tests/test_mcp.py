@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -237,12 +238,27 @@ class TestDuplicateKeys:
         lines = [json.dumps(init), json.dumps({"jsonrpc": "2.0",
                                                "method": "notifications/initialized"}),
                  _dup_call("op-d")]
-        proc = subprocess.run(
+        # Keep stdin open until the answer arrives: at EOF the server shuts down and would
+        # cancel a call still in flight (a race that a loaded machine loses).
+        proc = subprocess.Popen(
             [sys.executable, "-m", "effectgate", "mcp", "--config", str(config)],
-            input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60,
-            cwd=str(tmp_path), env={**os.environ, "EFFECTGATE_AGENT_TOKEN": AGENT_A},
-            check=False)
-        answers = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            cwd=str(tmp_path), env={**os.environ, "EFFECTGATE_AGENT_TOKEN": AGENT_A})
+        answers: list[dict[str, Any]] = []
+        try:
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write("\n".join(lines) + "\n")
+            proc.stdin.flush()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not any(a.get("id") == 7 for a in answers):
+                line = proc.stdout.readline()
+                if not line:
+                    break
+                if line.strip():
+                    answers.append(json.loads(line))
+        finally:
+            proc.kill()
+            proc.wait(timeout=10)
         call = next(a for a in answers if a.get("id") == 7)
         assert call["result"]["isError"] is True
         assert call["result"]["structuredContent"]["reason"] == "duplicate_key"
