@@ -34,12 +34,21 @@ def fill(store: Store) -> Operator:
     reg = default_registry()
     gate = Gate(store=store, registry=reg, adapters={"paper": PaperAdapter(PaperVenue())},
                 policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}), clock=clock)
-    for i in range(4):
+    for i in range(6):
         gate.submit("submit_order", f"op-{i}", {**INTENT, "quantity": str(i + 1)})
         clock.advance(1)
     op = Operator(store=store, registry=reg, clock=clock)
     op.kill("cancel_order", operator="alice", reason="drill")
     return op
+
+
+def _grow_one_lane(store: Store) -> list:
+    """op-1's lane, with a few more entries (an operation's trail stays in one lane)."""
+    for n in range(4):
+        store.append_audit("note", {"n": n}, now=10.0 + n, scope="default", operation_id="op-1")
+    entries = store.audit_entries(limit=10_000)
+    (lane,) = {e.lane for e in entries if e.operation_id == "op-1"}
+    return [e for e in entries if e.lane == lane]
 
 
 def sql(store: Store, statement: str, *args: object) -> None:
@@ -132,7 +141,9 @@ class TestVerify:
     def test_reorder(self, store: Store) -> None:
         """Two entries swap places (every column but seq moves)."""
         op = fill(store)
-        a, b = seqs(store)[2], seqs(store)[6]
+        # Two entries of one lane (PostgreSQL spreads operations over lanes).
+        chain = [e.seq for e in _grow_one_lane(store)]
+        a, b = chain[1], chain[-2]
         cols = "at, scope, operation_id, kind, detail, lane, prev_hash, hash"
         rows = {e.seq: e for e in store.audit_entries(limit=10_000)}
         for dst, src in ((a, rows[b]), (b, rows[a])):
@@ -170,11 +181,15 @@ class TestEvidenceBundle:
         assert result.ok and result.checked == len(bundle["entries"])
         proposed = bundle["entries"][0]
         detail = json.loads(proposed["detail_text"])
-        assert detail["state"] == "proposed" and detail["intent"]["quantity"] == "3"
+        # One entry journals the new row's whole path (one transaction, one instant).
+        assert detail["path"] == ["proposed", "validated", "submitted"]
+        assert detail["state"] == "submitted" and detail["intent"]["quantity"] == "3"
         assert detail["model"] == "example-model" and detail["harness_version"] == "0.1"
         assert detail["context_digest"] == INTENT["context_digest"]
         assert detail["decision"]["policy_version"] == "limit-1"
-        states = [json.loads(e["detail_text"]).get("state") for e in bundle["entries"]]
+        states = [s for e in bundle["entries"]
+                  for s in json.loads(e["detail_text"]).get("path", [json.loads(
+                      e["detail_text"]).get("state")])]
         assert states == ["proposed", "validated", "submitted", "acknowledged"]
         assert bundle["operation"]["venue_id"] and bundle["operation"]["state"] == "acknowledged"
 
@@ -183,7 +198,7 @@ class TestEvidenceBundle:
         op = fill(store)
         bundle = op.export_evidence("op-1")
         if tamper == "edit":
-            bundle["entries"][1]["detail_text"] = bundle["entries"][1]["detail_text"].replace(
+            bundle["entries"][0]["detail_text"] = bundle["entries"][0]["detail_text"].replace(
                 "validated", "rejected")
         elif tamper == "drop_segment":
             del bundle["segment"][1]
@@ -193,18 +208,17 @@ class TestEvidenceBundle:
 
     def test_verify_entries_needs_no_store(self, store: Store) -> None:
         fill(store)
+        middle = _grow_one_lane(store)[2]
         entries = store.audit_entries(limit=10_000)
         assert verify_entries(entries).ok
-        lane = max({e.lane for e in entries}, key=lambda n: sum(e.lane == n for e in entries))
-        middle = [e for e in entries if e.lane == lane][2]
-        assert not verify_entries([e for e in entries if e is not middle]).ok
+        assert not verify_entries([e for e in entries if e.seq != middle.seq]).ok
 
 
 def test_state_is_untouched_by_verification(store: Store) -> None:
     op = fill(store)
     before = store.count_by_state()
     op.verify_audit()
-    assert store.count_by_state() == before and before[("submit_order", State.ACKNOWLEDGED)] == 4
+    assert store.count_by_state() == before and before[("submit_order", State.ACKNOWLEDGED)] == 6
 
 
 def test_a_log_that_grew_after_its_heads_were_read_verifies(store: Store) -> None:

@@ -73,7 +73,8 @@ class TestOpsCommands:
         rows = json.loads(cli("ops", "list", "--store", url, "--json").stdout)
         assert [(r["operation_id"], r["state"]) for r in rows] == [("op-1", "acknowledged")]
         shown = json.loads(cli("ops", "show", "--store", url, "op-1").stdout)
-        assert [e["detail"]["state"] for e in shown["audit"]] == [
+        assert [s for e in shown["audit"]
+                for s in e["detail"].get("path", [e["detail"]["state"]])] == [
             "proposed", "validated", "submitted", "acknowledged"]
 
     def test_unknown_state_is_a_usage_error(self, ledger_and_venue) -> None:

@@ -53,11 +53,15 @@ GENESIS: Final = "0" * 64
 BUNDLE_FORMAT: Final = "effectgate-evidence/1"
 
 
+# json.dumps with options builds a new encoder per call; this one is reused (same output).
+_DIGEST_ENCODER: Final = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"),
+                                          allow_nan=False)
+
+
 def content_digest(lane: int, at: float, scope: str | None, operation_id: str | None,
                    kind: str, detail_text: str) -> str:
     """sha256 over the entry's content, as stored (``detail_text`` is the stored JSON text)."""
-    body = json.dumps([lane, at, scope, operation_id, kind, detail_text],
-                      ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    body = _DIGEST_ENCODER.encode([lane, at, scope, operation_id, kind, detail_text])
     return hashlib.sha256(body.encode("ascii")).hexdigest()
 
 

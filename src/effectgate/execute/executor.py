@@ -219,7 +219,12 @@ class Gate:
         crashpoint("after_venue_call")
         try:
             row = self._journal_receipt(row, receipt)
-        except (StoreError, StaleState) as exc:
+        except StaleState:
+            # The reconciler settled the row while the venue call was in flight. Its state
+            # stands (compare-and-set); the receipt is recorded beside it, and the caller gets
+            # the row as it is now, not the stale pre-call copy.
+            return self._late_receipt(row, receipt)
+        except StoreError as exc:
             # The receipt may or may not be durable; the row is uncertain either way and the
             # reconciler settles it against the venue. Never dispatch again.
             log.error("receipt for %s not journalled (%s); reconciler will settle it",
@@ -228,15 +233,32 @@ class Gate:
         crashpoint("after_receipt")
         return row
 
+    def _late_receipt(self, row: Operation, receipt: Receipt) -> Operation:
+        """A receipt that arrived after the row left ``submitted``: audit it, return the row."""
+        try:
+            self.store.append_audit("late_receipt", {
+                "outcome": receipt.outcome.value, "venue_id": receipt.venue_id,
+                "proof": receipt.proof, "detail": dict(receipt.detail)},
+                now=self.clock(), scope=row.scope, operation_id=row.operation_id)
+            current = self.store.get(row.scope, row.operation_id)
+        except StoreError as exc:
+            log.error("late receipt for %s not recorded (%s)", row.op_key, exc)
+            return row
+        log.warning("receipt for %s (%s) arrived after the row was settled as %s",
+                    row.op_key, receipt.outcome.value,
+                    current.state.value if current else "absent")
+        return current if current is not None else row
+
     def _journal_receipt(self, row: Operation, receipt: Receipt) -> Operation:
         now = self.clock()
         if receipt.outcome is Outcome.APPLIED:
             return self.store.transition(row.scope, row.operation_id, State.SUBMITTED,
-                                         State.ACKNOWLEDGED, now=now, venue_id=receipt.venue_id)
+                                         State.ACKNOWLEDGED, now=now, venue_id=receipt.venue_id,
+                                         current=row)
         if receipt.outcome is Outcome.NOT_APPLIED:
             return self.store.transition(row.scope, row.operation_id, State.SUBMITTED,
                                          State.FAILED, now=now, detail=receipt.proof,
-                                         audit={"proof": receipt.proof})
+                                         audit={"proof": receipt.proof}, current=row)
         self.store.append_audit("dispatch_outcome_unknown", dict(receipt.detail), now=now,
                                 scope=row.scope, operation_id=row.operation_id)
         return row

@@ -219,11 +219,16 @@ class Store(Protocol):
     def transition(self, scope: str, operation_id: str, expected: State, target: State, *,
                    now: float, venue_id: str | None = None, detail: str | None = None,
                    audit: Mapping[str, object] | None = None,
-                   guard: DispatchGuard | None = None) -> Operation:
+                   guard: DispatchGuard | None = None,
+                   current: Operation | None = None) -> Operation:
         """Compare-and-set ``expected -> target``; raise StaleState/OperationNotFound otherwise.
 
         A move to ``submitted`` checks the controls in the same transaction: the row may come
         back ``shadowed``, or still ``validated`` (held, ``detail`` says why).
+
+        ``current``: the caller's copy of the row (as it was at ``expected``). When given, the
+        returned row is built from it plus the columns the update changed, instead of reading
+        back and decoding the snapshot (the receipt path: the gate already holds the row).
         """
 
     def get(self, scope: str, operation_id: str) -> Operation | None: ...

@@ -174,7 +174,8 @@ apr AS (
 SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM ctl)
 """
 
-_FAST_TRANSITION = f"""
+def _fast_transition_sql(returning: str) -> str:
+    return f"""
 WITH RECURSIVE
 upd AS (
     UPDATE operations SET state = %(target)s, updated_at = %(now)s, version = version + 1,
@@ -182,11 +183,17 @@ upd AS (
         submitted_at = coalesce(%(submitted_at)s, submitted_at),
         lease_owner = NULL, lease_until = NULL
     WHERE scope = %(scope)s AND operation_id = %(operation_id)s AND state = %(expected)s
-    RETURNING {_OP_COLUMNS}
+    RETURNING {returning}
 ),
 {chain_ctes("upd")}
-SELECT {_OP_COLUMNS} FROM upd
+SELECT {returning} FROM upd
 """
+
+
+_FAST_TRANSITION = _fast_transition_sql(_OP_COLUMNS)
+# When the caller holds the row (the receipt path), only what the update changed comes back.
+_CHANGED_COLUMNS = "version, venue_id, detail, submitted_at"
+_FAST_TRANSITION_CHANGED = _fast_transition_sql(_CHANGED_COLUMNS)
 
 
 _TRANSITION_ROW = f"""
@@ -538,7 +545,8 @@ class PostgresStore(PgControlsMixin):
     def transition(self, scope: str, operation_id: str, expected: State, target: State, *,
                    now: float, venue_id: str | None = None, detail: str | None = None,
                    audit: Mapping[str, object] | None = None,
-                   guard: DispatchGuard | None = None) -> Operation:
+                   guard: DispatchGuard | None = None,
+                   current: Operation | None = None) -> Operation:
         target = check_transition(expected, target)
         event: dict[str, object] = {"from": expected.value, "state": target.value}
         if venue_id is not None:
@@ -560,8 +568,10 @@ class PostgresStore(PgControlsMixin):
                 action = known.action
         lane = lane_for(scope, operation_id, LANES)
         if target is not State.SUBMITTED:
+            known = current if (current is not None and current.scope == scope
+                                and current.operation_id == operation_id) else None
             return self._fast_transition(scope, operation_id, expected, target, lane, now,
-                                         venue_id, detail, event)
+                                         venue_id, detail, event, known)
         holder: dict[str, PgTx] = {}
 
         def first(conn: Conn) -> Cur:
@@ -620,7 +630,7 @@ class PostgresStore(PgControlsMixin):
 
     def _fast_transition(self, scope: str, operation_id: str, expected: State, target: State,
                          lane: int, now: float, venue_id: str | None, detail: str | None,
-                         event: dict[str, object]) -> Operation:
+                         event: dict[str, object], known: Operation | None) -> Operation:
         """Compare-and-set plus its chained audit line in one statement (the receipt path)."""
         params = {
             "target": target.value, "now": now, "venue_id": venue_id, "detail": detail,
@@ -632,12 +642,17 @@ class PostgresStore(PgControlsMixin):
         def then(conn: Conn, cur: Cur) -> Operation | State | None:
             row = cur.fetchone()
             if row is not None:
-                return _row_to_operation(row)
+                if known is None:
+                    return _row_to_operation(row)
+                return replace(known, state=target, updated_at=now, version=row[0],
+                               venue_id=row[1], detail=row[2], submitted_at=row[3],
+                               replayed=False)
             current = conn.execute("SELECT state FROM operations WHERE scope = %s AND "
                                    "operation_id = %s", (scope, operation_id)).fetchone()
             return None if current is None else State(current[0])
 
-        outcome = self._write(lambda conn: conn.execute(_FAST_TRANSITION, params), then,
+        query = _FAST_TRANSITION if known is None else _FAST_TRANSITION_CHANGED
+        outcome = self._write(lambda conn: conn.execute(query, params), then,
                               f"transition {scope}:{operation_id}")
         if isinstance(outcome, Operation):
             return outcome

@@ -11,13 +11,13 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import replace
 from typing import Any
 
 from effectgate.core.controls import DispatchGuard
 from effectgate.core.states import State, check_transition
-from effectgate.errors import OperationNotFound, StaleState, StoreError
+from effectgate.errors import IndeterminateCommit, OperationNotFound, StaleState, StoreError
 from effectgate.store.base import (
     AuditEvent,
     Divergence,
@@ -36,11 +36,15 @@ from effectgate.store.guard import (
     shadow_request,
 )
 from effectgate.store.sqlite_controls import (
+    CONTROL_COLUMNS,
     MIGRATION_CONTROLS,
+    MIGRATION_HEAD_TRIGGER,
     SQLiteControlsMixin,
     SQLiteControlTx,
     backfill_chain,
     chained_audit,
+    controls_from_row,
+    register_chain_function,
     request_approval,
 )
 
@@ -81,13 +85,85 @@ MIGRATIONS: list[str] = [
     """,
     # 2: operational controls and the hash-chained audit log (store/sqlite_controls.py).
     MIGRATION_CONTROLS,
+    # 3: no AUTOINCREMENT on the two tables the hot path appends to. Their keys are assigned
+    # by us (audit seq = chain head + 1) or never referenced (dispatch_log.id), and
+    # AUTOINCREMENT rewrote a `sqlite_sequence` row (one more page per commit) on every insert.
+    # SQLite cannot drop it in place: rebuild, copy, swap, re-index. (The audit head trigger
+    # is created right after, in _AFTER_MIGRATION.)
+    """
+    CREATE TABLE audit_log_v3 (
+        seq INTEGER PRIMARY KEY,
+        at REAL NOT NULL, scope TEXT, operation_id TEXT,
+        kind TEXT NOT NULL, detail TEXT NOT NULL,
+        lane INTEGER NOT NULL DEFAULT 0, prev_hash TEXT, hash TEXT
+    );
+    INSERT INTO audit_log_v3 (seq, at, scope, operation_id, kind, detail, lane, prev_hash, hash)
+        SELECT seq, at, scope, operation_id, kind, detail, lane, prev_hash, hash FROM audit_log;
+    DROP TABLE audit_log;
+    ALTER TABLE audit_log_v3 RENAME TO audit_log;
+    CREATE INDEX audit_by_operation ON audit_log (scope, operation_id, seq);
+    -- dispatch_log is only ever read by (action, at) window: clustered on that key, one
+    -- B-tree instead of a table plus an index (one page less per journal commit). A row is
+    -- dispatched once, so (action, at, op_key) is unique.
+    CREATE TABLE dispatch_log_v3 (
+        action TEXT NOT NULL, at REAL NOT NULL, op_key TEXT NOT NULL, value_micros INTEGER,
+        PRIMARY KEY (action, at, op_key)
+    ) WITHOUT ROWID;
+    INSERT OR IGNORE INTO dispatch_log_v3 SELECT action, at, op_key, value_micros
+        FROM dispatch_log;
+    DROP TABLE dispatch_log;
+    ALTER TABLE dispatch_log_v3 RENAME TO dispatch_log
+    """,
 ]
+
+
+def _head_trigger(conn: sqlite3.Connection) -> None:
+    # Migration 3, continued: the audit head advances in the statement that appends an
+    # entry (one statement per entry instead of three). Its body holds ';', so it is not
+    # part of the ';'-split script above.
+    conn.execute(MIGRATION_HEAD_TRIGGER)
+
+
 # Python steps that run right after a migration, in its transaction.
-_AFTER_MIGRATION = {2: backfill_chain}
+_AFTER_MIGRATION = {2: backfill_chain, 3: _head_trigger}
 
 _OP_COLUMNS = ("scope, operation_id, action, fingerprint, state, intent, effect, tier, reason, "
                "policy_version, venue_id, detail, created_at, updated_at, submitted_at, version")
 _ENTRY_COLUMNS = "op_key, action, state, venue_id, submitted_at, updated_at"
+
+# The compare-and-set. It hands back only what it changed: the caller (or the same
+# transaction's read) already holds the snapshot, so nothing is re-read or re-decoded.
+_CAS = ("UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
+        "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), "
+        "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, lease_until = NULL "
+        "WHERE scope = ? AND operation_id = ? AND state = ? "
+        "RETURNING version, venue_id, detail, submitted_at")
+_INSERT = ("INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
+           "intent, effect, tier, reason, policy_version, detail, created_at, updated_at, "
+           "submitted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+_SELECT = f"SELECT {_OP_COLUMNS} FROM operations WHERE scope = ? AND operation_id = ?"
+# The journal's first read: the row if it exists and, beside it, the class's controls (which
+# the controls checks would read next), in one statement.
+_SELECT_WITH_CONTROLS = (
+    "SELECT " + ", ".join(f"o.{c.strip()}" for c in _OP_COLUMNS.split(",")) + ", c.action, "
+    + ", ".join(f"c.{c.strip()}" for c in CONTROL_COLUMNS.split(","))
+    + " FROM (SELECT 1) LEFT JOIN operations o ON o.scope = ? AND o.operation_id = ? "
+    "LEFT JOIN class_controls c ON c.action = ?")
+_N_OP = len(_OP_COLUMNS.split(","))
+# SQLite result codes that mean "another writer holds the lock": nothing was written.
+_BUSY = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
+
+
+def _store_error(what: str, exc: sqlite3.Error) -> StoreError:
+    """A ``sqlite3`` error as the store's own (one exception tree for callers)."""
+    return StoreError(f"{what}: {type(exc).__name__}: {exc}")
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Leave the shared connection outside any transaction, whatever happened to it."""
+    if conn.in_transaction:
+        with suppress(sqlite3.Error):  # SQLite may already have rolled it back itself
+            conn.execute("ROLLBACK")
 
 
 def _row_to_operation(row: Sequence[Any]) -> Operation:
@@ -106,8 +182,7 @@ def _row_to_entry(row: Sequence[Any]) -> LedgerEntry:
 # --- inner functions: take a connection, run SQL, own no transaction ---------------------------
 
 def _select(conn: sqlite3.Connection, scope: str, operation_id: str) -> Operation | None:
-    row = conn.execute(f"SELECT {_OP_COLUMNS} FROM operations WHERE scope = ? AND operation_id = ?",
-                       (scope, operation_id)).fetchone()
+    row = conn.execute(_SELECT, (scope, operation_id)).fetchone()
     return None if row is None else _row_to_operation(row)
 
 
@@ -129,14 +204,18 @@ class SQLiteStore(SQLiteControlsMixin):
             raise StoreError(f"synchronous must be FULL, EXTRA, NORMAL or OFF, not {synchronous!r}")
         self.path = path
         self._lock = threading.RLock()
-        # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes the
-        # write lock up front instead of failing to upgrade it half-way through.
-        self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                                     timeout=busy_timeout_ms / 1000)
-        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        if path != ":memory:":
-            self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+        try:
+            # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes
+            # the write lock up front instead of failing to upgrade it half-way through.
+            self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                         timeout=busy_timeout_ms / 1000)
+            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            if path != ":memory:":
+                self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
+            register_chain_function(self._conn)
+        except sqlite3.Error as exc:
+            raise _store_error(f"cannot open SQLite ledger {path!r}", exc) from exc
         if migrate:
             self.migrate()
 
@@ -145,20 +224,46 @@ class SQLiteStore(SQLiteControlsMixin):
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction; every ``sqlite3`` error leaves as StoreError.
+
+        Before COMMIT nothing is durable: an error rolls back and is a :class:`StoreError`
+        (nothing written). A COMMIT that fails is rolled back too, so the shared connection is
+        never left inside a transaction; if it failed because another writer held the lock,
+        nothing was written (StoreError), otherwise (an I/O error while the WAL frames were
+        being written) the commit may have reached the file: :class:`IndeterminateCommit`.
+        """
         with self._lock:
             conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                _rollback(conn)
+                raise _store_error("cannot begin a write transaction, nothing written",
+                                   exc) from exc
             try:
                 yield conn
+            except sqlite3.Error as exc:
+                _rollback(conn)
+                raise _store_error("write failed before commit, nothing written", exc) from exc
             except BaseException:
-                conn.execute("ROLLBACK")
+                _rollback(conn)
                 raise
-            conn.execute("COMMIT")
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _rollback(conn)
+                if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF in _BUSY:
+                    raise _store_error("COMMIT refused, nothing written", exc) from exc
+                raise IndeterminateCommit(f"COMMIT failed; the write may or may not be durable "
+                                          f"({type(exc).__name__}: {exc})") from exc
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            yield self._conn
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise _store_error("read failed", exc) from exc
 
     # --- schema -------------------------------------------------------------------------------
 
@@ -190,12 +295,16 @@ class SQLiteStore(SQLiteControlsMixin):
                          guard: DispatchGuard | None = None) -> tuple[Operation, bool]:
         check_path(path)
         with self._tx() as conn:
-            existing = _select(conn, new.scope, new.operation_id)
+            both = conn.execute(_SELECT_WITH_CONTROLS,
+                                (new.scope, new.operation_id, new.action)).fetchone()
+            existing = None if both[0] is None else _row_to_operation(both[:_N_OP])
             if existing is None:
                 # BEGIN IMMEDIATE holds the write lock: nobody can insert between the read
                 # above and the insert below, and the controls are read under the same lock.
-                new, steps, held = guard_new_row(SQLiteControlTx(conn), new, list(path), guard,
-                                                 now=now)
+                tx = SQLiteControlTx(conn)
+                tx.seed(controls_from_row(new.action, None if both[_N_OP] is None
+                                          else both[_N_OP + 1:]))
+                new, steps, held = guard_new_row(tx, new, list(path), guard, now=now)
                 return self._insert_new(conn, new, steps, held, now, audit, guard), True
         if existing.fingerprint != new.fingerprint:
             err = conflict(existing, new.fingerprint)
@@ -211,9 +320,7 @@ class SQLiteStore(SQLiteControlsMixin):
         final = path[-1]
         submitted_at = now if final is State.SUBMITTED else None
         conn.execute(
-            "INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
-            "intent, effect, tier, reason, policy_version, detail, created_at, updated_at, "
-            "submitted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            _INSERT,
             (new.scope, new.operation_id, new.op_key, new.action, new.fingerprint,
              final.value, dumps(new.intent), dumps(new.effect), new.tier, new.reason,
              new.policy_version, held, now, now, submitted_at))
@@ -232,28 +339,31 @@ class SQLiteStore(SQLiteControlsMixin):
     def transition(self, scope: str, operation_id: str, expected: State, target: State, *,
                    now: float, venue_id: str | None = None, detail: str | None = None,
                    audit: Mapping[str, object] | None = None,
-                   guard: DispatchGuard | None = None) -> Operation:
+                   guard: DispatchGuard | None = None,
+                   current: Operation | None = None) -> Operation:
         target = check_transition(expected, target)
         submitted_at = now if target is State.SUBMITTED else None
+        known = current if (current is not None and current.scope == scope
+                            and current.operation_id == operation_id) else None
         with self._tx() as conn:
             if target is State.SUBMITTED:
                 # The kill switch, breaker, shadow flag and envelope are read in the very
                 # transaction that would write `submitted` (invariant 7).
-                current = _select(conn, scope, operation_id)
-                if current is None:
+                known = _select(conn, scope, operation_id)
+                if known is None:
                     raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
-                if current.state is not expected:
-                    raise StaleState(f"operation {operation_id!r} is {current.state.value!r}, "
+                if known.state is not expected:
+                    raise StaleState(f"operation {operation_id!r} is {known.state.value!r}, "
                                      f"not {expected.value!r}")
                 tx = SQLiteControlTx(conn)
-                verdict = dispatch_verdict(tx, tx.controls(current.action), guard, now=now,
-                                           op_key=current.op_key)
+                verdict = dispatch_verdict(tx, tx.controls(known.action), guard, now=now,
+                                           op_key=known.op_key)
                 if verdict == SHADOW:
                     target, submitted_at = State.SHADOWED, None
-                    request = shadow_request(current.op_key, current.action, current.effect)
-                    tx.record_shadow(scope, operation_id, current.action,
+                    request = shadow_request(known.op_key, known.action, known.effect)
+                    tx.record_shadow(scope, operation_id, known.action,
                                      (guard.correlation_id if guard else None) or operation_id,
-                                     request, current.fingerprint, now)
+                                     request, known.fingerprint, now)
                     audit = {**(audit or {}), "request": request}
                     if guard is not None:
                         guard.report.shadowed = True
@@ -263,24 +373,16 @@ class SQLiteStore(SQLiteControlsMixin):
                     conn.execute("UPDATE operations SET detail = ?, updated_at = ? WHERE scope = ? "
                                  "AND operation_id = ?", (verdict, now, scope, operation_id))
                     _audit(conn, now, scope, operation_id, "dispatch_held", {"reason": verdict})
-                    return replace(current, detail=verdict, updated_at=now)
-            cur = conn.execute(
-                "UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
-                "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), "
-                "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, lease_until = NULL "
-                f"WHERE scope = ? AND operation_id = ? AND state = ? RETURNING {_OP_COLUMNS}",
-                (target.value, now, venue_id, detail, submitted_at, scope, operation_id,
-                 expected.value))
-            # RETURNING hands back the updated row: no second statement on the hot path.
+                    return replace(known, detail=verdict, updated_at=now)
             # fetchall() runs the UPDATE to completion before COMMIT.
-            updated = cur.fetchall()
-            if len(updated) != 1:
+            changed = conn.execute(_CAS, (target.value, now, venue_id, detail, submitted_at,
+                                          scope, operation_id, expected.value)).fetchall()
+            if len(changed) != 1:
                 row = _select(conn, scope, operation_id)
                 if row is None:
                     raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
                 raise StaleState(f"operation {operation_id!r} is {row.state.value!r}, "
                                  f"not {expected.value!r}")
-            row = _row_to_operation(updated[0])
             event: dict[str, object] = {"from": expected.value, "state": target.value}
             if venue_id is not None:
                 event["venue_id"] = venue_id
@@ -289,9 +391,15 @@ class SQLiteStore(SQLiteControlsMixin):
             if audit:
                 event.update(audit)
             _audit(conn, now, scope, operation_id, "transition", event)
-        if row is None:  # unreachable: the update matched the row inside this transaction
-            raise StoreError("row vanished inside its own transaction")
-        return row
+            if known is None:
+                # No copy of the row to build on: read it back, inside the transaction.
+                known = _select(conn, scope, operation_id)
+                if known is None:  # unreachable: updated inside this transaction
+                    raise StoreError("row vanished inside its own transaction")
+                return known
+        version, venue, text, sub_at = changed[0]
+        return replace(known, state=target, updated_at=now, version=version, venue_id=venue,
+                       detail=text, submitted_at=sub_at, replayed=False)
 
     def _move(self, conn: sqlite3.Connection, row: Operation, target: State, now: float,
               detail: str | None, audit: Mapping[str, object]) -> Operation:
@@ -379,15 +487,21 @@ class SQLiteStore(SQLiteControlsMixin):
             cur = conn.execute(
                 "INSERT INTO locks (name, holder, expires_at) VALUES ('sweep', ?, ?) "
                 "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
-                "expires_at = excluded.expires_at WHERE locks.expires_at < ? "
-                "OR locks.holder = excluded.holder", (holder, now + ttl, now))
+                "expires_at = excluded.expires_at WHERE locks.expires_at < ?",
+                (holder, now + ttl, now))
+            # Not re-entrant, not even for the same holder: two sweeps of one service (the
+            # standing reconciler and an admin "reconcile now") must not run at once, and the
+            # first to finish would otherwise delete the lock the other still relies on.
             acquired = cur.rowcount == 1
         try:
             yield acquired
         finally:
             if acquired:
                 with self._tx() as conn:
-                    conn.execute("DELETE FROM locks WHERE name = 'sweep' AND holder = ?", (holder,))
+                    # Only this acquisition's lock: if it expired and was taken over
+                    # meanwhile, the new holder's row (another expiry) stays.
+                    conn.execute("DELETE FROM locks WHERE name = 'sweep' AND holder = ? "
+                                 "AND expires_at = ?", (holder, now + ttl))
 
     def sweep_lock(self, holder: str, *, now: float, ttl: float) -> AbstractContextManager[bool]:
         return self._sweep_lock(holder, now, ttl)

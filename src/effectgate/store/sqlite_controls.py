@@ -34,7 +34,8 @@ from effectgate.errors import ApprovalError, OperationNotFound
 from effectgate.store.base import Operation, dumps
 from effectgate.store.guard import SignalStats, apply_step
 
-__all__ = ["MIGRATION_CONTROLS", "SQLiteControlsMixin", "chained_audit", "request_approval"]
+__all__ = ["MIGRATION_CONTROLS", "MIGRATION_HEAD_TRIGGER", "SQLiteControlsMixin",
+           "chained_audit", "controls_from_row", "register_chain_function", "request_approval"]
 
 MIGRATION_CONTROLS = """
 ALTER TABLE audit_log ADD COLUMN lane INTEGER NOT NULL DEFAULT 0;
@@ -101,19 +102,39 @@ CREATE TABLE alerts (
 _CHAIN_COLUMNS = "seq, lane, at, scope, operation_id, kind, detail, prev_hash, hash"
 
 
+#: The SQL function the chained insert calls: ``sha256(prev_hash || digest)`` in Python
+#: (:func:`effectgate.audit.chain_hash`), registered on every store connection.
+CHAIN_FUNCTION = "effectgate_chain_hash"
+
+# One statement per entry: it reads the lane's head, links the entry to it (the digest is
+# computed beforehand, the link by CHAIN_FUNCTION) and inserts it; the `audit_head_advance`
+# trigger (migration 3) moves the head in the same statement. BEGIN IMMEDIATE holds the write
+# lock, so no other writer can move the head between the read and the insert.
+_CHAINED_INSERT = (
+    "INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, prev_hash, hash) "
+    "SELECT coalesce(h.seq, 0) + 1, ?, ?, ?, ?, ?, 0, coalesce(h.hash, ?), "
+    f"{CHAIN_FUNCTION}(coalesce(h.hash, ?), ?) FROM (SELECT 0 AS lane) l "
+    "LEFT JOIN audit_heads h ON h.lane = l.lane")
+
+MIGRATION_HEAD_TRIGGER = """
+CREATE TRIGGER audit_head_advance AFTER INSERT ON audit_log BEGIN
+    INSERT INTO audit_heads (lane, seq, hash) VALUES (NEW.lane, NEW.seq, NEW.hash)
+    ON CONFLICT (lane) DO UPDATE SET seq = excluded.seq, hash = excluded.hash
+    WHERE excluded.seq > audit_heads.seq;
+END
+"""
+
+
+def register_chain_function(conn: sqlite3.Connection) -> None:
+    conn.create_function(CHAIN_FUNCTION, 2, chain_hash, deterministic=True)
+
+
 def chained_audit(conn: sqlite3.Connection, now: float, scope: str | None,
                   operation_id: str | None, kind: str, detail: Mapping[str, object]) -> None:
     """Append one audit entry linked to the chain head (lane 0), in the caller's transaction."""
     at, text = float(now), dumps(detail)
-    head = conn.execute("SELECT seq, hash FROM audit_heads WHERE lane = 0").fetchone()
-    seq, prev = (int(head[0]) + 1, str(head[1])) if head else (1, GENESIS)
     digest = content_digest(0, at, scope, operation_id, kind, text)
-    entry_hash = chain_hash(prev, digest)
-    conn.execute("INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, "
-                 "prev_hash, hash) VALUES (?,?,?,?,?,?,0,?,?)",
-                 (seq, at, scope, operation_id, kind, text, prev, entry_hash))
-    conn.execute("INSERT INTO audit_heads (lane, seq, hash) VALUES (0, ?, ?) ON CONFLICT (lane) "
-                 "DO UPDATE SET seq = excluded.seq, hash = excluded.hash", (seq, entry_hash))
+    conn.execute(_CHAINED_INSERT, (at, scope, operation_id, kind, text, GENESIS, GENESIS, digest))
 
 
 def backfill_chain(conn: sqlite3.Connection) -> None:
@@ -130,7 +151,7 @@ def backfill_chain(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO audit_heads VALUES (0, ?, ?)", (last, prev))
 
 
-def _controls_from_row(action: str, row: Sequence[Any] | None) -> ClassControls:
+def controls_from_row(action: str, row: Sequence[Any] | None) -> ClassControls:
     if row is None:
         return ClassControls(action=action)
     return ClassControls(action=action, killed=bool(row[0]), kill_reason=row[1],
@@ -145,8 +166,9 @@ def _step_from_row(r: Sequence[Any]) -> AuthorityStep:
                          operator=r[7], at=r[8], kind=r[9], reverses=r[10], active=bool(r[11]))
 
 
-_CONTROL_COLUMNS = ("killed, kill_reason, breaker_open, breaker_reason, shadow, envelope, "
-                    "envelope_version, updated_by, updated_at")
+CONTROL_COLUMNS = ("killed, kill_reason, breaker_open, breaker_reason, shadow, envelope, "
+                   "envelope_version, updated_by, updated_at")
+_CONTROL_COLUMNS = CONTROL_COLUMNS
 _STEP_COLUMNS = ("id, action, axis, old, new, evidence, reverse_on, operator, at, kind, "
                  "reverses, active")
 
@@ -160,12 +182,16 @@ class SQLiteControlTx:
         # change them before this transaction ends.
         self._controls: dict[str, ClassControls] = {}
 
+    def seed(self, ctl: ClassControls) -> None:
+        """Controls this transaction already read (with the row, in one statement)."""
+        self._controls[ctl.action] = ctl
+
     def controls(self, action: str) -> ClassControls:
         ctl = self._controls.get(action)
         if ctl is None:
             row = self.conn.execute(f"SELECT {_CONTROL_COLUMNS} FROM class_controls WHERE "
                                     "action = ?", (action,)).fetchone()
-            ctl = self._controls[action] = _controls_from_row(action, row)
+            ctl = self._controls[action] = controls_from_row(action, row)
         return ctl
 
     def save_controls(self, ctl: ClassControls, *, at: float) -> None:
@@ -286,7 +312,7 @@ class SQLiteControlsMixin:
         with self._read() as conn:
             rows = conn.execute(f"SELECT action, {_CONTROL_COLUMNS} FROM class_controls "
                                 "ORDER BY action").fetchall()
-        return [_controls_from_row(r[0], r[1:]) for r in rows]
+        return [controls_from_row(r[0], r[1:]) for r in rows]
 
     def _change_controls(self, action: str, *, operator: str, now: float, kind: str,
                          detail: Mapping[str, object], reset_signals: bool = False,
