@@ -43,6 +43,7 @@ from effectgate.store.sqlite_controls import (
     chained_audit,
     request_approval,
 )
+from effectgate.store.sqlite_reads import SQLiteReadsMixin
 
 __all__ = ["SQLiteStore"]
 
@@ -116,7 +117,7 @@ def _audit(conn: sqlite3.Connection, now: float, scope: str | None, operation_id
     chained_audit(conn, now, scope, operation_id, kind, detail)
 
 
-class SQLiteStore(SQLiteControlsMixin):
+class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
     """The :class:`~effectgate.store.base.Store` on one SQLite file.
 
     ``synchronous`` is ``FULL`` by default: a commit that returned survives power loss. ``NORMAL``
