@@ -48,7 +48,7 @@ __all__ = [
 
 _NAME = r"[a-z][a-z0-9_-]{0,63}"
 _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
-_TOKEN_NAME = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}"
+_CALLER_NAME = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}"
 _SECRET_KEYS = ("credential", "api_key", "apikey", "password", "secret", "token", "key")
 ADAPTER_KINDS = ("http", "paper", "python")
 
@@ -403,9 +403,9 @@ def _policy(sec: Section) -> LimitPolicy:
 
 
 def _token(name: str, sec: Section) -> TokenConfig:
-    if not re.fullmatch(_TOKEN_NAME, name):
+    if not re.fullmatch(_CALLER_NAME, name):
         # The name is the caller's identity in the audit log (proposer, approver, operator).
-        sec.fail(None, f"token name must match {_TOKEN_NAME}")
+        sec.fail(None, f"token name must match {_CALLER_NAME}")
     if sec.has("token") or sec.has("value"):
         sec.fail("token" if sec.has("token") else "value",
                  "plaintext tokens never go in the config file; store sha256 = \"<hex>\" "
