@@ -89,3 +89,41 @@ class TestProgress:
         rec.progress = seen.append
         rec.sweep()
         assert seen == [4, 8, 10]
+
+
+class TestLiveTraffic:
+    def test_actions_during_a_sweep_raise_no_false_alarms(self, store: Store) -> None:
+        """Invariant 5 without crying wolf: rows journalled or dispatched after the sweep read
+        their ledger page are judged as they stand now, not reported as orphans or
+        ledger-says-<state>."""
+        from effectgate.execute.adapter import VenueRecord
+
+        gate, venue, _, _, clock = build(store, page_size=100)
+        gate.submit("submit_order", "op-a", EXAMPLE_ORDER)
+        gate.propose("submit_order", "op-c", EXAMPLE_ORDER)  # validated, not yet sent
+
+        class Racing(PaperAdapter):
+            fired = False
+
+            def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
+                if not Racing.fired:  # the ledger page is already read: traffic lands now
+                    Racing.fired = True
+                    gate.submit("submit_order", "op-b", EXAMPLE_ORDER)
+                    gate.dispatch("op-c")
+                return super().records(after, limit)
+
+        rec = Reconciler(store=store, registry=default_registry(),
+                         adapters={"paper": Racing(venue)}, clock=clock, page_size=100)
+        report = rec.sweep()
+        assert Racing.fired and report.new_divergences == []
+        assert store.list_divergences() == []
+        assert gate.get("op-b").state is State.ACKNOWLEDGED
+        assert gate.get("op-c").state is State.ACKNOWLEDGED
+
+    def test_a_real_orphan_is_still_reported_after_the_recheck(self, store: Store) -> None:
+        gate, venue, rec, _, _ = build(store, page_size=100)
+        gate.submit("submit_order", "op-a", EXAMPLE_ORDER)
+        venue.inject_record("default:op-ghost")
+        venue.inject_record("not-a-ledger-key")
+        kinds = sorted((d[0], d[1]) for d in rec.sweep().new_divergences)
+        assert kinds == [("orphan", "default:op-ghost"), ("orphan", "not-a-ledger-key")]

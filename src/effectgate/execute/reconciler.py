@@ -159,7 +159,7 @@ class Reconciler:
             key, records = group[0], [r.venue_id for r in group[1]]
             report.venue_records += len(records)
             if entry is None or entry.op_key > key:
-                self._diverge("orphan", key, records, None, report)
+                self._unmatched(key, records, report)
             else:
                 report.ledger_rows += 1
                 self._present(entry, records, report)
@@ -195,8 +195,36 @@ class Reconciler:
             self._move(entry, State.ACKNOWLEDGED, report, "confirmed", venue_id=venue_ids[0])
             report.confirmed += 1
         elif entry.state is not State.ACKNOWLEDGED or entry.venue_id != venue_ids[0]:
+            fresh = self._fresh(entry.op_key)
+            if fresh is not None and fresh.state is not entry.state:
+                # The row moved after its page was read (dispatched, receipted): judge the
+                # row as it is now, not the snapshot, or live traffic raises false alarms.
+                self._present(fresh, venue_ids, report)
+                return
             self._diverge(f"ledger-says-{entry.state.value}", entry.op_key, venue_ids,
                           entry.state.value, report)
+
+    def _unmatched(self, key: str, venue_ids: list[str], report: ReconcileReport) -> None:
+        """Venue records whose key the ledger page did not hold: an orphan, or a row too new."""
+        fresh = self._fresh(key)
+        if fresh is None:
+            self._diverge("orphan", key, venue_ids, None, report)
+            return
+        # Journalled (always before the venue call) after the sweep read that ledger page.
+        report.ledger_rows += 1
+        self._present(fresh, venue_ids, report)
+
+    def _fresh(self, op_key: str) -> LedgerEntry | None:
+        """The row under ``op_key`` as it stands now (None: no row, or not a ledger key)."""
+        scope, sep, operation_id = op_key.partition(":")
+        if not sep:
+            return None
+        row = self.store.get(scope, operation_id)
+        if row is None:
+            return None
+        return LedgerEntry(op_key=row.op_key, action=row.action, state=row.state,
+                           venue_id=row.venue_id, submitted_at=row.submitted_at,
+                           updated_at=row.updated_at)
 
     # --- repair (probe) -------------------------------------------------------------------
 
