@@ -40,7 +40,7 @@ def test_no_server_errors_on_any_operation(live: str) -> None:
     """OpenAPI published and honest enough that generated requests never produce a 5xx."""
     schema = schemathesis.openapi.from_url(f"{live}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) >= 8
+    assert len(operations) >= 30  # agent, health, metrics, admin ledger and controls
     for operation in operations:
         run_operation(live, operation, OPERATOR if "/admin/" in operation.path else AGENT_A)
 

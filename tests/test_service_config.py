@@ -219,3 +219,58 @@ class TestCli:
         assert json.loads(rec.output)["new_divergences"][0][0] == "missing-at-venue"
         both = runner.invoke(app, ["divergences", "--config", str(config), "--store", "x"])
         assert both.exit_code == 2
+
+
+class TestControlsConfig:
+    BREAKER = ('\n[controls.submit_order]\nwindow = 120\nmax_rejection_rate = 0.5\n'
+               'min_samples = 4\nmax_window_value = "5000"\nmax_repeats = 3\n'
+               'max_new_targets = 2\n')
+
+    def test_breakers_approvals_and_alerts_reach_the_config(self) -> None:
+        """Invariant 7: breaker thresholds are operator configuration, read at start-up."""
+        cfg = parse_config(GOOD + self.BREAKER + '\n[approvals]\nmulti_approvers = 3\nttl = 600\n'
+                           '\n[alerts]\nwebhook = "http://127.0.0.1:9/hook"\ntimeout = 2\n',
+                           "svc.toml")
+        b = cfg.breakers["submit_order"]
+        assert (b.window, b.max_rejection_rate, b.min_samples, str(b.max_value), b.max_repeats,
+                b.max_new_targets) == (120.0, 0.5, 4, "5000", 3, 2)
+        assert cfg.approvals.multi_approvers == 3 and cfg.approvals.ttl == 600.0
+        assert cfg.alerts.webhook == "http://127.0.0.1:9/hook" and cfg.alerts.timeout == 2.0
+
+    def test_service_gate_gets_the_breakers(self) -> None:
+        cfg = parse_config(GOOD + self.BREAKER, "svc.toml")
+        svc = Service(cfg)
+        try:
+            assert svc.gate.breakers == cfg.breakers and svc.gate.approvals == cfg.approvals
+            assert svc.reconciler.alerts is svc.alerts is svc.gate.alerts
+        finally:
+            svc.close()
+
+    @pytest.mark.parametrize(("extra", "needles"), [
+        ('\n[controls.launch_rocket]\nmax_repeats = 1\n',
+         ("controls.launch_rocket", "no action class named 'launch_rocket'")),
+        ('\n[controls.cancel_order]\nmax_window_value = "10"\n',
+         ("controls.cancel_order.max_window_value", "no value measure")),
+        ('\n[controls.submit_order]\nmax_rejection_rate = 1.5\n',
+         ("controls.submit_order.max_rejection_rate", "[0, 1)")),
+        ('\n[controls.submit_order]\nmax_repeats = -1\n',
+         ("controls.submit_order.max_repeats", ">= 0")),
+        ('\n[controls.submit_order]\nmax_window_value = "lots"\n',
+         ("controls.submit_order.max_window_value", "not a decimal")),
+        ('\n[controls.submit_order]\nwindow = 60\n', ("at least one of",)),
+        ('\n[controls.submit_order]\nmax_repeats = 1\nmax_repeat = 2\n',
+         ("controls.submit_order.max_repeat", "unknown key")),
+        ('\n[approvals]\nmulti_approvers = 1\n', ("approvals.multi_approvers",)),
+        ('\n[alerts]\nwebhook = "ftp://x"\n', ("alerts.webhook", "not an http(s) URL")),
+        ('\n[alerts]\nwebhook = "http://u:pw@127.0.0.1/h"\n', ("alerts.webhook", "credentials")),
+    ])
+    def test_bad_controls_config_names_key_and_line(self, extra: str,
+                                                    needles: tuple[str, ...]) -> None:
+        """Bad operator input at start-up: the error names the key and its line."""
+        text = GOOD + extra
+        message = fails(text, *needles)
+        assert message.startswith("svc.toml:") and message.split(":")[1].strip().isdigit()
+
+    def test_token_names_are_identities(self) -> None:
+        """Token names are recorded as proposer/approver identities: ASCII only."""
+        fails(GOOD.replace("[tokens.ops]", '[tokens."ops chief"]'), "token name must match")

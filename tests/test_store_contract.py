@@ -190,3 +190,75 @@ class TestHousekeeping:
         events = list(store.iter_audit())
         assert [e.detail["field"] for e in events] == ["quantity", "side"]
         assert events[0].seq < events[1].seq
+
+
+class TestAggregateReads:
+    """Metrics and the operator API read aggregates and scoped rows in SQL, on every store."""
+
+    def test_oldest_submitted_is_the_oldest_even_behind_a_newer_backlog(self,
+                                                                        store: Store) -> None:
+        """Maintenance rule (uncertain rows past the settlement window): the stuck row is the
+        oldest one, so a backlog of newer uncertain rows must never hide it."""
+        assert store.oldest_submitted_at() is None
+        store.insert_operation(new(op="stuck"), AUTO, now=5.0)
+        for i in range(30):
+            store.insert_operation(new(op=f"new-{i}", fp=f"{i:064d}"), AUTO, now=100.0 + i)
+        store.insert_operation(new(op="done", fp="d" * 64), AUTO, now=1.0)
+        store.transition("default", "done", S, A, now=2.0, venue_id="V-1")
+        assert store.oldest_submitted_at() == 5.0
+
+    def test_count_divergences_by_kind(self, store: Store) -> None:
+        """Invariant 5 in the metrics: orphans and duplicate effects are counted separately."""
+        assert store.count_divergences() == {}
+        store.record_divergence("orphan", "a:x", ["V-1"], None, now=1.0)
+        store.record_divergence("orphan", "a:y", ["V-2"], None, now=1.0)
+        store.record_divergence("duplicate-effect", "a:z", ["V-3", "V-4"], "acknowledged",
+                                now=1.0)
+        assert store.count_divergences() == {"orphan": 2, "duplicate-effect": 1}
+
+    def test_divergences_of_a_scope_are_filtered_before_the_limit(self, store: Store) -> None:
+        """Tenant scopes: a scoped operator sees its own divergences even when other tenants'
+        fill the first pages; `_` and `-` in a scope are literal, not wildcards."""
+        for i in range(20):
+            store.record_divergence("orphan", f"other:g{i}", [f"V-{i}"], None, now=1.0)
+        for key in ("a_b:one", "a-b:x", "axb:x", "a_bc:x", "a_b0:x", "a_:x"):
+            store.record_divergence("orphan", key, ["V"], None, now=2.0)
+        mine = store.list_divergences_in("a_b", limit=5)
+        assert [d.op_key for d in mine] == ["a_b:one"]
+        assert len(store.list_divergences_in(None, limit=1000)) == 26
+        with pytest.raises(Exception, match="scope"):
+            store.list_divergences_in("a%")
+
+    def test_held_rows_are_counted_and_listed_by_scope(self, store: Store) -> None:
+        """Invariant 7: rows a kill switch holds stay validated, are listed and counted."""
+        from effectgate.core.controls import DispatchGuard
+
+        store.set_kill("submit_order", True, operator="ops", reason="drill", now=1.0)
+        for scope in ("alpha", "beta"):
+            row, _ = store.insert_operation(new(op="h", scope=scope), AUTO, now=2.0,
+                                            guard=DispatchGuard(action="submit_order"))
+            assert row.state is V and (row.detail or "").startswith("held:")
+        store.insert_operation(new(op="free", fp="e" * 64), [P, V], now=2.0)
+        assert store.count_held() == {"submit_order": 2}
+        assert [r.op_key for r in store.list_held(scope="alpha")] == ["alpha:h"]
+        assert len(store.list_held(action="submit_order")) == 2
+        assert store.list_held(action="cancel_order") == []
+
+    def test_alerts_of_a_scope(self, store: Store) -> None:
+        from effectgate.core.controls import Alert
+
+        for subject in ("alpha:op-1", "alpha:op-2|V-1", "beta:op-1", "submit_order@1.0"):
+            store.record_alert(Alert("k", subject, None, "m", {}, 1.0))
+        assert [a.subject for a in store.list_alerts_in("alpha")] == ["alpha:op-1",
+                                                                      "alpha:op-2|V-1"]
+        assert len(store.list_alerts_in(None)) == 4
+
+    def test_one_operations_audit_trail_by_key(self, store: Store) -> None:
+        """Invariant 8: an operation's trail is read by (scope, operation_id), in seq order."""
+        store.insert_operation(new(op="mine"), AUTO, now=1.0)
+        store.insert_operation(new(op="other", fp="e" * 64), AUTO, now=1.0)
+        store.transition("default", "mine", S, A, now=2.0, venue_id="V-1")
+        trail = store.audit_entries(scope="default", operation_id="mine")
+        assert trail and all(e.operation_id == "mine" for e in trail)
+        assert [e.seq for e in trail] == sorted(e.seq for e in trail)
+        assert trail[-1].detail["state"] == "acknowledged"

@@ -5,8 +5,8 @@ its own. Sections:
 
 * ledger: ``GET operations``, ``GET operations/{scope}/{operation_id}`` (with its audit trail)
 * reconciliation: ``POST reconcile`` (one pass now), ``GET divergences``
-* controls (kill switches, breakers, approvals, envelope steps, shadow report): registered by
-  :func:`_controls` when the gate offers them (see that function).
+* controls (kill switches, breakers, approvals, envelope steps, shadow mode, audit, alerts):
+  :mod:`effectgate.frontends._http_controls`
 """
 
 
@@ -19,10 +19,13 @@ from starlette.concurrency import run_in_threadpool
 
 from effectgate.core.states import State
 from effectgate.errors import OperationNotFound, PermissionDenied
+from effectgate.frontends._http_controls import controls_router
 from effectgate.frontends._models import OperationOut, operation_out
 from effectgate.service import Principal, Service, report_dict
 
 __all__ = ["admin_router"]
+
+_TRAIL_LIMIT = 100_000
 
 
 class DivergenceOut(BaseModel):
@@ -96,9 +99,11 @@ def admin_router(service: Service, operator: Any, errors: dict[int | str, Any]) 
             row = service.store.get(scope, operation_id)
             if row is None:
                 raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
+            # One indexed range read on (scope, operation_id, seq), not a scan of the log.
             trail = [{"seq": e.seq, "at": e.at, "kind": e.kind, "detail": dict(e.detail)}
-                     for e in service.store.iter_audit()
-                     if e.scope == scope and e.operation_id == operation_id]
+                     for e in service.store.audit_entries(scope=scope,
+                                                          operation_id=operation_id,
+                                                          limit=_TRAIL_LIMIT)]
             return {**operation_out(row).model_dump(mode="json"), "intent": dict(row.intent),
                     "effect": dict(row.effect), "audit": trail}
 
@@ -117,32 +122,12 @@ def admin_router(service: Service, operator: Any, errors: dict[int | str, Any]) 
     async def divergences(who: operator,
                           limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
                           ) -> list[dict[str, Any]]:
-        rows = await run_in_threadpool(service.store.list_divergences, limit)
-        prefix = None if who.scope == "*" else f"{who.scope}:"
+        # Filtered by the token's scope in SQL, before the limit applies.
+        visible = None if who.scope == "*" else who.scope
+        rows = await run_in_threadpool(
+            lambda: service.store.list_divergences_in(visible, limit=limit))
         return [{"kind": d.kind, "op_key": d.op_key, "venue_ids": list(d.venue_ids),
-                 "ledger_state": d.ledger_state, "first_seen": d.first_seen}
-                for d in rows if prefix is None or d.op_key.startswith(prefix)]
+                 "ledger_state": d.ledger_state, "first_seen": d.first_seen} for d in rows]
 
-    _controls(router, service, operator)
+    router.include_router(controls_router(service, operator, errors))
     return router
-
-
-def _controls(router: APIRouter, service: Service, operator: Any) -> None:
-    """Operator controls, registered only for what the gate provides.
-
-    The controls work (kill switches, breakers, approvals, envelope steps, shadow report) adds
-    operator methods to the gate; each becomes a route here:
-
-    ==========================================  =====================================
-    ``PUT/DELETE /v1/admin/kill/{action}``      kill switch on / off
-    ``GET /v1/admin/kill``                      kill switch status
-    ``GET /v1/admin/breakers``, ``POST .../reset``  breaker status / reset
-    ``GET /v1/admin/approvals``, ``POST .../approve|refuse``  approvals
-    ``GET /v1/admin/envelope/{action}``, ``POST .../step``  staged authority
-    ``GET /v1/admin/shadow``                    shadow-mode report
-    ==========================================  =====================================
-
-    None of them exists in this build's gate, so none is published (an endpoint that always
-    answers 501 would only mislead clients and the OpenAPI document).
-    """
-    del router, service, operator

@@ -13,6 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from effectgate.core.states import State
 from effectgate.errors import (
+    ApprovalError,
+    ControlError,
     EffectgateError,
     IdempotencyConflict,
     IntentError,
@@ -86,8 +88,11 @@ STATUS_BY_CODE: Final[dict[str, int]] = {
     "unknown_action_class": 404, "operation_not_found": 404, "not_found": 404,
     "method_not_allowed": 405, "operation_in_flight": 409, "body_too_large": 413,
     "idempotency_conflict": 422, "rate_limited": 429, "adapter_error": 502,
-    "store_error": 503, "indeterminate_commit": 503,
+    "store_error": 503, "indeterminate_commit": 503, "invalid_control": 400,
+    "approval_refused": 409,
 }
+#: An approval refused for these reasons is not a conflict with the row's state.
+_APPROVAL_STATUS: Final = {"self_approval": 403, "invalid_approver": 400}
 
 _TITLES: Final = {
     400: "Bad request", 401: "Unauthenticated", 403: "Forbidden", 404: "Not found",
@@ -100,6 +105,8 @@ _TITLES: Final = {
 def status_for(exc: EffectgateError) -> int:
     if isinstance(exc, IntentError) and exc.reason == "too_large":
         return 413
+    if isinstance(exc, ApprovalError):
+        return _APPROVAL_STATUS.get(exc.reason, 409)
     return STATUS_BY_CODE.get(exc.code, 500)
 
 
@@ -114,6 +121,11 @@ def problem_for(exc: EffectgateError) -> tuple[int, dict[str, Any], dict[str, st
     if isinstance(exc, IntentError):
         body["field"] = exc.field
         body["reason"] = exc.reason
+    if isinstance(exc, ControlError):
+        body["field"] = exc.field
+    if isinstance(exc, ApprovalError):
+        body["reason"] = exc.reason
+        body["title"] = "Approval refused"
     if isinstance(exc, IdempotencyConflict):
         body["operation_id"] = exc.operation_id
     if isinstance(exc, OperationInFlight | RateLimited):

@@ -206,8 +206,8 @@ def ops_show(operation_id: str, store: StoreOpt = None, scope: str = "default",
             err.print(f"no operation {operation_id!r} in scope {scope!r}")
             raise typer.Exit(EXIT_FAILED)
         trail = [{"seq": e.seq, "at": e.at, "kind": e.kind, "detail": dict(e.detail)}
-                 for e in ledger.iter_audit()
-                 if e.scope == scope and e.operation_id == operation_id]
+                 for e in ledger.audit_entries(scope=scope, operation_id=operation_id,
+                                               limit=100_000)]
     finally:
         ledger.close()
     print(json.dumps({**row.to_dict(), "intent": dict(row.intent), "effect": dict(row.effect),

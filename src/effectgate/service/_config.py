@@ -20,6 +20,7 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
+from effectgate.core.controls import ApprovalRules, BreakerConfig
 from effectgate.core.intent import (
     AUDIT_FIELDS,
     ActionClass,
@@ -30,17 +31,24 @@ from effectgate.core.intent import (
 )
 from effectgate.core.policy import LimitPolicy, PolicySet
 from effectgate.errors import ConfigError, EffectgateError
+from effectgate.service._controls_config import (
+    AlertsConfig,
+    alerts_section,
+    approvals_section,
+    breaker_section,
+)
 from effectgate.service._jsonschema import model_from_json_schema
 from effectgate.service._toml import Section
 from effectgate.store.base import SCOPE_PATTERN, parse_store_url
 
 __all__ = [
-    "AdapterConfig", "RateLimit", "ServiceConfig", "ServiceSettings", "StoreConfig",
+    "AdapterConfig", "AlertsConfig", "RateLimit", "ServiceConfig", "ServiceSettings", "StoreConfig",
     "TokenConfig", "import_object", "load_config", "parse_config",
 ]
 
 _NAME = r"[a-z][a-z0-9_-]{0,63}"
 _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
+_CALLER_NAME = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}"
 _SECRET_KEYS = ("credential", "api_key", "apikey", "password", "secret", "token", "key")
 ADAPTER_KINDS = ("http", "paper", "python")
 
@@ -108,6 +116,9 @@ class ServiceConfig:
     policy: PolicySet
     policy_names: frozenset[str]
     tokens: tuple[TokenConfig, ...]
+    breakers: Mapping[str, BreakerConfig] = field(default_factory=dict)
+    approvals: ApprovalRules = field(default_factory=ApprovalRules)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
 
 
 def load_config(path: str | os.PathLike[str]) -> ServiceConfig:
@@ -156,6 +167,10 @@ def parse_config(source: str, file: str = "<config>", *,
                              "value), so this limit could never be checked")
         policy.set(name, limits)
         policy_names.add(name)
+    breakers = {name: breaker_section(name, sec, registry)
+                for name, sec in top.tables("controls")}
+    approvals = approvals_section(top.table("approvals"))
+    alerts = alerts_section(top.table("alerts"))
     tokens = tuple(_token(name, sec) for name, sec in top.tables("tokens"))
     digests = [t.sha256 for t in tokens]
     if len(set(digests)) != len(digests):
@@ -163,7 +178,8 @@ def parse_config(source: str, file: str = "<config>", *,
     top.done()
     return ServiceConfig(path=file, service=service, store=store, registry=registry,
                          adapters=adapters, policy=policy, policy_names=frozenset(policy_names),
-                         tokens=tokens)
+                         tokens=tokens, breakers=breakers, approvals=approvals,
+                         alerts=alerts)
 
 
 def import_object(ref: str) -> Any:
@@ -387,6 +403,9 @@ def _policy(sec: Section) -> LimitPolicy:
 
 
 def _token(name: str, sec: Section) -> TokenConfig:
+    if not re.fullmatch(_CALLER_NAME, name):
+        # The name is the caller's identity in the audit log (proposer, approver, operator).
+        sec.fail(None, f"token name must match {_CALLER_NAME}")
     if sec.has("token") or sec.has("value"):
         sec.fail("token" if sec.has("token") else "value",
                  "plaintext tokens never go in the config file; store sha256 = \"<hex>\" "

@@ -27,7 +27,9 @@ from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.core.states import State
 from effectgate.errors import ConfigError, OperationInFlight
 from effectgate.execute.adapter import Adapter
+from effectgate.execute.alerts import AlertSink, MultiSink, WebhookAlertSink
 from effectgate.execute.executor import Gate
+from effectgate.execute.operator import Operator
 from effectgate.execute.reconciler import Reconciler, ReconcileReport
 from effectgate.service._auth import Principal, RateLimiter, TokenBook
 from effectgate.service._config import AdapterConfig, ServiceConfig, import_object
@@ -86,15 +88,25 @@ class Service:
                 adapter.close()
             self.store.close()
             raise
-        self.metrics = Metrics(self.store, clock)
+        self.metrics = Metrics(self.store, clock, config.registry.names())
         self.adapters: dict[str, Adapter] = {
             name: TimedAdapter(a, name, self.metrics.dispatch_seconds) for name, a in raw.items()}
         settings = config.service
+        # Alerts are always logged at ERROR (by deliver); a webhook is the optional pager.
+        self._webhook = (WebhookAlertSink(config.alerts.webhook, timeout=config.alerts.timeout)
+                         if config.alerts.webhook else None)
+        self.alerts: AlertSink = MultiSink([self._webhook] if self._webhook else [])
         self.gate = Gate(store=self.store, registry=config.registry, adapters=self.adapters,
                          policy=config.policy, clock=clock,
-                         dispatch_timeout=settings.dispatch_timeout)
+                         dispatch_timeout=settings.dispatch_timeout,
+                         breakers=config.breakers, approvals=config.approvals,
+                         alerts=self.alerts)
         self.reconciler = Reconciler(store=self.store, registry=config.registry,
-                                     adapters=self.adapters, clock=clock, keep_repaired=False)
+                                     adapters=self.adapters, clock=clock, keep_repaired=False,
+                                     alerts=self.alerts)
+        #: Operator actions (the admin API only; never reachable with an agent token).
+        self.operator = Operator(store=self.store, registry=config.registry, alerts=self.alerts,
+                                 clock=clock)
         self.tokens = TokenBook(config.tokens)
         self.limiter = RateLimiter(settings.rate_limit)
         self._lock = threading.Lock()
@@ -119,7 +131,9 @@ class Service:
                     operation_id=operation_id, retry_after=1.0)
             self._in_flight.add(key)
         try:
-            op = self.gate.submit(action, operation_id, body, scope=principal.scope)
+            # The token's name is recorded as the proposer: it may never approve this action.
+            op = self.gate.submit(action, operation_id, body, scope=principal.scope,
+                                  principal=principal.name)
         finally:
             with self._lock:
                 self._in_flight.discard(key)
@@ -170,6 +184,8 @@ class Service:
             self._watch.thread.join(timeout=10)
         for adapter in self.adapters.values():
             adapter.close()
+        if self._webhook is not None:
+            self._webhook.close()
         self.store.close()
 
 

@@ -44,6 +44,7 @@ __all__ = [
     "conflict",
     "dumps",
     "make_op_key",
+    "scope_key_range",
     "validate_identity",
 ]
 
@@ -67,6 +68,23 @@ def validate_identity(scope: str, operation_id: str) -> None:
 def make_op_key(scope: str, operation_id: str) -> str:
     """The venue idempotency token. Scopes contain no ':', so the first ':' splits it back."""
     return f"{scope}:{operation_id}"
+
+
+def scope_key_range(scope: str) -> tuple[str, str]:
+    """``[low, high)`` such that ``low <= key < high`` exactly when ``key`` starts ``scope:``.
+
+    Scopes never contain ``':'`` and ``';'`` is the next code point, so under byte (or "C")
+    collation the range holds the scope's keys and nothing else: ``alpha_x:`` and ``alpha-x:``
+    fall outside ``alpha:``. A range needs no ``LIKE`` escaping (``_`` is a ``LIKE`` wildcard
+    and a scope character) and an index on the key serves it. The scope is checked first:
+    a guard raises, it never passes a malformed scope to SQL.
+    """
+    from effectgate.errors import IntentError
+
+    if not isinstance(scope, str) or not SCOPE_PATTERN.fullmatch(scope):
+        raise IntentError(f"scope {scope!r} must match {SCOPE_PATTERN.pattern}", field="scope",
+                          reason="invalid_scope")
+    return f"{scope}:", f"{scope};"
 
 
 # One encoder for every call: json.dumps with non-default options builds a new encoder each time.
@@ -253,6 +271,28 @@ class Store(Protocol):
         """Store a divergence once; True only the first time it is seen (alarm once)."""
 
     def list_divergences(self, limit: int = 1000) -> list[Divergence]: ...
+
+    # --- aggregate and scoped reads (store/*_reads.py): one statement each --------------------
+
+    def oldest_submitted_at(self) -> float | None:
+        """When the oldest ``submitted`` (uncertain) row was journalled; None when there is none."""
+
+    def count_divergences(self) -> dict[str, int]:
+        """``{kind: n}`` over every divergence recorded."""
+
+    def count_held(self) -> dict[str, int]:
+        """``{action: n}`` of ``validated`` rows a control is holding (``detail`` ``held:...``)."""
+
+    def list_divergences_in(self, scope: str | None = None, *,
+                            limit: int = 1000) -> list[Divergence]:
+        """Divergences of one scope's operation keys (all when None), filtered before LIMIT."""
+
+    def list_alerts_in(self, scope: str | None = None, *, limit: int = 1000) -> list[Alert]:
+        """Alerts whose subject is one of the scope's operation keys (all when None)."""
+
+    def list_held(self, *, action: str | None = None, scope: str | None = None,
+                  limit: int = 1000) -> list[Operation]:
+        """Held ``validated`` rows, most recently updated first, filtered before LIMIT."""
 
     def append_audit(self, kind: str, detail: Mapping[str, object], *, now: float,
                      scope: str | None = None, operation_id: str | None = None) -> None: ...

@@ -58,6 +58,7 @@ from effectgate.store.guard import (
     shadow_request,
 )
 from effectgate.store.postgres_controls import PgControlsMixin, approval_request_write
+from effectgate.store.postgres_reads import PgReadsMixin
 from effectgate.store.postgres_tx import (
     LANES,
     MIGRATION_CONTROLS,
@@ -274,7 +275,7 @@ def _lock_key(purpose: str, schema: str) -> sql.Composed:
     return sql.SQL("hashtextextended({}, 0)").format(sql.Literal(f"effectgate.{purpose}:{schema}"))
 
 
-class PostgresStore(PgControlsMixin):
+class PostgresStore(PgControlsMixin, PgReadsMixin):
     """The :class:`~effectgate.store.base.Store` on one PostgreSQL schema.
 
     ``statement_timeout_ms`` and ``lock_timeout_ms`` bound every statement on the server;

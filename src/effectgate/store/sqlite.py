@@ -47,6 +47,7 @@ from effectgate.store.sqlite_controls import (
     register_chain_function,
     request_approval,
 )
+from effectgate.store.sqlite_reads import SQLiteReadsMixin
 
 __all__ = ["SQLiteStore"]
 
@@ -191,7 +192,7 @@ def _audit(conn: sqlite3.Connection, now: float, scope: str | None, operation_id
     chained_audit(conn, now, scope, operation_id, kind, detail)
 
 
-class SQLiteStore(SQLiteControlsMixin):
+class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
     """The :class:`~effectgate.store.base.Store` on one SQLite file.
 
     ``synchronous`` is ``FULL`` by default: a commit that returned survives power loss. ``NORMAL``
