@@ -122,3 +122,24 @@ def test_audit_verify_export_and_tamper(ledger, tmp_path) -> None:
     conn.commit()
     bad = cli(url, "audit", "verify", "--expect-head", head)
     assert bad.returncode == 3 and "seq 1" in bad.stderr
+
+
+def test_controls_read_the_service_config(tmp_path) -> None:
+    """With --config the commands use the service's own store and action classes."""
+    from effectgate.service import write_starter
+
+    starter = write_starter(tmp_path)
+    config = str(starter.config)
+    env = {**os.environ, "EFFECTGATE_OPERATOR": "alice", "COLUMNS": "200"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "effectgate", *args], capture_output=True,
+                              text=True, timeout=60, check=False, env=env, cwd=str(tmp_path))
+
+    assert run("kill", "on", "cancel_order", "--config", config).returncode == 0
+    status = json.loads(run("kill", "status", "cancel_order", "--config", config,
+                            "--json").stdout)
+    assert [s["killed"] for s in status if s["action"] == "cancel_order"] == [True]
+    unknown = run("kill", "on", "wire_money", "--config", config)
+    assert unknown.returncode == 1 and "[unknown_action_class]" in unknown.stderr
+    assert (tmp_path / "effectgate.db").exists()  # the config's own store

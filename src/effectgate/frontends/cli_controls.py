@@ -26,8 +26,10 @@ __all__ = ["register"]
 console = Console()
 err = Console(stderr=True)
 
-StoreOpt = Annotated[str, typer.Option("--store", envvar="EFFECTGATE_STORE",
-                                       help="Ledger URL: sqlite:///PATH or postgresql://...")]
+StoreOpt = Annotated[str, typer.Option(
+    "--store", "--config", envvar="EFFECTGATE_STORE",
+    help="Ledger URL (sqlite:///PATH, postgresql://...) or the service's config file "
+         "(--config effectgate.toml: its store and its action classes).")]
 OperatorOpt = Annotated[str, typer.Option("--operator", envvar="EFFECTGATE_OPERATOR",
                                           help="Your operator identity (audited).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
@@ -60,12 +62,24 @@ def register(app: typer.Typer) -> None:
 
 @contextmanager
 def _operator(store: str) -> Iterator[Operator]:
-    from effectgate.examples import default_registry
+    """An Operator on a store URL (the example classes) or on a config file (its classes)."""
+    from effectgate.core.intent import Registry
     from effectgate.store import open_store
 
-    ledger = open_store(store)
+    registry: Registry
+    if store.endswith(".toml"):
+        from effectgate.frontends.cli_service import _load
+
+        cfg = _load(store)
+        ledger = open_store(cfg.store.url, **dict(cfg.store.options))
+        registry = cfg.registry
+    else:
+        from effectgate.examples import default_registry
+
+        ledger = open_store(store)
+        registry = default_registry()
     try:
-        yield Operator(store=ledger, registry=default_registry())
+        yield Operator(store=ledger, registry=registry)
     finally:
         ledger.close()
 
