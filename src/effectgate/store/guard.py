@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Protocol
+from typing import Any, Protocol
 
 from effectgate.core.controls import (
     REVERSAL_CONDITIONS,
@@ -29,7 +29,7 @@ from effectgate.core.states import State
 from effectgate.errors import ControlError
 from effectgate.store.base import NewOperation
 
-__all__ = ["SHADOW", "ControlTx", "SignalStats", "apply_step", "dispatch_verdict",
+__all__ = ["SHADOW", "ControlChanges", "ControlTx", "SignalStats", "apply_step", "dispatch_verdict",
            "guard_new_row", "observe_proposal", "path_audit", "shadow_request", "trip_breaker"]
 
 SHADOW = "shadow"
@@ -304,3 +304,33 @@ def path_audit(new: NewOperation, path: list[State], audit: Mapping[str, object]
     if held is not None:
         out.append(("dispatch_held", {"reason": held}))
     return out
+
+class ControlChanges:
+    """The operator's switches, written once for both dialects over ``_change_controls``.
+
+    Each dialect's controls mixin supplies ``_change_controls``: one transaction that replaces
+    the class's control row, optionally clears its breaker signals, and audits the change.
+    """
+
+    def _change_controls(self, action: str, *, operator: str, now: float, kind: str,
+                         detail: Mapping[str, object], reset_signals: bool = False,
+                         **changes: Any) -> ClassControls:
+        raise NotImplementedError
+
+    def set_kill(self, action: str, on: bool, *, operator: str, reason: str | None,
+                 now: float) -> ClassControls:
+        return self._change_controls(action, operator=operator, now=now,
+                                     kind="kill_switch_on" if on else "kill_switch_off",
+                                     detail={"reason": reason}, killed=on,
+                                     kill_reason=reason if on else None)
+
+    def reset_breaker(self, action: str, *, operator: str, reason: str | None,
+                      now: float) -> ClassControls:
+        return self._change_controls(action, operator=operator, now=now, kind="breaker_reset",
+                                     detail={"reason": reason}, reset_signals=True,
+                                     breaker_open=False, breaker_reason=None)
+
+    def set_shadow(self, action: str, on: bool, *, operator: str, now: float) -> ClassControls:
+        return self._change_controls(action, operator=operator, now=now,
+                                     kind="shadow_on" if on else "shadow_off", detail={},
+                                     shadow=on)

@@ -29,7 +29,7 @@ from effectgate.core.intent import Tier
 from effectgate.core.states import State, check_transition
 from effectgate.errors import ApprovalError, OperationNotFound, StaleState
 from effectgate.store.base import Operation, dumps
-from effectgate.store.guard import apply_step
+from effectgate.store.guard import ControlChanges, apply_step
 from effectgate.store.postgres_tx import (
     _CHAIN_COLUMNS,
     _CONTROL_COLUMNS,
@@ -58,7 +58,7 @@ def approval_request_write(scope: str, operation_id: str, fingerprint: str, tier
              dumps(list(guard.proposers) if guard else [])))
 
 
-class PgControlsMixin:
+class PgControlsMixin(ControlChanges):
     """Operator-side control methods of the PostgreSQL store (each one transaction)."""
 
     schema: str
@@ -115,24 +115,6 @@ class PgControlsMixin:
             return new
 
         return self._in_tx(work, f"{kind} {action}", exclusive_class=action)
-
-    def set_kill(self, action: str, on: bool, *, operator: str, reason: str | None,
-                 now: float) -> ClassControls:
-        return self._change_controls(action, operator=operator, now=now,
-                                     kind="kill_switch_on" if on else "kill_switch_off",
-                                     detail={"reason": reason}, killed=on,
-                                     kill_reason=reason if on else None)
-
-    def reset_breaker(self, action: str, *, operator: str, reason: str | None,
-                      now: float) -> ClassControls:
-        return self._change_controls(action, operator=operator, now=now, kind="breaker_reset",
-                                     detail={"reason": reason}, reset_signals=True,
-                                     breaker_open=False, breaker_reason=None)
-
-    def set_shadow(self, action: str, on: bool, *, operator: str, now: float) -> ClassControls:
-        return self._change_controls(action, operator=operator, now=now,
-                                     kind="shadow_on" if on else "shadow_off", detail={},
-                                     shadow=on)
 
     def apply_authority_step(self, action: str, axis: str, new: object, *,
                              evidence: Mapping[str, object], reverse_on: str, operator: str,

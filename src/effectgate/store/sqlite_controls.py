@@ -32,7 +32,7 @@ from effectgate.core.intent import Tier
 from effectgate.core.states import State
 from effectgate.errors import ApprovalError, OperationNotFound
 from effectgate.store.base import Operation, dumps
-from effectgate.store.guard import SignalStats, apply_step
+from effectgate.store.guard import ControlChanges, SignalStats, apply_step
 
 __all__ = ["MIGRATION_CONTROLS", "MIGRATION_HEAD_TRIGGER", "SQLiteControlsMixin",
            "chained_audit", "controls_from_row", "register_chain_function", "request_approval"]
@@ -289,7 +289,7 @@ def request_approval(conn: sqlite3.Connection, scope: str, operation_id: str, fi
                   dumps(list(guard.proposers) if guard else [])))
 
 
-class SQLiteControlsMixin:
+class SQLiteControlsMixin(ControlChanges):
     """Operator-side control methods of the SQLite store (each one transaction)."""
 
     def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
@@ -327,24 +327,6 @@ class SQLiteControlsMixin:
                 conn.execute("DELETE FROM control_signals WHERE action = ?", (action,))
             tx.audit(kind, {"action": action, "operator": operator, **detail}, now)
         return new
-
-    def set_kill(self, action: str, on: bool, *, operator: str, reason: str | None,
-                 now: float) -> ClassControls:
-        return self._change_controls(action, operator=operator, now=now,
-                                     kind="kill_switch_on" if on else "kill_switch_off",
-                                     detail={"reason": reason}, killed=on,
-                                     kill_reason=reason if on else None)
-
-    def reset_breaker(self, action: str, *, operator: str, reason: str | None,
-                      now: float) -> ClassControls:
-        return self._change_controls(action, operator=operator, now=now, kind="breaker_reset",
-                                     detail={"reason": reason}, reset_signals=True,
-                                     breaker_open=False, breaker_reason=None)
-
-    def set_shadow(self, action: str, on: bool, *, operator: str, now: float) -> ClassControls:
-        return self._change_controls(action, operator=operator, now=now,
-                                     kind="shadow_on" if on else "shadow_off", detail={},
-                                     shadow=on)
 
     def apply_authority_step(self, action: str, axis: str, new: object, *,
                              evidence: Mapping[str, object], reverse_on: str, operator: str,
