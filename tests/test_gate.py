@@ -307,3 +307,42 @@ class TestValueLimits:
             "intent_version": "1", "action": "cancel_order", "instrument": "XYZ-PERP",
             "order_ref": "V-000001"})
         assert row.state is State.ACKNOWLEDGED and row.reason == "no value axis; allowed"
+
+
+class TestLostJournalCommit:
+    """Invariants 1 and 3 when the journal's COMMIT outcome is unknown."""
+
+    class Flaky:
+        """Wraps a store; the first insert raises IndeterminateCommit, having written or not."""
+
+        def __init__(self, inner: Store, wrote: bool) -> None:
+            self.inner, self.wrote, self.failed = inner, wrote, False
+
+        def insert_operation(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            from effectgate.errors import IndeterminateCommit
+
+            if not self.failed:
+                self.failed = True
+                if self.wrote:
+                    self.inner.insert_operation(*args, **kwargs)
+                raise IndeterminateCommit("connection lost while COMMIT was in flight")
+            return self.inner.insert_operation(*args, **kwargs)
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(self.inner, name)
+
+    def _gate(self, world: World, store: object) -> Gate:
+        return Gate(store=store, registry=world.gate.registry,  # type: ignore[arg-type]
+                    adapters={"paper": world.adapter}, policy=policy(), clock=world.clock)
+
+    def test_nothing_landed_so_the_gate_journals_again_and_sends_once(self,
+                                                                      world: World) -> None:
+        gate = self._gate(world, self.Flaky(world.store, wrote=False))
+        row = gate.submit("submit_order", "op-1", INTENT)
+        assert row.state is State.ACKNOWLEDGED and world.adapter.execute_calls == 1
+
+    def test_it_landed_so_the_row_stays_uncertain_and_nothing_is_sent(self,
+                                                                      world: World) -> None:
+        gate = self._gate(world, self.Flaky(world.store, wrote=True))
+        row = gate.submit("submit_order", "op-1", INTENT)
+        assert row.state is State.SUBMITTED and world.adapter.execute_calls == 0

@@ -97,14 +97,23 @@ class Gate:
             fingerprint=parsed.fingerprint, intent=parsed.snapshot, effect=parsed.effect,
             tier=decision.tier.value, reason=decision.reason,
             policy_version=decision.policy_version)
-        guard = self._guard(action_class, parsed.effect, correlation_id)
-        guard.proposers = _proposers(principal, parsed.audit.get("proposed_by"))
-        now = self.clock()
-        try:
-            row, created = self.store.insert_operation(
-                new, path, now=now, guard=guard, audit=_provenance(parsed, decision, principal))
-        except IndeterminateCommit:
-            return self._after_lost_commit(scope, operation_id)
+        for attempt in (1, 2):
+            guard = self._guard(action_class, parsed.effect, correlation_id)
+            guard.proposers = _proposers(principal, parsed.audit.get("proposed_by"))
+            now = self.clock()
+            try:
+                row, created = self.store.insert_operation(
+                    new, path, now=now, guard=guard,
+                    audit=_provenance(parsed, decision, principal))
+                break
+            except IndeterminateCommit:
+                # Journal again only when no row is visible: the unique index decides. If the
+                # lost commit did land (even later), this insert conflicts and replays, and
+                # nothing is sent; if it did not, this one is the journal (invariant 1).
+                if attempt == 2 or self.store.get(scope, operation_id) is not None:
+                    return self._after_lost_commit(scope, operation_id)
+                log.warning("journal commit for %s:%s was indeterminate and left no row; "
+                            "journalling again", scope, operation_id)
         if not created:
             if row.state is State.VALIDATED and dispatch:
                 return _replayed(self.dispatch(operation_id, scope=scope,
