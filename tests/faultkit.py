@@ -229,8 +229,11 @@ class PgProxy:
     """Forwards 127.0.0.1 connections to PostgreSQL and parses the frontend messages.
 
     ``arm_cut(skip, forward)``: on the (skip+1)-th COMMIT after arming, forward it (or not) and
-    then close both sides before the server's reply can reach the client. ``counts`` tallies
-    message types (``Q`` simple query, ``S`` sync, ...) for round-trip accounting.
+    then close both sides before the server's reply can reach the client. A COMMIT pipelined
+    behind its statement (Parse, Bind, Execute, Sync) is forwarded through its Sync, so the
+    server runs it; "not forwarded" withholds it and everything after it in the batch.
+    ``counts`` tallies message types (``Q`` simple query, ``S`` sync, ...) for round-trip
+    accounting.
     """
 
     upstream: tuple[str, int]
@@ -320,13 +323,24 @@ class PgProxy:
                 action = self._decide(kind_b.decode("latin-1"), body)
                 if action != "pass":
                     cut.set()  # from now on no server byte reaches the client: the reply is lost
+                if action == "cut-before":
                     with contextlib.suppress(OSError):
                         client.shutdown(socket.SHUT_RDWR)
                 if action != "cut-before":
                     server.sendall(kind_b + struct.pack("!i", length) + body)
+                if action == "cut-after" and kind_b == b"P":
+                    # A pipelined COMMIT (extended protocol) runs only once its Bind/Execute
+                    # arrive: forward the rest of the batch, through its Sync.
+                    while kind_b != b"S":
+                        kind_b = reader.exact(1)
+                        length = struct.unpack("!i", reader.exact(4))[0]
+                        server.sendall(kind_b + struct.pack("!i", length)
+                                       + reader.exact(length - 4))
                 if action != "pass":
                     if action == "cut-after":
-                        time.sleep(0.05)  # let the server read COMMIT before the socket closes
+                        # Let the server run the batch and its COMMIT before either socket
+                        # closes, so the client learns of the loss only once the commit landed.
+                        time.sleep(0.05)
                     break
         except (OSError, EOFError):
             pass

@@ -6,12 +6,15 @@ every transition is ``UPDATE ... WHERE state = expected`` with its row count che
 row's audit lines are written by the same statement (data-modifying CTEs), so they commit or
 vanish together.
 
-Every write is an explicit transaction: ``BEGIN`` and the statement travel in one pipelined round
-trip, then ``COMMIT`` is sent on its own. That boundary is what lets errors be classified
-honestly: a failure before ``COMMIT`` was sent changed nothing (:class:`StoreError`, retried once
-on a fresh connection when the connection itself failed); a lost connection while ``COMMIT`` is
-in flight may or may not have committed (:class:`IndeterminateCommit`), and callers treat the
-operation as uncertain instead of guessing.
+Every write is an explicit transaction, classified by whether ``COMMIT`` may have been sent: a
+failure before it changed nothing (:class:`StoreError`, retried once on a fresh connection when
+the connection itself failed); a lost connection once ``COMMIT`` may be in flight may or may not
+have committed (:class:`IndeterminateCommit`), and callers treat the operation as uncertain
+instead of guessing. The hot path (journalling a new row, a receipt's compare-and-set) sends
+``BEGIN``, its one statement and ``COMMIT`` in ONE pipelined round trip (:meth:`_write_one_trip`):
+a server error in the statement aborts the transaction, so the batch writes nothing; a lost
+connection during the batch is indeterminate. Writes whose statement result decides further
+writes keep two round trips (:meth:`_write`): ``BEGIN`` + statement, then ``COMMIT``.
 """
 
 from __future__ import annotations
@@ -391,6 +394,39 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
             raise StoreError(f"{what}: COMMIT refused, nothing written: "
                              f"{_first_line(exc)}") from exc
 
+    def _write_one_trip(self, first: Callable[[Conn], Cur], what: str) -> Cur:
+        """``BEGIN``, the statement ``first`` queues and ``COMMIT`` in one pipelined round trip.
+
+        Only for a statement that is the whole write: its result is read (from the returned
+        cursor) after the commit, and any follow-up a caller needs is a read or a separate
+        transaction. A server error in the statement aborts the transaction (the pipelined
+        COMMIT is skipped, or answers ROLLBACK): nothing written, :class:`StoreError`. A lost
+        connection may have come after the server ran COMMIT: :class:`IndeterminateCommit`,
+        never a retry.
+        """
+        conn: Conn | None = None
+        try:
+            with self._pool.connection(timeout=self._pool_timeout) as conn:
+                with conn.pipeline():
+                    conn.execute("BEGIN")
+                    cur = first(conn)
+                    done = conn.execute("COMMIT")
+                status = done.statusmessage
+        except PoolTimeout as exc:
+            raise StoreError(f"{what}: no database connection within "
+                             f"{self._pool_timeout:g}s") from exc
+        except psycopg.Error as exc:
+            if _connection_lost(exc, conn):
+                raise IndeterminateCommit(
+                    f"{what}: connection lost while BEGIN, the statement and COMMIT were in "
+                    f"flight; the write may or may not be durable ({type(exc).__name__})"
+                ) from exc
+            raise StoreError(f"{what} failed and was rolled back, nothing written: "
+                             f"{type(exc).__name__}: {_first_line(exc)}") from exc
+        if status != "COMMIT":  # an aborted transaction answers COMMIT with ROLLBACK
+            raise StoreError(f"{what}: COMMIT answered {status!r}, nothing written")
+        return cur
+
     def _read(self, work: Callable[[Conn], T], what: str) -> T:
         """One autocommit read; a connection failure is retried once (reads change nothing)."""
         for attempt in (1, 2):
@@ -473,32 +509,49 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
                                       for kind, detail in path_audit(new, list(path), audit,
                                                                      None)])}
 
-        def first(conn: Conn) -> Cur:
-            # One round trip: BEGIN, the class's shared lock (a flip waits for us, and we see
-            # any flip committed before us), this key's lock, then the statement.
+        def locks(conn: Conn) -> None:
+            # The class's shared lock (a flip waits for us, and we see any flip committed
+            # before us), then this key's lock; both are released by the commit.
             conn.execute(class_lock(self.schema, new.action, exclusive=False))
             conn.execute(class_lock(self.schema, new.op_key, exclusive=True, purpose="op"))
-            if fast:
-                return conn.execute(_FAST_INSERT, fast_params)
-            return conn.execute("SELECT 0, 1")
 
-        def then(conn: Conn, cur: Cur) -> tuple[Operation, bool]:
-            inserted, active = cur.fetchone() or (0, 0)
+        what = f"insert {new.op_key}"
+        result: Operation | None = None
+        created = False
+        if fast:
+            # One round trip: BEGIN, the locks, the statement and COMMIT. If a control is
+            # active the statement wrote nothing, and the full path runs in its own transaction.
+            def first(conn: Conn) -> Cur:
+                locks(conn)
+                return conn.execute(_FAST_INSERT, fast_params)
+
+            inserted, active = self._write_one_trip(first, what).fetchone() or (0, 0)
             if inserted:
-                return Operation(
+                result, created = Operation(
                     scope=new.scope, operation_id=new.operation_id, action=new.action,
                     fingerprint=new.fingerprint, state=final, intent=json.loads(intent),
                     effect=json.loads(effect), tier=new.tier, reason=new.reason,
                     policy_version=new.policy_version, venue_id=None, detail=None,
                     created_at=now, updated_at=now, submitted_at=submitted_at, version=1), True
-            if not active:
-                existing = _select(conn, new.scope, new.operation_id)
-                if existing is None:  # conflict on op_key alone: cannot happen by construction
+            elif not active:
+                # The insert conflicted: the winner had committed (ON CONFLICT waits for it),
+                # so a read after our empty commit sees its row.
+                result = self._read(lambda conn: _select(conn, new.scope, new.operation_id),
+                                    what)
+                if result is None:  # conflict on op_key alone: cannot happen by construction
                     raise StoreError(f"key collision for {new.op_key!r} without a matching row")
-                return existing, False
-            return self._insert_guarded(conn, new, path, lane, now, audit, guard)
 
-        result, created = self._write(first, then, f"insert {new.op_key}")
+        if result is None:
+            # The full path: controls are active or a breaker watches. Two round trips, as
+            # its guard decides further writes in the same transaction.
+            def first_full(conn: Conn) -> Cur:
+                locks(conn)
+                return conn.execute("SELECT 1")
+
+            result, created = self._write(
+                first_full,
+                lambda conn, _: self._insert_guarded(conn, new, path, lane, now, audit, guard),
+                what)
         if created:
             return result, True
         if result.fingerprint != new.fingerprint:
@@ -639,27 +692,23 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
             "expected": expected.value,
             **audit_params(lane, [(now, scope, operation_id, "transition", event)]),
         }
-
-        def then(conn: Conn, cur: Cur) -> Operation | State | None:
-            row = cur.fetchone()
-            if row is not None:
-                if known is None:
-                    return _row_to_operation(row)
-                return replace(known, state=target, updated_at=now, version=row[0],
-                               venue_id=row[1], detail=row[2], submitted_at=row[3],
-                               replayed=False)
-            current = conn.execute("SELECT state FROM operations WHERE scope = %s AND "
-                                   "operation_id = %s", (scope, operation_id)).fetchone()
-            return None if current is None else State(current[0])
-
         query = _FAST_TRANSITION if known is None else _FAST_TRANSITION_CHANGED
-        outcome = self._write(lambda conn: conn.execute(query, params), then,
-                              f"transition {scope}:{operation_id}")
-        if isinstance(outcome, Operation):
-            return outcome
-        if outcome is None:
+        what = f"transition {scope}:{operation_id}"
+        # One round trip: BEGIN, the compare-and-set and COMMIT. A miss wrote nothing; the
+        # current state, read after that empty commit, only classifies the miss.
+        row = self._write_one_trip(lambda conn: conn.execute(query, params), what).fetchone()
+        if row is not None:
+            if known is None:
+                return _row_to_operation(row)
+            return replace(known, state=target, updated_at=now, version=row[0],
+                           venue_id=row[1], detail=row[2], submitted_at=row[3],
+                           replayed=False)
+        current = self._read(lambda conn: conn.execute(
+            "SELECT state FROM operations WHERE scope = %s AND operation_id = %s",
+            (scope, operation_id)).fetchone(), what)
+        if current is None:
             raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
-        raise StaleState(f"operation {operation_id!r} is {outcome.value!r}, "
+        raise StaleState(f"operation {operation_id!r} is {current[0]!r}, "
                          f"not {expected.value!r}")
 
     def get(self, scope: str, operation_id: str) -> Operation | None:
