@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from effectgate.audit import verify_entries
 from effectgate.core.states import State
 from effectgate.errors import IdempotencyConflict, InvalidTransition, OperationNotFound, StaleState
-from effectgate.store.base import NewOperation, Store
+from effectgate.store.base import Move, NewOperation, Store
 
 P, V, S, A = State.PROPOSED, State.VALIDATED, State.SUBMITTED, State.ACKNOWLEDGED
 AUTO = [P, V, S]
@@ -132,6 +134,121 @@ class TestTransitions:
         trail = [s for e in store.iter_audit() if e.kind == "transition"
                  for s in e.detail.get("path", [e.detail["state"]])]
         assert trail == ["proposed", "validated", "submitted", "acknowledged"]
+
+
+def _uncertain(store: Store, n: int, prefix: str = "op") -> list[str]:
+    ids = [f"{prefix}-{i}" for i in range(n)]
+    for i, op in enumerate(ids):
+        store.insert_operation(new(op=op, fp=f"{i:064d}"), AUTO, now=1.0)
+    return ids
+
+
+def _transitions(store: Store) -> list:
+    return [e for e in store.iter_audit() if e.kind == "transition"
+            and e.detail.get("from") is not None]
+
+
+class TestTransitionMany:
+    AUD = {"by": "reconciler", "owner": "t", "note": "confirmed"}
+
+    def test_applying_and_stale_moves_in_one_call(self, store: Store) -> None:
+        """Each move is its own compare-and-set: stale or missing rows are skipped, not errors."""
+        ids = _uncertain(store, 5)
+        store.transition("default", ids[1], S, A, now=2.0, venue_id="V-early")  # settled first
+        moves = [
+            Move("default", ids[0], S, A, venue_id="V-0", audit=self.AUD),
+            Move("default", ids[1], S, State.FAILED, detail="absent"),  # stale
+            Move("default", "nope", S, A, venue_id="V-x"),  # no such row
+            Move("default", ids[2], S, State.FAILED, detail="absent"),
+            Move("default", ids[3], S, State.QUARANTINED, detail="2 records"),
+            Move("default", ids[3], S, A, venue_id="V-3"),  # stale after the move above
+        ]
+        assert store.transition_many(moves, now=3.0) == [True, False, False, True, True, False]
+        rows = {op: store.get("default", op) for op in ids}
+        assert rows[ids[0]].state is A and rows[ids[0]].venue_id == "V-0"  # type: ignore[union-attr]
+        assert rows[ids[0]].version == 2 and rows[ids[0]].updated_at == 3.0  # type: ignore[union-attr]
+        assert rows[ids[1]].state is A and rows[ids[1]].venue_id == "V-early"  # type: ignore[union-attr]
+        assert rows[ids[2]].state is State.FAILED and rows[ids[2]].detail == "absent"  # type: ignore[union-attr]
+        assert rows[ids[3]].state is State.QUARANTINED  # type: ignore[union-attr]
+        assert rows[ids[4]].state is S  # type: ignore[union-attr]
+        assert store.get("default", "nope") is None
+        moved = [(e.operation_id, e.detail["state"]) for e in _transitions(store)]
+        assert sorted(moved) == sorted([(ids[1], "acknowledged"), (ids[0], "acknowledged"),
+                                        (ids[2], "failed"), (ids[3], "quarantined")])
+        assert store.transition_many([], now=4.0) == []
+
+    def test_same_row_and_audit_as_single_transitions(self, store: Store) -> None:
+        """A batch writes exactly what one transition() per move would (row and audit line)."""
+        ids = _uncertain(store, 4)
+        store.transition("default", ids[0], S, A, now=3.0, venue_id="V", audit=self.AUD)
+        store.transition("default", ids[1], S, State.FAILED, now=3.0, detail="gone",
+                         audit=self.AUD)
+        assert store.transition_many([
+            Move("default", ids[2], S, A, venue_id="V", audit=self.AUD),
+            Move("default", ids[3], S, State.FAILED, detail="gone", audit=self.AUD),
+        ], now=3.0) == [True, True]
+
+        def view(op: str) -> tuple:
+            row = store.get("default", op)
+            assert row is not None
+            return (row.state, row.venue_id, row.detail, row.version, row.updated_at,
+                    row.submitted_at)
+
+        assert view(ids[0]) == view(ids[2]) and view(ids[1]) == view(ids[3])
+        detail = {e.operation_id: dict(e.detail) for e in _transitions(store)}
+        assert detail[ids[0]] == detail[ids[2]] and detail[ids[1]] == detail[ids[3]]
+        # The lease is released by the move, as transition() releases it.
+        assert store.lease_uncertain("x", now=5.0, lease_seconds=60, limit=10) == []
+
+    def test_invalid_move_refused_before_anything_is_written(self, store: Store) -> None:
+        ids = _uncertain(store, 3)
+        before = len(list(store.iter_audit()))
+        with pytest.raises(InvalidTransition):
+            store.transition_many([Move("default", ids[0], S, A, venue_id="V"),
+                                   Move("default", ids[1], S, V)], now=2.0)
+        with pytest.raises(ValueError):  # a dispatch reads the controls: transition() only
+            store.transition_many([Move("default", ids[2], S, A),
+                                   Move("default", ids[2], V, S)], now=2.0)
+        assert all(store.get("default", op).state is S for op in ids)  # type: ignore[union-attr]
+        assert len(list(store.iter_audit())) == before
+
+    def test_audit_chain_verifies_after_batches(self, store: Store) -> None:
+        """Applied moves land in their rows' lanes, chained: the whole log still verifies."""
+        ids = _uncertain(store, 60)
+        first = store.transition_many(
+            [Move("default", op, S, A if i % 2 else State.FAILED, venue_id=f"V-{i}" if i % 2
+                  else None, audit=self.AUD) for i, op in enumerate(ids[:40])], now=2.0)
+        again = store.transition_many(
+            [Move("default", op, S, A, venue_id="V") for op in ids[30:]], now=3.0)
+        assert first == [True] * 40 and again == [False] * 10 + [True] * 20
+        entries = store.audit_entries(limit=100_000)
+        result = verify_entries(entries, heads=store.audit_heads())
+        assert result.ok, result
+        for op in ids:
+            trail = [e for e in entries if e.operation_id == op]
+            assert len({e.lane for e in trail}) == 1  # an operation's trail stays in one lane
+
+    def test_concurrent_batches_apply_each_row_once(self, store_factory) -> None:
+        """Handles racing over the same rows, in different orders: each row moves once, and
+        no batch deadlocks against another."""
+        first = store_factory()
+        ids = _uncertain(first, 40)
+        handles = [first] + [store_factory() for _ in range(3)]
+        barrier = threading.Barrier(len(handles))
+
+        def attempt(k: int) -> list[bool]:
+            order = ids if k % 2 == 0 else list(reversed(ids))
+            barrier.wait()
+            return handles[k].transition_many(
+                [Move("default", op, S, A, venue_id=f"V-{k}") for op in order], now=2.0)
+
+        with ThreadPoolExecutor(len(handles)) as pool:
+            outcomes = list(pool.map(attempt, range(len(handles))))
+        assert sum(map(sum, outcomes)) == len(ids)
+        counts = Counter(e.operation_id for e in _transitions(first))
+        assert counts == Counter(ids)
+        assert verify_entries(first.audit_entries(limit=100_000),
+                              heads=first.audit_heads()).ok
 
 
 class TestReconcilerSupport:

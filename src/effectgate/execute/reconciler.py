@@ -9,6 +9,10 @@ Two passes share the work:
   ledger row), ``ledger-says-<state>`` (the venue has it, the ledger says otherwise) and
   ``missing-at-venue`` (acknowledged, but absent past the horizon). Memory is bounded by the page
   size, never by the ledger. One replica sweeps at a time (the store's sweep lock).
+* Repairs (compare-and-sets) are buffered and written in batches of at most ``flush_every``
+  (``Store.transition_many``: one transaction each), at the end of every sweep and after every
+  leased batch of ``repair``. A move that turns out stale (another replica or a late receipt
+  settled the row first) is neither counted nor noted: it was not this pass's repair.
 * ``repair`` probes leased uncertain rows one by one, so replicas that do not hold the sweep lock
   still share the repair work. Every repair is a compare-and-set, so two replicas never apply one
   twice, and divergences are stored once, so they alarm once.
@@ -22,16 +26,17 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import groupby
 
 from effectgate.core.intent import Registry
 from effectgate.core.states import State
-from effectgate.errors import AdapterError, OperationNotFound, StaleState
+from effectgate.errors import AdapterError
 from effectgate.execute.adapter import Adapter, VenueRecord, iter_records
 from effectgate.execute.alerts import AlertSink, raise_alert
 from effectgate.execute.maintenance import DIVERGENCE_ALERTS, check_maintenance, divergence_alert
-from effectgate.store.base import LedgerEntry, Store
+from effectgate.store.base import LedgerEntry, Move, Store
 
 __all__ = ["ReconcileReport", "Reconciler"]
 
@@ -56,6 +61,9 @@ class ReconcileReport:
         default_factory=list)
     divergences_seen: int = 0
     repaired: list[tuple[str, str]] = field(default_factory=list)
+    # Repairs decided but not yet written: (move, op_key, note, counter), at most flush_every.
+    _pending: list[tuple[Move, str, str, str | None]] = field(
+        default_factory=list, repr=False, compare=False)
 
     @property
     def alarms(self) -> dict[str, int]:
@@ -80,7 +88,7 @@ class Reconciler:
                  clock: Callable[[], float] = time.time, page_size: int = 1000,
                  owner: str | None = None, sweep_ttl: float = 3600.0,
                  lease_seconds: float = 60.0, keep_repaired: bool = True,
-                 alerts: AlertSink | None = None) -> None:
+                 alerts: AlertSink | None = None, flush_every: int = 500) -> None:
         self.store = store
         self.registry = registry
         self.adapters = dict(adapters)
@@ -97,6 +105,10 @@ class Reconciler:
         # With a sink, new orphans and duplicate effects page at once, and every pass also
         # runs the maintenance rules (aged uncertain rows, horizon vs retention).
         self.alerts = alerts
+        if flush_every < 1:
+            raise ValueError("flush_every must be at least 1")
+        #: Buffered repairs are written once this many are pending (and at every pass's end).
+        self.flush_every = flush_every
 
     def run_once(self) -> ReconcileReport:
         """Sweep if no other replica is sweeping; otherwise take a share of the repairs."""
@@ -125,8 +137,9 @@ class Reconciler:
         by_adapter: dict[str, list[str]] = {}
         for name in self.registry.names():
             by_adapter.setdefault(self.registry.get(name).adapter, []).append(name)
-        for adapter_name, actions in sorted(by_adapter.items()):
-            self._sweep_one(self.adapters[adapter_name], sorted(actions), report)
+        with self._batched(report):
+            for adapter_name, actions in sorted(by_adapter.items()):
+                self._sweep_one(self.adapters[adapter_name], sorted(actions), report)
         return report
 
     def _ledger(self, actions: list[str]) -> Iterator[LedgerEntry]:
@@ -173,8 +186,8 @@ class Reconciler:
         if entry.state is State.SUBMITTED:
             if entry.submitted_at is not None and now - entry.submitted_at >= horizon:
                 self._move(entry, State.FAILED, report, "absent-past-horizon",
-                           detail=f"absent at the venue {horizon:g}s after submission")
-                report.written_off += 1
+                           detail=f"absent at the venue {horizon:g}s after submission",
+                           count="written_off")
             else:
                 report.still_uncertain += 1
                 self._note(report, entry.op_key, "still-uncertain-inside-horizon")
@@ -188,12 +201,12 @@ class Reconciler:
             self._diverge("duplicate-effect", entry.op_key, venue_ids, entry.state.value, report)
             if entry.state not in (State.ACKNOWLEDGED, State.FAILED, State.QUARANTINED):
                 self._move(entry, State.QUARANTINED, report, "duplicate-effect",
-                           detail=f"{len(venue_ids)} venue records under one operation key")
-                report.quarantined += 1
+                           detail=f"{len(venue_ids)} venue records under one operation key",
+                           count="quarantined")
             return
         if entry.state is State.SUBMITTED:
-            self._move(entry, State.ACKNOWLEDGED, report, "confirmed", venue_id=venue_ids[0])
-            report.confirmed += 1
+            self._move(entry, State.ACKNOWLEDGED, report, "confirmed", venue_id=venue_ids[0],
+                       count="confirmed")
         elif entry.state is not State.ACKNOWLEDGED or entry.venue_id != venue_ids[0]:
             fresh = self._fresh(entry.op_key)
             if fresh is not None and fresh.state is not entry.state:
@@ -233,20 +246,29 @@ class Reconciler:
         report = ReconcileReport()
         batch = self.page_size if limit is None else min(limit, self.page_size)
         seen: set[str] = set()
-        while True:
-            entries = self.store.lease_uncertain(self.owner, now=self.clock(),
-                                                 lease_seconds=self.lease_seconds,
-                                                 limit=batch)
-            fresh = [e for e in entries if e.op_key not in seen]
-            if not fresh:
-                return report
-            for entry in fresh:
-                seen.add(entry.op_key)
-                self.repair_one(entry, report)
-            if limit is not None and len(seen) >= limit:
-                return report
+        with self._batched(report):
+            while True:
+                entries = self.store.lease_uncertain(self.owner, now=self.clock(),
+                                                     lease_seconds=self.lease_seconds,
+                                                     limit=batch)
+                fresh = [e for e in entries if e.op_key not in seen]
+                if not fresh:
+                    return report
+                for entry in fresh:
+                    seen.add(entry.op_key)
+                    self._repair_one(entry, report)
+                # The leased batch's repairs are written before the next lease is taken.
+                self._flush(report)
+                if limit is not None and len(seen) >= limit:
+                    return report
+        return report  # unreachable: the loop returns
 
     def repair_one(self, entry: LedgerEntry, report: ReconcileReport) -> None:
+        """Probe one row and write its repair (if any) before returning."""
+        with self._batched(report):
+            self._repair_one(entry, report)
+
+    def _repair_one(self, entry: LedgerEntry, report: ReconcileReport) -> None:
         adapter = self.adapters[self.registry.get(entry.action).adapter]
         report.ledger_rows += 1
         try:
@@ -264,16 +286,48 @@ class Reconciler:
     # --- helpers --------------------------------------------------------------------------
 
     def _move(self, entry: LedgerEntry, target: State, report: ReconcileReport, note: str, *,
-              venue_id: str | None = None, detail: str | None = None) -> None:
+              venue_id: str | None = None, detail: str | None = None,
+              count: str | None = None) -> None:
+        """Buffer one compare-and-set; written (and counted) by :meth:`_flush`."""
         scope, _, operation_id = entry.op_key.partition(":")
-        try:
-            self.store.transition(scope, operation_id, entry.state, target, now=self.clock(),
-                                  venue_id=venue_id, detail=detail,
-                                  audit={"by": "reconciler", "owner": self.owner, "note": note})
-        except (StaleState, OperationNotFound):
-            # Someone else (a replica, a late receipt) settled it first: not ours to repeat.
+        move = Move(scope, operation_id, entry.state, target, venue_id=venue_id, detail=detail,
+                    audit={"by": "reconciler", "owner": self.owner, "note": note})
+        report._pending.append((move, entry.op_key, note, count))
+        if len(report._pending) >= self.flush_every:
+            self._flush(report)
+
+    def _flush(self, report: ReconcileReport) -> None:
+        """Write the buffered moves in one transaction; count and note those that applied."""
+        if not report._pending:
             return
-        self._note(report, entry.op_key, note)
+        pending, report._pending = report._pending, []
+        applied = self.store.transition_many([p[0] for p in pending], now=self.clock())
+        for (_, op_key, note, count), done in zip(pending, applied, strict=True):
+            if not done:
+                # Someone else (a replica, a late receipt) settled it first: not ours to repeat.
+                continue
+            if count is not None:
+                setattr(report, count, getattr(report, count) + 1)
+            self._note(report, op_key, note)
+
+    @contextmanager
+    def _batched(self, report: ReconcileReport) -> Iterator[None]:
+        """Write the pass's buffered moves when the block ends, however it ends.
+
+        Moves decided before an error are still written (as they were when each was its own
+        transaction); a failure to write them then is logged, not raised over the first error.
+        """
+        try:
+            yield
+        except BaseException:
+            try:
+                self._flush(report)
+            except Exception as exc:  # the original error is the one to raise
+                log.warning("buffered repairs not written after an aborted pass: %s", exc)
+            finally:
+                report._pending.clear()
+            raise
+        self._flush(report)
 
     def _note(self, report: ReconcileReport, op_key: str, note: str) -> None:
         if self.keep_repaired:

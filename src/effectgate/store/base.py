@@ -37,13 +37,16 @@ __all__ = [
     "AuditEvent",
     "Divergence",
     "LedgerEntry",
+    "Move",
     "NewOperation",
     "Operation",
     "Store",
+    "check_moves",
     "check_path",
     "conflict",
     "dumps",
     "make_op_key",
+    "move_event",
     "scope_key_range",
     "validate_identity",
 ]
@@ -186,6 +189,44 @@ class Divergence:
     first_seen: float
 
 
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One compare-and-set of a :meth:`Store.transition_many` batch (``expected -> target``)."""
+
+    scope: str
+    operation_id: str
+    expected: State
+    target: State
+    venue_id: str | None = None
+    detail: str | None = None
+    audit: Mapping[str, object] | None = None
+
+
+def check_moves(moves: Sequence[Move]) -> None:
+    """Refuse a batch before anything is written: every move must follow the state table.
+
+    A move to ``submitted`` is refused too: a dispatch reads the controls in its own transaction
+    (:meth:`Store.transition` with its guard), a batch never dispatches.
+    """
+    for m in moves:
+        check_transition(m.expected, m.target)
+        if State(m.target) is State.SUBMITTED:
+            raise ValueError("a move to 'submitted' is a dispatch: use transition() with its "
+                             "guard, not transition_many()")
+
+
+def move_event(move: Move) -> dict[str, object]:
+    """The ``transition`` audit detail of one move, as :meth:`Store.transition` writes it."""
+    event: dict[str, object] = {"from": move.expected.value, "state": move.target.value}
+    if move.venue_id is not None:
+        event["venue_id"] = move.venue_id
+    if move.detail is not None:
+        event["detail"] = move.detail
+    if move.audit:
+        event.update(move.audit)
+    return event
+
+
 def check_path(path: Sequence[State]) -> None:
     """A new row's journalled path must start at ``proposed`` and follow the state table."""
     current: State | None = None
@@ -247,6 +288,16 @@ class Store(Protocol):
         ``current``: the caller's copy of the row (as it was at ``expected``). When given, the
         returned row is built from it plus the columns the update changed, instead of reading
         back and decoding the snapshot (the receipt path: the gate already holds the row).
+        """
+
+    def transition_many(self, moves: Sequence[Move], *, now: float) -> list[bool]:
+        """Apply each move as its own compare-and-set, all in ONE transaction.
+
+        Returns, per move, whether it applied; a stale move (the row is no longer in
+        ``expected``, or does not exist) is skipped, not an error. Each applied move writes the
+        same row update and chained ``transition`` audit entry as :meth:`transition` would.
+        An invalid move (state table, or a move to ``submitted``) raises before anything is
+        written.
         """
 
     def get(self, scope: str, operation_id: str) -> Operation | None: ...

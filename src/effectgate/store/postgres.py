@@ -47,11 +47,14 @@ from effectgate.store.base import (
     AuditEvent,
     Divergence,
     LedgerEntry,
+    Move,
     NewOperation,
     Operation,
+    check_moves,
     check_path,
     conflict,
     dumps,
+    move_event,
 )
 from effectgate.store.guard import (
     SHADOW,
@@ -198,6 +201,16 @@ _FAST_TRANSITION = _fast_transition_sql(_OP_COLUMNS)
 # When the caller holds the row (the receipt path), only what the update changed comes back.
 _CHANGED_COLUMNS = "version, venue_id, detail, submitted_at"
 _FAST_TRANSITION_CHANGED = _fast_transition_sql(_CHANGED_COLUMNS)
+
+
+# One compare-and-set of a batch (transition_many): the same update as a single transition.
+_CAS_ONE = """
+UPDATE operations SET state = %(target)s, updated_at = %(now)s, version = version + 1,
+    venue_id = coalesce(%(venue_id)s, venue_id), detail = coalesce(%(detail)s, detail),
+    lease_owner = NULL, lease_until = NULL
+WHERE scope = %(scope)s AND operation_id = %(operation_id)s AND state = %(expected)s
+RETURNING 1
+"""
 
 
 _TRANSITION_ROW = f"""
@@ -710,6 +723,50 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
             raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
         raise StaleState(f"operation {operation_id!r} is {current[0]!r}, "
                          f"not {expected.value!r}")
+
+    def transition_many(self, moves: Sequence[Move], *, now: float) -> list[bool]:
+        """Every move's compare-and-set, then each lane's chained audit entries: one transaction.
+
+        Lock order, so that batches cannot deadlock with each other or with single
+        transitions: every row first, in key order (one pipelined round trip), then the audit
+        heads of the lanes with applied moves, in ascending lane order.
+        """
+        check_moves(moves)
+        if not moves:
+            return []
+        order = sorted(range(len(moves)),
+                       key=lambda i: (moves[i].scope, moves[i].operation_id))
+        holder: dict[str, list[Cur]] = {}
+
+        def first(conn: Conn) -> Cur:
+            curs = holder["curs"] = [conn.execute(_CAS_ONE, {
+                "target": moves[i].target.value, "now": now, "venue_id": moves[i].venue_id,
+                "detail": moves[i].detail, "scope": moves[i].scope,
+                "operation_id": moves[i].operation_id, "expected": moves[i].expected.value})
+                for i in order]
+            return curs[-1]
+
+        def then(conn: Conn, _: Cur) -> list[bool]:
+            applied = [False] * len(moves)
+            lanes: dict[int, list[int]] = {}
+            for i, cur in zip(order, holder["curs"], strict=True):
+                if cur.fetchone() is not None:
+                    applied[i] = True
+                    m = moves[i]
+                    lanes.setdefault(lane_for(m.scope, m.operation_id, LANES), []).append(i)
+            for lane in sorted(lanes):
+                tx = PgTx(conn, self.schema, lane)
+                with conn.pipeline():
+                    tx.open()
+                tx.collect()
+                # In the caller's order within the lane, as N single transitions would be.
+                for i in sorted(lanes[lane]):
+                    m = moves[i]
+                    tx.audit("transition", move_event(m), now, m.scope, m.operation_id)
+                tx.flush()
+            return applied
+
+        return self._write(first, then, f"transition_many ({len(moves)} moves)")
 
     def get(self, scope: str, operation_id: str) -> Operation | None:
         return self._read(lambda conn: _select(conn, scope, operation_id), "get")

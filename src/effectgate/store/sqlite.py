@@ -22,11 +22,14 @@ from effectgate.store.base import (
     AuditEvent,
     Divergence,
     LedgerEntry,
+    Move,
     NewOperation,
     Operation,
+    check_moves,
     check_path,
     conflict,
     dumps,
+    move_event,
 )
 from effectgate.store.guard import (
     SHADOW,
@@ -401,6 +404,22 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
         version, venue, text, sub_at = changed[0]
         return replace(known, state=target, updated_at=now, version=version, venue_id=venue,
                        detail=text, submitted_at=sub_at, replayed=False)
+
+    def transition_many(self, moves: Sequence[Move], *, now: float) -> list[bool]:
+        check_moves(moves)
+        if not moves:
+            return []
+        applied: list[bool] = []
+        with self._tx() as conn:
+            for m in moves:
+                # The same compare-and-set and audit entry as transition(), in one transaction.
+                changed = conn.execute(_CAS, (m.target.value, now, m.venue_id, m.detail, None,
+                                              m.scope, m.operation_id,
+                                              m.expected.value)).fetchall()
+                applied.append(len(changed) == 1)
+                if changed:
+                    _audit(conn, now, m.scope, m.operation_id, "transition", move_event(m))
+        return applied
 
     def _move(self, conn: sqlite3.Connection, row: Operation, target: State, now: float,
               detail: str | None, audit: Mapping[str, object]) -> Operation:
