@@ -10,7 +10,8 @@ flipped by another process is seen by the very next dispatch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any, Protocol
@@ -26,10 +27,11 @@ from effectgate.core.controls import (
     to_micros,
 )
 from effectgate.core.states import State
-from effectgate.errors import ControlError
-from effectgate.store.base import NewOperation
+from effectgate.errors import ApprovalError, ControlError, OperationNotFound
+from effectgate.store.base import NewOperation, Operation
 
-__all__ = ["SHADOW", "ControlChanges", "ControlTx", "SignalStats", "apply_step", "dispatch_verdict",
+__all__ = ["SHADOW", "ControlChanges", "ControlTx", "SignalStats", "apply_step",
+           "check_approval", "dispatch_verdict",
            "guard_new_row", "observe_proposal", "path_audit", "shadow_request", "trip_breaker"]
 
 SHADOW = "shadow"
@@ -334,3 +336,32 @@ class ControlChanges:
         return self._change_controls(action, operator=operator, now=now,
                                      kind="shadow_on" if on else "shadow_off", detail={},
                                      shadow=on)
+
+
+def check_approval(row: Operation | None, request: Sequence[Any] | None, *, scope: str,
+                   operation_id: str, approver: str,
+                   fingerprint: str) -> tuple[Operation, int, float]:
+    """The rules an answer must pass before it is recorded: ``(row, required, expires_at)``.
+
+    ``request`` is the stored approval request row (fingerprint, required, expires_at,
+    proposers as JSON), or None when the row has none (one approver, no expiry). Raises
+    :class:`OperationNotFound` or :class:`ApprovalError`; both dialects call it inside the
+    transaction that records the answer.
+    """
+    if row is None:
+        raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
+    if row.state is not State.AWAITING_APPROVAL:
+        raise ApprovalError(f"operation {operation_id!r} is {row.state.value!r}, not "
+                            "awaiting approval", reason="not_awaiting")
+    required, expires_at = ((int(request[1]), float(request[2])) if request
+                            else (1, float("inf")))
+    proposers = set(json.loads(request[3])) if request else set()
+    if fingerprint != row.fingerprint:
+        raise ApprovalError(
+            f"the approval names payload {fingerprint[:12]} but operation "
+            f"{operation_id!r} carries {row.fingerprint[:12]}: an approval releases "
+            "only the exact payload it was given", reason="fingerprint_mismatch")
+    if approver in proposers:
+        raise ApprovalError(f"{approver!r} proposed operation {operation_id!r} and "
+                            "cannot approve it", reason="self_approval")
+    return row, required, expires_at

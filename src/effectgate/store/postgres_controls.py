@@ -27,9 +27,9 @@ from effectgate.core.controls import (
 )
 from effectgate.core.intent import Tier
 from effectgate.core.states import State, check_transition
-from effectgate.errors import ApprovalError, OperationNotFound, StaleState
+from effectgate.errors import ApprovalError, StaleState
 from effectgate.store.base import Operation, dumps
-from effectgate.store.guard import ControlChanges, apply_step
+from effectgate.store.guard import ControlChanges, apply_step, check_approval
 from effectgate.store.postgres_tx import (
     _CHAIN_COLUMNS,
     _CONTROL_COLUMNS,
@@ -152,24 +152,12 @@ class PgControlsMixin(ControlChanges):
     def decide_approval(self, scope: str, operation_id: str, *, approver: str, fingerprint: str,
                         approve: bool, reason: str | None, now: float) -> ApprovalOutcome:
         def work(tx: PgTx, row: Operation | None) -> ApprovalOutcome:
-            if row is None:
-                raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
-            if row.state is not State.AWAITING_APPROVAL:
-                raise ApprovalError(f"operation {operation_id!r} is {row.state.value!r}, not "
-                                    "awaiting approval", reason="not_awaiting")
             req = tx.conn.execute("SELECT fingerprint, required, expires_at, proposers FROM "
                                   "approval_requests WHERE scope = %s AND operation_id = %s",
                                   (scope, operation_id)).fetchone()
-            required, expires_at = (int(req[1]), float(req[2])) if req else (1, float("inf"))
-            proposers = set(json.loads(req[3])) if req else set()
-            if fingerprint != row.fingerprint:
-                raise ApprovalError(
-                    f"the approval names payload {fingerprint[:12]} but operation "
-                    f"{operation_id!r} carries {row.fingerprint[:12]}: an approval releases "
-                    "only the exact payload it was given", reason="fingerprint_mismatch")
-            if approver in proposers:
-                raise ApprovalError(f"{approver!r} proposed operation {operation_id!r} and "
-                                    "cannot approve it", reason="self_approval")
+            row, required, expires_at = check_approval(
+                row, req, scope=scope, operation_id=operation_id, approver=approver,
+                fingerprint=fingerprint)
             answered = tx.conn.execute(
                 "SELECT verdict FROM approvals WHERE scope = %s AND operation_id = %s",
                 (scope, operation_id)).fetchall()

@@ -30,9 +30,9 @@ from effectgate.core.controls import (
 )
 from effectgate.core.intent import Tier
 from effectgate.core.states import State
-from effectgate.errors import ApprovalError, OperationNotFound
+from effectgate.errors import ApprovalError
 from effectgate.store.base import Operation, dumps
-from effectgate.store.guard import ControlChanges, SignalStats, apply_step
+from effectgate.store.guard import ControlChanges, SignalStats, apply_step, check_approval
 
 __all__ = ["MIGRATION_CONTROLS", "MIGRATION_HEAD_TRIGGER", "SQLiteControlsMixin",
            "chained_audit", "controls_from_row", "register_chain_function", "request_approval"]
@@ -368,24 +368,12 @@ class SQLiteControlsMixin(ControlChanges):
 
         with self._tx() as conn:
             row = _select(conn, scope, operation_id)
-            if row is None:
-                raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
-            if row.state is not State.AWAITING_APPROVAL:
-                raise ApprovalError(f"operation {operation_id!r} is {row.state.value!r}, not "
-                                    "awaiting approval", reason="not_awaiting")
             req = conn.execute("SELECT fingerprint, required, expires_at, proposers FROM "
                                "approval_requests WHERE scope = ? AND operation_id = ?",
                                (scope, operation_id)).fetchone()
-            required, expires_at = (int(req[1]), float(req[2])) if req else (1, float("inf"))
-            proposers = set(json.loads(req[3])) if req else set()
-            if fingerprint != row.fingerprint:
-                raise ApprovalError(
-                    f"the approval names payload {fingerprint[:12]} but operation "
-                    f"{operation_id!r} carries {row.fingerprint[:12]}: an approval releases "
-                    "only the exact payload it was given", reason="fingerprint_mismatch")
-            if approver in proposers:
-                raise ApprovalError(f"{approver!r} proposed operation {operation_id!r} and "
-                                    "cannot approve it", reason="self_approval")
+            row, required, expires_at = check_approval(
+                row, req, scope=scope, operation_id=operation_id, approver=approver,
+                fingerprint=fingerprint)
             if conn.execute("SELECT 1 FROM approvals WHERE scope = ? AND operation_id = ? AND "
                             "approver = ?", (scope, operation_id, approver)).fetchone():
                 raise ApprovalError(f"{approver!r} already answered for {operation_id!r}; "
