@@ -47,6 +47,7 @@ __all__ = [
     "dumps",
     "make_op_key",
     "move_event",
+    "operation_filters",
     "scope_key_range",
     "validate_identity",
 ]
@@ -405,3 +406,20 @@ class Store(Protocol):
         """Hold the single-sweeper lock for the block; yields False when another holds it."""
 
     def close(self) -> None: ...
+
+
+def operation_filters(placeholder: str, *, state: State | None = None, action: str | None = None,
+                      scope: str | None = None,
+                      older_than: float | None = None) -> tuple[str, list[Any]]:
+    """The WHERE clause of ``list_operations`` in a dialect's placeholder style (``?``/``%s``)."""
+    clauses: list[str] = []
+    args: list[Any] = []
+    for column, value in (("state", state.value if state is not None else None),
+                          ("action", action), ("scope", scope)):
+        if value is not None:
+            clauses.append(f"{column} = {placeholder}")
+            args.append(value)
+    if older_than is not None:
+        clauses.append(f"updated_at < {placeholder}")
+        args.append(older_than)
+    return ("WHERE " + " AND ".join(clauses) if clauses else ""), args

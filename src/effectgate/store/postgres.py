@@ -55,6 +55,7 @@ from effectgate.store.base import (
     conflict,
     dumps,
     move_event,
+    operation_filters,
 )
 from effectgate.store.guard import (
     SHADOW,
@@ -774,7 +775,8 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
     def list_operations(self, *, state: State | None = None, action: str | None = None,
                         scope: str | None = None, older_than: float | None = None,
                         limit: int = 100) -> list[Operation]:
-        where, args = _filters(state=state, action=action, scope=scope, older_than=older_than)
+        where, args = operation_filters("%s", state=state, action=action, scope=scope,
+                                        older_than=older_than)
         query = (f"SELECT {_OP_COLUMNS} FROM operations {where} "
                  "ORDER BY updated_at DESC, op_key LIMIT %s")
         rows = self._read(lambda conn: conn.execute(query.encode(), (*args, limit)).fetchall(),
@@ -931,16 +933,6 @@ def _select(conn: Conn, scope: str, operation_id: str) -> Operation | None:
     row = conn.execute(f"SELECT {_OP_COLUMNS} FROM operations WHERE scope = %s AND "
                        "operation_id = %s".encode(), (scope, operation_id)).fetchone()
     return None if row is None else _row_to_operation(row)
-
-
-def _filters(**kw: Any) -> tuple[str, list[Any]]:
-    clauses, args = [], []
-    for name, value in kw.items():
-        if value is None:
-            continue
-        clauses.append("updated_at < %s" if name == "older_than" else f"{name} = %s")
-        args.append(value.value if isinstance(value, State) else value)
-    return ("WHERE " + " AND ".join(clauses) if clauses else ""), args
 
 
 def _first_line(exc: BaseException) -> str:

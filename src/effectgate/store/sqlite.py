@@ -30,6 +30,7 @@ from effectgate.store.base import (
     conflict,
     dumps,
     move_event,
+    operation_filters,
 )
 from effectgate.store.guard import (
     SHADOW,
@@ -445,7 +446,8 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
     def list_operations(self, *, state: State | None = None, action: str | None = None,
                         scope: str | None = None, older_than: float | None = None,
                         limit: int = 100) -> list[Operation]:
-        where, args = _filters(state=state, action=action, scope=scope, older_than=older_than)
+        where, args = operation_filters("?", state=state, action=action, scope=scope,
+                                        older_than=older_than)
         with self._read() as conn:
             rows = conn.execute(f"SELECT {_OP_COLUMNS} FROM operations {where} "
                                 "ORDER BY updated_at DESC LIMIT ?", (*args, limit)).fetchall()
@@ -549,16 +551,3 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-
-def _filters(**kw: Any) -> tuple[str, list[Any]]:
-    clauses, args = [], []
-    for name, value in kw.items():
-        if value is None:
-            continue
-        if name == "older_than":
-            clauses.append("updated_at < ?")
-        else:
-            clauses.append(f"{name} = ?")
-        args.append(value.value if isinstance(value, State) else value)
-    return ("WHERE " + " AND ".join(clauses) if clauses else ""), args
