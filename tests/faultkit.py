@@ -228,10 +228,13 @@ class _Cut:
 class PgProxy:
     """Forwards 127.0.0.1 connections to PostgreSQL and parses the frontend messages.
 
-    ``arm_cut(skip, forward)``: on the (skip+1)-th COMMIT after arming, forward it (or not) and
-    then close both sides before the server's reply can reach the client. A COMMIT pipelined
-    behind its statement (Parse, Bind, Execute, Sync) is forwarded through its Sync, so the
-    server runs it; "not forwarded" withholds it and everything after it in the batch.
+    ``arm_cut(skip, forward)``: on the (skip+1)-th commit point after arming, forward it (or
+    not) and then close both sides before the server's reply can reach the client. A commit
+    point is an explicit COMMIT, or the Sync that ends an implicit transaction which wrote
+    (extended-protocol statements outside BEGIN run as one transaction the server commits at
+    the Sync; prepared statements are recognised by name from their earlier Parse). A COMMIT
+    pipelined behind its statement (Parse, Bind, Execute, Sync) is forwarded through its Sync,
+    so the server runs it; "not forwarded" withholds it and everything after it in the batch.
     ``counts`` tallies message types (``Q`` simple query, ``S`` sync, ...) for round-trip
     accounting.
     """
@@ -288,14 +291,11 @@ class PgProxy:
                              daemon=True).start()
             threading.Thread(target=_pump, args=(server, client, cut), daemon=True).start()
 
-    def _decide(self, kind: str, body: bytes) -> str:
+    def _decide(self, kind: str, body: bytes, conn: _ConnState) -> str:
         """'pass', 'cut-after' or 'cut-before' for one frontend message."""
         with self._lock:
             self.counts[kind] = self.counts.get(kind, 0) + 1
-            text = body
-            if kind == "P":  # Parse: statement name \0 query \0 ...
-                text = body.split(b"\0", 2)[1] if body.count(b"\0") >= 2 else b""
-            if kind not in ("Q", "P") or not text.lstrip().upper().startswith(b"COMMIT"):
+            if not conn.commit_point(kind, body):
                 return "pass"
             if self._cut is None:
                 return "pass"
@@ -309,6 +309,7 @@ class PgProxy:
     def _frontend(self, client: socket.socket, server: socket.socket,
                   cut: threading.Event) -> None:
         reader = _Reader(client)
+        state = _ConnState()
         try:
             untyped = True
             while untyped:  # startup, possibly preceded by SSL/GSS requests
@@ -320,7 +321,7 @@ class PgProxy:
                 kind_b = reader.exact(1)
                 length = struct.unpack("!i", reader.exact(4))[0]
                 body = reader.exact(length - 4)
-                action = self._decide(kind_b.decode("latin-1"), body)
+                action = self._decide(kind_b.decode("latin-1"), body, state)
                 if action != "pass":
                     cut.set()  # from now on no server byte reaches the client: the reply is lost
                 if action == "cut-before":
@@ -348,6 +349,46 @@ class PgProxy:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
             s.close()
+
+
+_WRITES = (b"INSERT", b"UPDATE", b"DELETE", b"WITH")
+
+
+@dataclass
+class _ConnState:
+    """What one client connection has sent: prepared statements and transaction state."""
+
+    prepared: dict[bytes, bytes] = field(default_factory=dict)
+    explicit: bool = False  # inside BEGIN ... COMMIT
+    wrote: bool = False  # a write was sent since the last Sync, outside BEGIN
+
+    def commit_point(self, kind: str, body: bytes) -> bool:
+        text = b""
+        if kind == "Q":
+            text = body
+        elif kind == "P":  # Parse: statement name \0 query \0 ...
+            name, text = body.split(b"\0", 2)[:2] if body.count(b"\0") >= 2 else (b"", b"")
+            self.prepared[name] = text
+        elif kind == "B":  # Bind: portal \0 statement name \0 ...
+            parts = body.split(b"\0", 2)
+            if len(parts) >= 2 and parts[1] and not self.explicit:
+                self.wrote |= self.prepared.get(parts[1], b"").lstrip().upper().startswith(
+                    _WRITES)
+            return False
+        elif kind == "S":
+            point, self.wrote = self.wrote, False
+            return point
+        else:
+            return False
+        head = text.lstrip().upper()
+        if head.startswith(b"BEGIN"):
+            self.explicit = True
+        elif head.startswith((b"COMMIT", b"ROLLBACK")):
+            self.explicit = False
+            return head.startswith(b"COMMIT")
+        elif kind == "P" and not self.explicit and head.startswith(_WRITES):
+            self.wrote = True
+        return False
 
 
 class _Reader:

@@ -7,8 +7,10 @@ would, and verification must say where.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from decimal import Decimal
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
@@ -65,6 +67,12 @@ def sql(store: Store, statement: str, *args: object) -> None:
         conn.execute(statement.replace("?", "%s").encode(), args)
 
 
+def _is_sqlite(store: Store) -> bool:
+    from effectgate.store.sqlite import SQLiteStore
+
+    return isinstance(store, SQLiteStore)
+
+
 def seqs(store: Store) -> list[int]:
     return [e.seq for e in store.audit_entries(limit=10_000)]
 
@@ -101,6 +109,19 @@ class TestVerify:
         op = fill(store)
         last = seqs(store)[-1]
         sql(store, "DELETE FROM audit_log WHERE seq = ?", last)
+        result = op.verify_audit()
+        assert [f.problem for f in result.findings] == ["truncated"]
+
+    def test_delete_a_tail_the_hot_path_wrote(self, store: Store) -> None:
+        """The last entries are a journal and a receipt (SQLite records their head in the
+        operations row, not audit_heads): cutting them off is still reported."""
+        op = fill(store)
+        Gate(store=store, registry=default_registry(),
+             adapters={"paper": PaperAdapter(PaperVenue())},
+             policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+             ).submit("submit_order", "op-last", INTENT)
+        tail = seqs(store)[-2:]
+        sql(store, "DELETE FROM audit_log WHERE seq >= ?", tail[0])
         result = op.verify_audit()
         assert [f.problem for f in result.findings] == ["truncated"]
 
@@ -162,6 +183,8 @@ class TestVerify:
         sql(store, "DELETE FROM audit_heads WHERE lane <> ?", first.lane)
         sql(store, "UPDATE audit_heads SET seq = ?, hash = ? WHERE lane = ?", first.seq,
             first.hash, first.lane)
+        if _is_sqlite(store):  # the attacker rewrites the operations rows' anchors too
+            sql(store, "UPDATE operations SET audit_seq = NULL, audit_hash = NULL")
         assert op.verify_audit().ok  # consistent with itself...
         assert not op.verify_audit(expect_heads=anchor).ok  # ...but not with the anchor
 
@@ -171,6 +194,45 @@ class TestVerify:
         assert "kill_switch_on" in kinds
         (kill,) = [e for e in store.audit_entries(limit=10_000) if e.kind == "kill_switch_on"]
         assert kill.detail["operator"] == "alice"
+
+
+class TestSQLiteRowAnchors:
+    """SQLite only: PostgreSQL keeps one head row per lane (its commits are not page-bound)."""
+
+    @pytest.fixture
+    def sqlite_store(self, tmp_path: Path) -> Iterator[Store]:
+        from effectgate.store.sqlite import SQLiteStore
+
+        store = SQLiteStore(str(tmp_path / "ledger.db"))
+        yield store
+        store.close()
+
+    def test_anchor_in_the_row_is_checked(self, sqlite_store: Store) -> None:
+        """Editing the head a journal or receipt recorded in its row is a rewritten head."""
+        store = sqlite_store
+        op = fill(store)
+        sql(store, "UPDATE operations SET audit_hash = ? WHERE audit_seq = "
+            "(SELECT max(audit_seq) FROM operations)", "0" * 64)
+        sql(store, "DELETE FROM audit_heads")  # only the row anchor is left to say it
+        assert [f.problem for f in op.verify_audit().findings] == ["head"]
+
+    def test_hot_path_anchors_in_the_row(self, sqlite_store: Store) -> None:
+        """The journal and the receipt leave audit_heads alone (one page less per commit)
+        and record their entry in the row; the recorded head is the later of the two."""
+        store = sqlite_store
+        fill(store)
+        conn = store._conn  # type: ignore[attr-defined]
+        before = conn.execute("SELECT seq FROM audit_heads").fetchone()
+        Gate(store=store, registry=default_registry(),
+             adapters={"paper": PaperAdapter(PaperVenue())},
+             policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+             ).submit("submit_order", "op-anchor", INTENT)
+        assert conn.execute("SELECT seq FROM audit_heads").fetchone() == before
+        last = store.audit_entries(limit=10_000)[-1]
+        assert last.operation_id == "op-anchor"
+        assert conn.execute("SELECT audit_seq, audit_hash FROM operations WHERE "
+                            "operation_id = 'op-anchor'").fetchone() == (last.seq, last.hash)
+        assert store.audit_heads() == {0: (last.seq, last.hash)}
 
 
 class TestEvidenceBundle:

@@ -40,8 +40,9 @@ def proxied() -> Iterator[tuple[str, str, faultkit.PgProxy]]:
 
 
 def test_hot_path_is_one_round_trip(proxied) -> None:
-    """Invariant 3 (cost of durability): journal and receipt each take ONE round trip, COMMIT
-    pipelined behind BEGIN and the statement."""
+    """Invariant 3 (cost of durability): journal and receipt each take ONE round trip (the
+    journal's locks and statement pipelined as one implicit transaction, the receipt one
+    statement), and neither sends BEGIN or COMMIT."""
     from effectgate.store.postgres import PostgresStore
 
     _, via_proxy, proxy = proxied
@@ -67,6 +68,7 @@ def test_hot_path_is_one_round_trip(proxied) -> None:
     print(f"\n[round trips] journal={trips['journal']} ({journal}) "
           f"receipt={trips['receipt']} ({receipt})")
     assert trips == {"journal": 1, "receipt": 1}
+    assert "Q" not in journal and "Q" not in receipt
 
 
 @pytest.mark.slow

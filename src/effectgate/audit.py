@@ -31,6 +31,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
+import orjson
+
 if TYPE_CHECKING:
     from effectgate.store.base import Store
 
@@ -60,9 +62,30 @@ _DIGEST_ENCODER: Final = json.JSONEncoder(ensure_ascii=True, separators=(",", ":
 
 def content_digest(lane: int, at: float, scope: str | None, operation_id: str | None,
                    kind: str, detail_text: str) -> str:
-    """sha256 over the entry's content, as stored (``detail_text`` is the stored JSON text)."""
-    body = _DIGEST_ENCODER.encode([lane, at, scope, operation_id, kind, detail_text])
+    """sha256 over the entry's content, as stored (``detail_text`` is the stored JSON text).
+
+    The hashed bytes are ``[lane, at, scope, operation_id, kind, detail_text]`` as compact
+    ASCII-only JSON. Text that is printable-ASCII-safe (no DEL, nothing past U+007F) is quoted
+    by orjson, which escapes exactly as the standard encoder does there; anything else takes
+    the standard encoder. Both give the same bytes (tests/test_audit_digest.py checks it).
+    """
+    if type(lane) is int and type(at) is float and at - at == 0.0 and _plain(kind) \
+            and _plain(detail_text) and (scope is None or _plain(scope)) \
+            and (operation_id is None or _plain(operation_id)):
+        body = (f"[{lane},{float.__repr__(at)},{_quote(scope)},{_quote(operation_id)},"
+                f"{_quote(kind)},{_quote(detail_text)}]")
+    else:
+        body = _DIGEST_ENCODER.encode([lane, at, scope, operation_id, kind, detail_text])
     return hashlib.sha256(body.encode("ascii")).hexdigest()
+
+
+def _plain(text: str) -> bool:
+    # ASCII without DEL: the standard encoder (ensure_ascii) escapes DEL, orjson does not.
+    return text.isascii() and "\x7f" not in text
+
+
+def _quote(text: str | None) -> str:
+    return "null" if text is None else orjson.dumps(text).decode("ascii")
 
 
 def chain_hash(prev_hash: str, digest: str) -> str:

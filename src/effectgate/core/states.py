@@ -53,12 +53,12 @@ def check_transition(current: State | str | None, target: State | str) -> State:
 
     ``current`` is ``None`` for a row that does not exist yet; only ``proposed`` may start one.
     """
-    to = State(target)
+    to = target if type(target) is State else State(target)
     if current is None:
         if to is not State.PROPOSED:
             raise InvalidTransition(f"a new operation starts in 'proposed', not {to.value!r}")
         return to
-    frm = State(current)
+    frm = current if type(current) is State else State(current)
     if to not in TRANSITIONS.get(frm, frozenset()):
         raise InvalidTransition(f"transition {frm.value!r} -> {to.value!r} is not allowed")
     return to

@@ -15,6 +15,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import orjson
+
 from effectgate.core.states import State, check_transition
 from effectgate.errors import ConfigError, IdempotencyConflict
 
@@ -48,6 +50,7 @@ __all__ = [
     "make_op_key",
     "move_event",
     "operation_filters",
+    "raw_json",
     "scope_key_range",
     "validate_identity",
 ]
@@ -91,14 +94,53 @@ def scope_key_range(scope: str) -> tuple[str, str]:
     return f"{scope}:", f"{scope};"
 
 
-# One encoder for every call: json.dumps with non-default options builds a new encoder each time.
+class RawJSON:
+    """Text :func:`dumps` produced earlier, embedded in another value as it stands."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def _orjson_default(obj: object) -> object:
+    if isinstance(obj, RawJSON):
+        return orjson.Fragment(obj.text)
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+def _std_default(obj: object) -> object:
+    if isinstance(obj, RawJSON):
+        return json.loads(obj.text)
+    raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+
+
+# The fallback for what orjson refuses (non-string keys, integers past 64 bits, lone
+# surrogates): the standard encoder with the same options, built once.
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                            allow_nan=False)
+                            allow_nan=False, default=_std_default)
 
 
 def dumps(value: object) -> str:
-    """Compact, key-sorted JSON for stored snapshots and audit details."""
-    return _ENCODER.encode(value)
+    """Compact, key-sorted JSON for stored snapshots and audit details.
+
+    orjson does the work (the hot path encodes a snapshot and two audit details per action);
+    what it refuses falls back to the standard encoder, same layout. A :class:`RawJSON` embeds
+    text encoded earlier (the intent snapshot already stored in the row) without encoding it
+    twice. Floats may be spelled differently from ``repr`` (``6.103515625e-05`` as
+    ``0.00006103515625``), the same number either way; digests are taken over the stored text,
+    so that never matters. Non-finite floats come out as ``null``: no door lets one in (the
+    strict parsers refuse NaN and Infinity).
+    """
+    try:
+        return orjson.dumps(value, default=_orjson_default, option=orjson.OPT_SORT_KEYS).decode()
+    except TypeError:
+        return _ENCODER.encode(value)
+
+
+def raw_json(text: str) -> RawJSON:
+    """Mark ``text`` (from :func:`dumps`) for embedding as it stands."""
+    return RawJSON(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,11 +272,19 @@ def move_event(move: Move) -> dict[str, object]:
 
 def check_path(path: Sequence[State]) -> None:
     """A new row's journalled path must start at ``proposed`` and follow the state table."""
+    key = tuple(path)
+    if key in _CHECKED_PATHS:
+        return
     current: State | None = None
     for step in path:
         current = check_transition(current, step)
     if current is None:
         raise ValueError("an empty path journals nothing")
+    # Only paths the table allows are remembered; there are a handful of them.
+    _CHECKED_PATHS.add(key)
+
+
+_CHECKED_PATHS: set[tuple[State, ...]] = set()
 
 
 def conflict(existing: Operation, offered: str) -> IdempotencyConflict:

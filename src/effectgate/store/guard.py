@@ -28,7 +28,7 @@ from effectgate.core.controls import (
 )
 from effectgate.core.states import State
 from effectgate.errors import ApprovalError, ControlError, OperationNotFound
-from effectgate.store.base import NewOperation, Operation
+from effectgate.store.base import NewOperation, Operation, raw_json
 
 __all__ = ["SHADOW", "ControlChanges", "ControlTx", "SignalStats", "apply_step",
            "check_approval", "dispatch_verdict",
@@ -283,7 +283,8 @@ def guard_new_row(tx: ControlTx, new: NewOperation, path: list[State],
 
 
 def path_audit(new: NewOperation, path: list[State], audit: Mapping[str, object] | None,
-               held: str | None) -> list[tuple[str, dict[str, object]]]:
+               held: str | None, *, intent_text: str | None = None,
+               ) -> list[tuple[str, dict[str, object]]]:
     """The audit entries of a newly journalled row: ONE entry for the whole path, then any hold.
 
     The path a new row walks (``proposed -> validated -> submitted``, ``proposed -> rejected``,
@@ -291,10 +292,13 @@ def path_audit(new: NewOperation, path: list[State], audit: Mapping[str, object]
     it: ``path`` lists every state in order, ``state`` is where the row ended, and the entry
     holds the intent snapshot, the provenance and the decision. (One entry instead of one per
     step: a third of the audit writes and hashes on the hot path, the same facts.)
+    ``intent_text``: the snapshot as already encoded for the row, embedded rather than encoded
+    again.
     """
     final = path[-1]
     detail: dict[str, object] = {"state": final.value, "path": [s.value for s in path],
-                                 "intent": new.intent, "fingerprint": new.fingerprint,
+                                 "intent": new.intent if intent_text is None
+                                 else raw_json(intent_text), "fingerprint": new.fingerprint,
                                  "action": new.action}
     if audit:
         detail.update(audit)

@@ -11,10 +11,11 @@ failure before it changed nothing (:class:`StoreError`, retried once on a fresh 
 the connection itself failed); a lost connection once ``COMMIT`` may be in flight may or may not
 have committed (:class:`IndeterminateCommit`), and callers treat the operation as uncertain
 instead of guessing. The hot path (journalling a new row, a receipt's compare-and-set) sends
-``BEGIN``, its one statement and ``COMMIT`` in ONE pipelined round trip (:meth:`_write_one_trip`):
-a server error in the statement aborts the transaction, so the batch writes nothing; a lost
-connection during the batch is indeterminate. Writes whose statement result decides further
-writes keep two round trips (:meth:`_write`): ``BEGIN`` + statement, then ``COMMIT``.
+its statements in ONE round trip, as the implicit transaction the server commits at the
+pipeline's Sync, or a single autocommit statement (:meth:`_write_one_trip`): a server error
+aborts it, so nothing is written; a lost connection in flight is indeterminate. Writes whose
+statement result decides further writes keep two round trips (:meth:`_write`): ``BEGIN`` +
+statement, then ``COMMIT``.
 """
 
 from __future__ import annotations
@@ -182,6 +183,10 @@ apr AS (
 SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM ctl)
 """
 
+_TWO_LOCKS = ("SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0)), "
+              "pg_advisory_xact_lock(hashtextextended(%s, 0))")
+
+
 def _fast_transition_sql(returning: str) -> str:
     return f"""
 WITH RECURSIVE
@@ -242,6 +247,14 @@ VALUES (%(kind)s, %(op_key)s, %(venue_ids)s, %(ledger_state)s, %(now)s)
 ON CONFLICT DO NOTHING
 RETURNING 1
 """
+
+
+def _only(entries: Sequence[tuple[str, dict[str, object]]]) -> tuple[str, dict[str, object]]:
+    """The single audit entry of an unheld new row (the one-statement path writes one)."""
+    if len(entries) != 1:
+        raise StoreError(f"expected one audit entry on the one-statement path, got "
+                         f"{len(entries)}")
+    return entries[0]
 
 
 def _row_to_operation(row: Sequence[Any]) -> Operation:
@@ -408,37 +421,48 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
             raise StoreError(f"{what}: COMMIT refused, nothing written: "
                              f"{_first_line(exc)}") from exc
 
-    def _write_one_trip(self, first: Callable[[Conn], Cur], what: str) -> Cur:
-        """``BEGIN``, the statement ``first`` queues and ``COMMIT`` in one pipelined round trip.
+    def _write_one_trip(self, first: Callable[[Conn], Cur], what: str, *,
+                        single: bool = False) -> Cur:
+        """The statements ``first`` queues, as ONE transaction in one pipelined round trip.
 
-        Only for a statement that is the whole write: its result is read (from the returned
+        No ``BEGIN`` or ``COMMIT`` travel: on an autocommit connection, the extended-protocol
+        messages up to the pipeline's single Sync run as one implicit transaction, which the
+        server commits at the Sync (PostgreSQL protocol docs, "Pipelining"). Each statement
+        still takes its own snapshot, so one queued after an advisory lock sees what committed
+        while the lock was awaited. Two fewer messages than ``BEGIN ... COMMIT``, and fewer
+        executes: psycopg's per-execute client cost was more than the round trip.
+
+        ``single``: ``first`` runs exactly one statement, sent without a pipeline (it is its
+        own implicit transaction), which saves the pipeline's client overhead.
+
+        Only for statements that are the whole write: the result is read (from the returned
         cursor) after the commit, and any follow-up a caller needs is a read or a separate
-        transaction. A server error in the statement aborts the transaction (the pipelined
-        COMMIT is skipped, or answers ROLLBACK): nothing written, :class:`StoreError`. A lost
-        connection may have come after the server ran COMMIT: :class:`IndeterminateCommit`,
-        never a retry.
+        transaction. A server error aborts the implicit transaction (later statements are
+        skipped, nothing is written): :class:`StoreError`. A lost connection may have come
+        after the server committed at the Sync: :class:`IndeterminateCommit`, never a retry.
         """
         conn: Conn | None = None
         try:
             with self._pool.connection(timeout=self._pool_timeout) as conn:
-                with conn.pipeline():
-                    conn.execute("BEGIN")
+                if not conn.autocommit:  # the implicit transaction needs autocommit
+                    raise StoreError(f"{what}: pooled connection is not in autocommit mode")
+                if single:
+                    # One statement is its own implicit transaction: no pipeline needed.
                     cur = first(conn)
-                    done = conn.execute("COMMIT")
-                status = done.statusmessage
+                else:
+                    with conn.pipeline():
+                        cur = first(conn)
         except PoolTimeout as exc:
             raise StoreError(f"{what}: no database connection within "
                              f"{self._pool_timeout:g}s") from exc
         except psycopg.Error as exc:
             if _connection_lost(exc, conn):
                 raise IndeterminateCommit(
-                    f"{what}: connection lost while BEGIN, the statement and COMMIT were in "
+                    f"{what}: connection lost while the statements and their commit were in "
                     f"flight; the write may or may not be durable ({type(exc).__name__})"
                 ) from exc
             raise StoreError(f"{what} failed and was rolled back, nothing written: "
                              f"{type(exc).__name__}: {_first_line(exc)}") from exc
-        if status != "COMMIT":  # an aborted transaction answers COMMIT with ROLLBACK
-            raise StoreError(f"{what}: COMMIT answered {status!r}, nothing written")
         return cur
 
     def _read(self, work: Callable[[Conn], T], what: str) -> T:
@@ -519,15 +543,16 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
                 "dispatch": final is State.SUBMITTED, "value_micros": micros,
                 "approval": final is State.AWAITING_APPROVAL, "required": req[3],
                 "expires_at": req[4], "proposers": req[5],
-                **audit_params(lane, [(now, new.scope, new.operation_id, kind, detail)
-                                      for kind, detail in path_audit(new, list(path), audit,
-                                                                     None)])}
+                **audit_params(lane, now, new.scope, new.operation_id, *_only(
+                    path_audit(new, list(path), audit, None, intent_text=intent)))}
 
         def locks(conn: Conn) -> None:
             # The class's shared lock (a flip waits for us, and we see any flip committed
-            # before us), then this key's lock; both are released by the commit.
-            conn.execute(class_lock(self.schema, new.action, exclusive=False))
-            conn.execute(class_lock(self.schema, new.op_key, exclusive=True, purpose="op"))
+            # before us), then this key's lock; both are released by the commit. One
+            # statement: a target list is evaluated left to right, so the order holds.
+            conn.execute(_TWO_LOCKS, (class_lock(self.schema, new.action, exclusive=False)[1][0],
+                                      class_lock(self.schema, new.op_key, exclusive=True,
+                                                 purpose="op")[1][0]))
 
         what = f"insert {new.op_key}"
         result: Operation | None = None
@@ -543,8 +568,8 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
             if inserted:
                 result, created = Operation(
                     scope=new.scope, operation_id=new.operation_id, action=new.action,
-                    fingerprint=new.fingerprint, state=final, intent=json.loads(intent),
-                    effect=json.loads(effect), tier=new.tier, reason=new.reason,
+                    fingerprint=new.fingerprint, state=final, intent=new.intent,
+                    effect=new.effect, tier=new.tier, reason=new.reason,
                     policy_version=new.policy_version, venue_id=None, detail=None,
                     created_at=now, updated_at=now, submitted_at=submitted_at, version=1), True
             elif not active:
@@ -704,13 +729,14 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
             "target": target.value, "now": now, "venue_id": venue_id, "detail": detail,
             "submitted_at": None, "scope": scope, "operation_id": operation_id,
             "expected": expected.value,
-            **audit_params(lane, [(now, scope, operation_id, "transition", event)]),
+            **audit_params(lane, now, scope, operation_id, "transition", event),
         }
         query = _FAST_TRANSITION if known is None else _FAST_TRANSITION_CHANGED
         what = f"transition {scope}:{operation_id}"
         # One round trip: BEGIN, the compare-and-set and COMMIT. A miss wrote nothing; the
         # current state, read after that empty commit, only classifies the miss.
-        row = self._write_one_trip(lambda conn: conn.execute(query, params), what).fetchone()
+        row = self._write_one_trip(lambda conn: conn.execute(query, params), what,
+                                   single=True).fetchone()
         if row is not None:
             if known is None:
                 return _row_to_operation(row)

@@ -41,10 +41,12 @@ from effectgate.store.guard import (
 )
 from effectgate.store.sqlite_controls import (
     CONTROL_COLUMNS,
+    MIGRATION_ANCHORS,
     MIGRATION_CONTROLS,
     MIGRATION_HEAD_TRIGGER,
     SQLiteControlsMixin,
     SQLiteControlTx,
+    advance_head,
     backfill_chain,
     chained_audit,
     controls_from_row,
@@ -119,6 +121,9 @@ MIGRATIONS: list[str] = [
     DROP TABLE dispatch_log;
     ALTER TABLE dispatch_log_v3 RENAME TO dispatch_log
     """,
+    # 4: journal and receipt entries are anchored in their operations row, not audit_heads
+    # (store/sqlite_controls.py, MIGRATION_ANCHORS).
+    MIGRATION_ANCHORS,
 ]
 
 
@@ -143,9 +148,16 @@ _CAS = ("UPDATE operations SET state = ?, updated_at = ?, version = version + 1,
         "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, lease_until = NULL "
         "WHERE scope = ? AND operation_id = ? AND state = ? "
         "RETURNING version, venue_id, detail, submitted_at")
+# The receipt's compare-and-set, also recording its audit entry's (seq, hash) (migration 4).
+_CAS_ANCHORED = ("UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
+                 "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), "
+                 "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, "
+                 "lease_until = NULL, audit_seq = ?, audit_hash = ? "
+                 "WHERE scope = ? AND operation_id = ? AND state = ? "
+                 "RETURNING version, venue_id, detail, submitted_at")
 _INSERT = ("INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
            "intent, effect, tier, reason, policy_version, detail, created_at, updated_at, "
-           "submitted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+           "submitted_at, audit_seq, audit_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
 _SELECT = f"SELECT {_OP_COLUMNS} FROM operations WHERE scope = ? AND operation_id = ?"
 # The journal's first read: the row if it exists and, beside it, the class's controls (which
 # the controls checks would read next), in one statement.
@@ -182,6 +194,53 @@ def _row_to_operation(row: Sequence[Any]) -> Operation:
 def _row_to_entry(row: Sequence[Any]) -> LedgerEntry:
     return LedgerEntry(op_key=row[0], action=row[1], state=State(row[2]), venue_id=row[3],
                        submitted_at=row[4], updated_at=row[5])
+
+
+class _Transaction:
+    """The context manager behind ``SQLiteStore._tx`` (a class: two per action on the hot
+    path, and a generator-based one costs several times as much to enter and leave)."""
+
+    __slots__ = ("_conn", "_lock")
+
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
+        self._conn = conn
+        self._lock = lock
+
+    def __enter__(self) -> sqlite3.Connection:
+        self._lock.acquire()
+        conn = self._conn
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            self._lock.release()
+            raise _store_error("cannot begin a write transaction, nothing written",
+                               exc) from exc
+        except BaseException:
+            self._lock.release()
+            raise
+        return conn
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: object) -> None:
+        conn = self._conn
+        try:
+            if kind is not None:
+                _rollback(conn)
+                if isinstance(exc, sqlite3.Error):
+                    raise _store_error("write failed before commit, nothing written",
+                                       exc) from exc
+                return
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as err:
+                _rollback(conn)
+                if (getattr(err, "sqlite_errorcode", 0) or 0) & 0xFF in _BUSY:
+                    raise _store_error("COMMIT refused, nothing written", err) from err
+                raise IndeterminateCommit(f"COMMIT failed; the write may or may not be "
+                                          f"durable ({type(err).__name__}: {err})") from err
+        finally:
+            self._lock.release()
 
 
 # --- inner functions: take a connection, run SQL, own no transaction ---------------------------
@@ -227,8 +286,7 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
 
-    @contextmanager
-    def _tx(self) -> Iterator[sqlite3.Connection]:
+    def _tx(self) -> _Transaction:
         """One ``BEGIN IMMEDIATE`` transaction; every ``sqlite3`` error leaves as StoreError.
 
         Before COMMIT nothing is durable: an error rolls back and is a :class:`StoreError`
@@ -237,30 +295,7 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
         nothing was written (StoreError), otherwise (an I/O error while the WAL frames were
         being written) the commit may have reached the file: :class:`IndeterminateCommit`.
         """
-        with self._lock:
-            conn = self._conn
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.Error as exc:
-                _rollback(conn)
-                raise _store_error("cannot begin a write transaction, nothing written",
-                                   exc) from exc
-            try:
-                yield conn
-            except sqlite3.Error as exc:
-                _rollback(conn)
-                raise _store_error("write failed before commit, nothing written", exc) from exc
-            except BaseException:
-                _rollback(conn)
-                raise
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _rollback(conn)
-                if (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF in _BUSY:
-                    raise _store_error("COMMIT refused, nothing written", exc) from exc
-                raise IndeterminateCommit(f"COMMIT failed; the write may or may not be durable "
-                                          f"({type(exc).__name__}: {exc})") from exc
+        return _Transaction(self._conn, self._lock)
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -324,13 +359,17 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
                     guard: DispatchGuard | None) -> Operation:
         final = path[-1]
         submitted_at = now if final is State.SUBMITTED else None
+        intent = dumps(new.intent)
+        # The entries first: the row records the last one's (seq, hash) as the chain's head.
+        anchor: tuple[int | None, str | None] = (None, None)
+        for kind, detail in path_audit(new, path, audit, held, intent_text=intent):
+            anchor = chained_audit(conn, now, new.scope, new.operation_id, kind, detail,
+                                   advance_head=False)
         conn.execute(
             _INSERT,
             (new.scope, new.operation_id, new.op_key, new.action, new.fingerprint,
-             final.value, dumps(new.intent), dumps(new.effect), new.tier, new.reason,
-             new.policy_version, held, now, now, submitted_at))
-        for kind, detail in path_audit(new, path, audit, held):
-            _audit(conn, now, new.scope, new.operation_id, kind, detail)
+             final.value, intent, dumps(new.effect), new.tier, new.reason,
+             new.policy_version, held, now, now, submitted_at, *anchor))
         if final is State.AWAITING_APPROVAL:
             request_approval(conn, new.scope, new.operation_id, new.fingerprint,
                              new.tier, guard, now)
@@ -379,15 +418,6 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
                                  "AND operation_id = ?", (verdict, now, scope, operation_id))
                     _audit(conn, now, scope, operation_id, "dispatch_held", {"reason": verdict})
                     return replace(known, detail=verdict, updated_at=now)
-            # fetchall() runs the UPDATE to completion before COMMIT.
-            changed = conn.execute(_CAS, (target.value, now, venue_id, detail, submitted_at,
-                                          scope, operation_id, expected.value)).fetchall()
-            if len(changed) != 1:
-                row = _select(conn, scope, operation_id)
-                if row is None:
-                    raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
-                raise StaleState(f"operation {operation_id!r} is {row.state.value!r}, "
-                                 f"not {expected.value!r}")
             event: dict[str, object] = {"from": expected.value, "state": target.value}
             if venue_id is not None:
                 event["venue_id"] = venue_id
@@ -395,7 +425,20 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
                 event["detail"] = detail
             if audit:
                 event.update(audit)
-            _audit(conn, now, scope, operation_id, "transition", event)
+            # The entry first, so the compare-and-set records it as the chain's head; a miss
+            # raises below and the rollback takes the entry with it.
+            seq, entry_hash = chained_audit(conn, now, scope, operation_id, "transition", event,
+                                            advance_head=False)
+            # fetchall() runs the UPDATE to completion before COMMIT.
+            changed = conn.execute(_CAS_ANCHORED, (
+                target.value, now, venue_id, detail, submitted_at, seq, entry_hash, scope,
+                operation_id, expected.value)).fetchall()
+            if len(changed) != 1:
+                row = _select(conn, scope, operation_id)
+                if row is None:
+                    raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
+                raise StaleState(f"operation {operation_id!r} is {row.state.value!r}, "
+                                 f"not {expected.value!r}")
             if known is None:
                 # No copy of the row to build on: read it back, inside the transaction.
                 known = _select(conn, scope, operation_id)
@@ -403,14 +446,20 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
                     raise StoreError("row vanished inside its own transaction")
                 return known
         version, venue, text, sub_at = changed[0]
-        return replace(known, state=target, updated_at=now, version=version, venue_id=venue,
-                       detail=text, submitted_at=sub_at, replayed=False)
+        # Built field by field: dataclasses.replace costs several times as much.
+        return Operation(
+            scope=known.scope, operation_id=known.operation_id, action=known.action,
+            fingerprint=known.fingerprint, state=target, intent=known.intent,
+            effect=known.effect, tier=known.tier, reason=known.reason,
+            policy_version=known.policy_version, venue_id=venue, detail=text,
+            created_at=known.created_at, updated_at=now, submitted_at=sub_at, version=version)
 
     def transition_many(self, moves: Sequence[Move], *, now: float) -> list[bool]:
         check_moves(moves)
         if not moves:
             return []
         applied: list[bool] = []
+        head = (0, "")
         with self._tx() as conn:
             for m in moves:
                 # The same compare-and-set and audit entry as transition(), in one transaction.
@@ -419,7 +468,10 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
                                               m.expected.value)).fetchall()
                 applied.append(len(changed) == 1)
                 if changed:
-                    _audit(conn, now, m.scope, m.operation_id, "transition", move_event(m))
+                    head = chained_audit(conn, now, m.scope, m.operation_id, "transition",
+                                         move_event(m), advance_head=False)
+            if any(applied):
+                advance_head(conn, *head)  # once per batch: the last entry is the head
         return applied
 
     def _move(self, conn: sqlite3.Connection, row: Operation, target: State, now: float,

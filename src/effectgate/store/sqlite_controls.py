@@ -34,7 +34,8 @@ from effectgate.errors import ApprovalError
 from effectgate.store.base import Operation, dumps
 from effectgate.store.guard import ControlChanges, SignalStats, apply_step, check_approval
 
-__all__ = ["MIGRATION_CONTROLS", "MIGRATION_HEAD_TRIGGER", "SQLiteControlsMixin",
+__all__ = ["MIGRATION_ANCHORS", "MIGRATION_CONTROLS", "MIGRATION_HEAD_TRIGGER",
+           "SQLiteControlsMixin", "advance_head",
            "chained_audit", "controls_from_row", "register_chain_function", "request_approval"]
 
 MIGRATION_CONTROLS = """
@@ -106,16 +107,21 @@ _CHAIN_COLUMNS = "seq, lane, at, scope, operation_id, kind, detail, prev_hash, h
 #: (:func:`effectgate.audit.chain_hash`), registered on every store connection.
 CHAIN_FUNCTION = "effectgate_chain_hash"
 
-# One statement per entry: it reads the lane's head, links the entry to it (the digest is
-# computed beforehand, the link by CHAIN_FUNCTION) and inserts it; the `audit_head_advance`
-# trigger (migration 3) moves the head in the same statement. BEGIN IMMEDIATE holds the write
-# lock, so no other writer can move the head between the read and the insert.
+# One statement per entry: it reads the chain's last entry (the tail of the rowid B-tree, the
+# page this insert writes anyway), links the entry to it (the digest is computed beforehand, the
+# link by CHAIN_FUNCTION), inserts it and hands back its seq and hash. BEGIN IMMEDIATE holds
+# the write lock, so no other writer can append between the read and the insert.
 _CHAINED_INSERT = (
     "INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, prev_hash, hash) "
-    "SELECT coalesce(h.seq, 0) + 1, ?, ?, ?, ?, ?, 0, coalesce(h.hash, ?), "
-    f"{CHAIN_FUNCTION}(coalesce(h.hash, ?), ?) FROM (SELECT 0 AS lane) l "
-    "LEFT JOIN audit_heads h ON h.lane = l.lane")
+    "SELECT coalesce(t.seq, 0) + 1, ?, ?, ?, ?, ?, 0, coalesce(t.hash, ?), "
+    f"{CHAIN_FUNCTION}(coalesce(t.hash, ?), ?) FROM (SELECT 0) l LEFT JOIN "
+    "(SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1) t ON 1 "
+    "RETURNING seq, hash")
+_ADVANCE_HEAD = (
+    "INSERT INTO audit_heads (lane, seq, hash) VALUES (0, ?, ?) ON CONFLICT (lane) DO UPDATE "
+    "SET seq = excluded.seq, hash = excluded.hash WHERE excluded.seq > audit_heads.seq")
 
+# Kept for migration 3, which created it; migration 4 drops it (see MIGRATION_ANCHORS).
 MIGRATION_HEAD_TRIGGER = """
 CREATE TRIGGER audit_head_advance AFTER INSERT ON audit_log BEGIN
     INSERT INTO audit_heads (lane, seq, hash) VALUES (NEW.lane, NEW.seq, NEW.hash)
@@ -124,17 +130,43 @@ CREATE TRIGGER audit_head_advance AFTER INSERT ON audit_log BEGIN
 END
 """
 
+# 4: the recorded head that catches a cut-off tail moves out of the hot path. A journal or
+# receipt transaction records its entry's (seq, hash) in the operations row it writes anyway,
+# instead of rewriting the audit_heads row: one page less per commit (each page costs a WAL
+# frame under synchronous=FULL). Every other entry still advances audit_heads. The recorded
+# head is the later of the two (SQLiteStore.audit_heads); cutting entries off the tail removes
+# the entry one of them names, which verification reports.
+MIGRATION_ANCHORS = """
+ALTER TABLE operations ADD COLUMN audit_seq INTEGER;
+ALTER TABLE operations ADD COLUMN audit_hash TEXT;
+DROP TRIGGER IF EXISTS audit_head_advance
+"""
+
 
 def register_chain_function(conn: sqlite3.Connection) -> None:
     conn.create_function(CHAIN_FUNCTION, 2, chain_hash, deterministic=True)
 
 
 def chained_audit(conn: sqlite3.Connection, now: float, scope: str | None,
-                  operation_id: str | None, kind: str, detail: Mapping[str, object]) -> None:
-    """Append one audit entry linked to the chain head (lane 0), in the caller's transaction."""
+                  operation_id: str | None, kind: str, detail: Mapping[str, object], *,
+                  advance_head: bool = True) -> tuple[int, str]:
+    """Append one audit entry linked to the chain's last one, in the caller's transaction.
+
+    Returns the entry's ``(seq, hash)``. ``advance_head=False`` is for the hot path, which
+    records them in the operations row it writes instead (migration 4).
+    """
     at, text = float(now), dumps(detail)
     digest = content_digest(0, at, scope, operation_id, kind, text)
-    conn.execute(_CHAINED_INSERT, (at, scope, operation_id, kind, text, GENESIS, GENESIS, digest))
+    seq, entry_hash = conn.execute(_CHAINED_INSERT, (at, scope, operation_id, kind, text,
+                                                     GENESIS, GENESIS, digest)).fetchone()
+    if advance_head:
+        conn.execute(_ADVANCE_HEAD, (seq, entry_hash))
+    return int(seq), str(entry_hash)
+
+
+def advance_head(conn: sqlite3.Connection, seq: int, entry_hash: str) -> None:
+    """Record ``(seq, hash)`` as the chain's head, unless a later one is recorded already."""
+    conn.execute(_ADVANCE_HEAD, (seq, entry_hash))
 
 
 def backfill_chain(conn: sqlite3.Connection) -> None:
@@ -481,7 +513,15 @@ class SQLiteControlsMixin(ControlChanges):
                 for r in rows]
 
     def audit_heads(self) -> dict[int, tuple[int, str]]:
+        """The recorded head: the later of audit_heads and the newest operations-row anchor.
+
+        The anchors have no index (one would cost the page they save), so this scans the
+        operations table: verification reads every entry anyway.
+        """
         with self._read() as conn:
-            rows = conn.execute("SELECT lane, seq, hash FROM audit_heads").fetchall()
-        return {int(r[0]): (int(r[1]), str(r[2])) for r in rows}
+            row = conn.execute(
+                "SELECT seq, hash FROM (SELECT seq, hash FROM audit_heads WHERE lane = 0 "
+                "UNION ALL SELECT audit_seq, audit_hash FROM operations "
+                "WHERE audit_seq IS NOT NULL) ORDER BY seq DESC LIMIT 1").fetchone()
+        return {} if row is None else {0: (int(row[0]), str(row[1]))}
 
