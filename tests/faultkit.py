@@ -230,11 +230,12 @@ class PgProxy:
 
     ``arm_cut(skip, forward)``: on the (skip+1)-th commit point after arming, forward it (or
     not) and then close both sides before the server's reply can reach the client. A commit
-    point is an explicit COMMIT, or the Sync that ends an implicit transaction which wrote
-    (extended-protocol statements outside BEGIN run as one transaction the server commits at
-    the Sync; prepared statements are recognised by name from their earlier Parse). A COMMIT
-    pipelined behind its statement (Parse, Bind, Execute, Sync) is forwarded through its Sync,
-    so the server runs it; "not forwarded" withholds it and everything after it in the batch.
+    point is the Execute of an explicit COMMIT, or the Sync that ends an implicit transaction
+    in which a write was executed (extended-protocol statements outside BEGIN run as one
+    transaction the server commits at the Sync). Statements are followed from Parse through
+    Bind to the Execute that runs them, so psycopg preparing a statement (Parse and Sync,
+    nothing executed) is not mistaken for a write. A COMMIT is forwarded through its Sync, so
+    the server runs it; "not forwarded" withholds it and everything after it in the batch.
     ``counts`` tallies message types (``Q`` simple query, ``S`` sync, ...) for round-trip
     accounting.
     """
@@ -329,9 +330,9 @@ class PgProxy:
                         client.shutdown(socket.SHUT_RDWR)
                 if action != "cut-before":
                     server.sendall(kind_b + struct.pack("!i", length) + body)
-                if action == "cut-after" and kind_b == b"P":
-                    # A pipelined COMMIT (extended protocol) runs only once its Bind/Execute
-                    # arrive: forward the rest of the batch, through its Sync.
+                if action == "cut-after" and kind_b == b"E":
+                    # An extended-protocol COMMIT runs at its Execute, but the server answers
+                    # nothing before the Sync: forward the rest of the batch, through it.
                     while kind_b != b"S":
                         kind_b = reader.exact(1)
                         length = struct.unpack("!i", reader.exact(4))[0]
@@ -356,25 +357,28 @@ _WRITES = (b"INSERT", b"UPDATE", b"DELETE", b"WITH")
 
 @dataclass
 class _ConnState:
-    """What one client connection has sent: prepared statements and transaction state."""
+    """What one client connection has sent: statements, portals and transaction state."""
 
-    prepared: dict[bytes, bytes] = field(default_factory=dict)
+    prepared: dict[bytes, bytes] = field(default_factory=dict)  # statement name -> query
+    portals: dict[bytes, bytes] = field(default_factory=dict)  # portal name -> query
     explicit: bool = False  # inside BEGIN ... COMMIT
-    wrote: bool = False  # a write was sent since the last Sync, outside BEGIN
+    wrote: bool = False  # a write was executed since the last Sync, outside BEGIN
 
     def commit_point(self, kind: str, body: bytes) -> bool:
-        text = b""
-        if kind == "Q":
-            text = body
-        elif kind == "P":  # Parse: statement name \0 query \0 ...
-            name, text = body.split(b"\0", 2)[:2] if body.count(b"\0") >= 2 else (b"", b"")
-            self.prepared[name] = text
-        elif kind == "B":  # Bind: portal \0 statement name \0 ...
+        if kind == "P":  # Parse: statement name \0 query \0 ...
             parts = body.split(b"\0", 2)
-            if len(parts) >= 2 and parts[1] and not self.explicit:
-                self.wrote |= self.prepared.get(parts[1], b"").lstrip().upper().startswith(
-                    _WRITES)
+            if len(parts) >= 2:
+                self.prepared[parts[0]] = parts[1]
             return False
+        if kind == "B":  # Bind: portal \0 statement name \0 ...
+            parts = body.split(b"\0", 2)
+            if len(parts) >= 2:
+                self.portals[parts[0]] = self.prepared.get(parts[1], b"")
+            return False
+        if kind == "E":  # Execute: portal \0 ... (a Parse alone, as when preparing, runs nothing)
+            text = self.portals.get(body.split(b"\0", 1)[0], b"")
+        elif kind == "Q":
+            text = body
         elif kind == "S":
             point, self.wrote = self.wrote, False
             return point
@@ -386,7 +390,7 @@ class _ConnState:
         elif head.startswith((b"COMMIT", b"ROLLBACK")):
             self.explicit = False
             return head.startswith(b"COMMIT")
-        elif kind == "P" and not self.explicit and head.startswith(_WRITES):
+        elif kind == "E" and not self.explicit and head.startswith(_WRITES):
             self.wrote = True
         return False
 

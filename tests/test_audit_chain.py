@@ -125,6 +125,23 @@ class TestVerify:
         result = op.verify_audit()
         assert [f.problem for f in result.findings] == ["truncated"]
 
+    def test_a_cut_tail_stays_reported_after_later_appends(self, store: Store) -> None:
+        """Later appends may re-use a cut-off tail's seqs (SQLite chains from the last entry
+        left); the operations row that named the cut entry keeps saying so."""
+        op = fill(store)
+        gate = Gate(store=store, registry=default_registry(),
+                    adapters={"paper": PaperAdapter(PaperVenue())},
+                    policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}))
+        gate.submit("submit_order", "op-victim", INTENT)
+        tail = seqs(store)[-2:]
+        sql(store, "DELETE FROM audit_log WHERE seq >= ?", tail[0])
+        gate.submit("submit_order", "op-after-1", INTENT)
+        gate.submit("submit_order", "op-after-2", INTENT)
+        result = op.verify_audit()
+        assert not result.ok, "a cut tail healed over by later appends"
+        assert {f.problem for f in result.findings} & {"broken_link", "anchor", "truncated",
+                                                        "head"}
+
     def test_insert(self, store: Store) -> None:
         op = fill(store)
         entries = store.audit_entries(limit=10_000)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -70,6 +71,28 @@ class TestDumps:
     def test_floats_round_trip_to_the_same_number(self, value: Any) -> None:
         # Floats may be spelled differently from repr(); the number is the same.
         assert json.loads(dumps(value)) == json.loads(_STORED.encode(value))
+
+    def test_what_the_standard_encoder_refused_is_still_refused(self) -> None:
+        import dataclasses
+        import datetime
+
+        @dataclasses.dataclass
+        class Point:
+            x: int
+
+        for value in (datetime.datetime(2026, 1, 1), Point(1), {1, 2}, b"raw"):
+            with pytest.raises(TypeError):
+                dumps({"v": value})
+
+    def test_str_subclasses_encode_as_their_text(self) -> None:
+        from effectgate.core.states import State
+
+        assert dumps({"state": State.SUBMITTED}) == '{"state":"submitted"}'
+
+    def test_non_finite_floats_are_written_as_null(self) -> None:
+        # Documented choice: no door lets NaN or Infinity in (the strict parsers refuse them);
+        # a detail that carries one anyway is recorded, not lost to an exception.
+        assert dumps({"x": float("nan"), "y": float("inf")}) == '{"x":null,"y":null}'
 
     def test_integers_past_64_bits_fall_back(self) -> None:
         assert dumps({"n": 2**70}) == '{"n":1180591620717411303424}'

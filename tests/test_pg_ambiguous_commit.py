@@ -142,6 +142,35 @@ def test_commit_cut_never_causes_a_second_dispatch(proxied) -> None:
     assert proxy.cuts == ["after-forward", "after-forward", "before-forward"]
 
 
+def test_journal_commit_withheld_journals_again_once(proxied) -> None:
+    """Invariants 1 and 3: the journal's commit point (the Sync ending its implicit transaction)
+    never reaches the server, so nothing was written; the gate re-reads, finds no row, journals
+    again on a fresh connection, and the venue is called exactly once."""
+    from effectgate.store.postgres import PostgresStore
+
+    direct_url, via_proxy, proxy = proxied
+    with faultkit.venue_server(honour_key=False) as (venue, venue_url):
+        store = PostgresStore(via_proxy)
+        direct = PostgresStore(direct_url)
+        gate = faultkit.http_gate(store, venue_url)
+        try:
+            proxy.arm_cut(skip=0, forward=False)
+            row = gate.submit("submit_order", "op-withheld", faultkit.intent())
+            seen = direct.get("default", "op-withheld")
+            again = gate.submit("submit_order", "op-withheld", faultkit.intent())
+        finally:
+            store.close()
+            direct.close()
+    print(f"\n[journal commit withheld] gate returned {row.state.value}, ledger "
+          f"{seen.state.value if seen else 'absent'}, venue calls={venue.calls}, "
+          f"cuts={proxy.cuts}")
+    assert proxy.cuts == ["before-forward"]
+    assert row.state is State.ACKNOWLEDGED and not row.replayed
+    assert seen is not None and seen.state is State.ACKNOWLEDGED
+    assert again.replayed and venue.calls == 1
+    assert venue.effects_for("default:op-withheld") == 1
+
+
 def _settled(store, operation_id: str, expected: State, within: float = 5.0):
     """The row once it reaches ``expected``, or as it stands when ``within`` seconds pass."""
     deadline = time.monotonic() + within

@@ -202,3 +202,18 @@ def test_v2_ledger_upgrades_and_its_audit_still_verifies(tmp_path) -> None:
                        "AND name IN ('audit_log', 'dispatch_log')").fetchone()[0] == 0
     raw.close()
     store.close()
+
+
+def test_a_ledger_newer_than_this_build_is_refused(store_factory) -> None:
+    """A schema version this build does not know is refused at open, not written to."""
+    store = store_factory()
+    if isinstance(store, SQLiteStore):
+        store._conn.execute("INSERT INTO schema_migrations VALUES (999, 0)")
+    else:
+        import psycopg
+
+        schema = store.schema  # type: ignore[attr-defined]
+        with psycopg.connect(store._conninfo, autocommit=True) as conn:  # type: ignore[attr-defined]
+            conn.execute(f"INSERT INTO {schema}.schema_migrations (version) VALUES (999)")
+    with pytest.raises(StoreError, match="newer than this build"):
+        store.migrate()

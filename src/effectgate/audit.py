@@ -67,7 +67,7 @@ def content_digest(lane: int, at: float, scope: str | None, operation_id: str | 
     The hashed bytes are ``[lane, at, scope, operation_id, kind, detail_text]`` as compact
     ASCII-only JSON. Text that is printable-ASCII-safe (no DEL, nothing past U+007F) is quoted
     by orjson, which escapes exactly as the standard encoder does there; anything else takes
-    the standard encoder. Both give the same bytes (tests/test_audit_digest.py checks it).
+    the standard encoder. Both give the same bytes (tests/test_encoding.py checks it).
     """
     if type(lane) is int and type(at) is float and at - at == 0.0 and _plain(kind) \
             and _plain(detail_text) and (scope is None or _plain(scope)) \
@@ -137,7 +137,8 @@ class ChainEntry:
 @dataclass(frozen=True, slots=True)
 class Finding:
     """One place the chain does not verify. ``problem``: ``edited``, ``broken_link`` (an entry
-    deleted, inserted or moved before this one), ``out_of_order``, ``truncated``, ``head``."""
+    deleted, inserted or moved before this one), ``out_of_order``, ``truncated``, ``head``,
+    ``anchor`` (a recorded entry is gone or different)."""
 
     seq: int | None
     lane: int
@@ -226,7 +227,12 @@ def verify_store(store: Store, *, expect_heads: Mapping[int, tuple[int, str]] | 
                 return
             after = batch[-1].seq
 
-    result = verify_entries(entries(), heads=store.audit_heads())
+    heads = store.audit_heads()
+    result = verify_entries(entries(), heads=heads)
+    reported = {seq for seq, _ in heads.values()}
+    for seq, why in store.audit_anchor_mismatches():
+        if seq not in reported:  # the head itself was checked above
+            result.findings.append(Finding(seq, 0, "anchor", why))
     # An anchored head must still be in the log; the log may have grown past it.
     for lane, (seq, want) in sorted((expect_heads or {}).items()):
         found = store.audit_entries(after_seq=seq - 1, until_seq=seq, lane=lane, limit=1)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import orjson
 
 from effectgate.core.states import State, check_transition
-from effectgate.errors import ConfigError, IdempotencyConflict
+from effectgate.errors import ConfigError, IdempotencyConflict, StoreError
 
 if TYPE_CHECKING:
     from effectgate.audit import ChainEntry
@@ -51,6 +51,7 @@ __all__ = [
     "move_event",
     "operation_filters",
     "raw_json",
+    "refuse_newer_schema",
     "scope_key_range",
     "validate_identity",
 ]
@@ -133,9 +134,15 @@ def dumps(value: object) -> str:
     strict parsers refuse NaN and Infinity).
     """
     try:
-        return orjson.dumps(value, default=_orjson_default, option=orjson.OPT_SORT_KEYS).decode()
+        return orjson.dumps(value, default=_orjson_default, option=_ORJSON_OPTIONS).decode()
     except TypeError:
         return _ENCODER.encode(value)
+
+
+# Datetimes, dataclasses and str/int subclasses go to the fallback, which treats them as before
+# (refused, or encoded as their base type); orjson would encode the first two on its own.
+_ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
+                   | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS)
 
 
 def raw_json(text: str) -> RawJSON:
@@ -285,6 +292,15 @@ def check_path(path: Sequence[State]) -> None:
 
 
 _CHECKED_PATHS: set[tuple[State, ...]] = set()
+
+
+def refuse_newer_schema(applied: set[int], known: int) -> None:
+    """Refuse a ledger migrated past this build: its writers would break invariants this
+    build does not know about (and the old code would fail on the new layout anyway)."""
+    newest = max(applied, default=0)
+    if newest > known:
+        raise StoreError(f"the ledger's schema is version {newest}, newer than this build of "
+                         f"effectgate knows ({known}); upgrade effectgate to open it")
 
 
 def conflict(existing: Operation, offered: str) -> IdempotencyConflict:
@@ -450,6 +466,14 @@ class Store(Protocol):
 
     def audit_heads(self) -> dict[int, tuple[int, str]]:
         """The last ``(seq, hash)`` of each audit lane."""
+
+    def audit_anchor_mismatches(self) -> list[tuple[int, str]]:
+        """Every other recorded ``(seq, hash)`` the log no longer carries: ``(seq, why)``.
+
+        Beyond the heads, a store may record where its entries were (SQLite: each operations
+        row names its latest journal or receipt entry). One whose entry is gone or different
+        means entries were deleted or rewritten, even if later appends re-used their seqs.
+        """
 
     def sweep_lock(self, holder: str, *, now: float,
                    ttl: float) -> AbstractContextManager[bool]:

@@ -57,6 +57,7 @@ from effectgate.store.base import (
     dumps,
     move_event,
     operation_filters,
+    refuse_newer_schema,
 )
 from effectgate.store.guard import (
     SHADOW,
@@ -183,8 +184,10 @@ apr AS (
 SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM ctl)
 """
 
-_TWO_LOCKS = ("SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0)), "
-              "pg_advisory_xact_lock(hashtextextended(%s, 0))")
+# The class's shared lock, then the key's exclusive one, in that order (every writer takes them
+# so): the subquery's lock is taken before the outer select list is evaluated.
+_TWO_LOCKS = ("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0)) FROM "
+              "(SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))) AS class_lock")
 
 
 def _fast_transition_sql(returning: str) -> str:
@@ -290,6 +293,9 @@ def split_schema(url: str) -> tuple[str, str | None]:
     return urlunsplit(parts._replace(query=rest)), (schemas[0] if schemas else None)
 
 
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
 def _connection_lost(exc: BaseException, conn: Conn | None) -> bool:
     """True when the failure is the connection (or the server going away), not a SQL answer."""
     if conn is not None and conn.broken:
@@ -341,6 +347,10 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
             "lock_timeout": str(lock_timeout_ms),
             "idle_in_transaction_session_timeout": str(idle_in_transaction_timeout_ms),
             "synchronous_commit": synchronous_commit,
+            # Each statement of a transaction takes a fresh snapshot: a statement queued after
+            # an advisory lock sees what committed while the lock was awaited (the controls
+            # checks rely on it), whatever the server's default isolation is.
+            "default_transaction_isolation": "read committed",
         }
         self._pool_timeout = float(pool_timeout)
         self._connect_kwargs: dict[str, Any] = {
@@ -444,12 +454,18 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
         conn: Conn | None = None
         try:
             with self._pool.connection(timeout=self._pool_timeout) as conn:
-                if not conn.autocommit:  # the implicit transaction needs autocommit
-                    raise StoreError(f"{what}: pooled connection is not in autocommit mode")
+                # The implicit transaction needs an autocommit connection outside any
+                # transaction: inside one, the Sync would commit nothing.
+                if not conn.autocommit or conn.info.transaction_status != _IDLE:
+                    raise StoreError(f"{what}: pooled connection is not idle in autocommit "
+                                     "mode; nothing written")
                 if single:
                     # One statement is its own implicit transaction: no pipeline needed.
                     cur = first(conn)
                 else:
+                    # psycopg sends the Sync on leaving the block even if ``first`` raised, so
+                    # whatever it queued before raising commits: ``first`` queues the write
+                    # last, after statements that write nothing (the locks).
                     with conn.pipeline():
                         cur = first(conn)
         except PoolTimeout as exc:
@@ -499,6 +515,7 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
                 "applied_at timestamptz NOT NULL DEFAULT now())").format(ident))
             cur = conn.execute(sql.SQL("SELECT version FROM {}.schema_migrations").format(ident))
             done = {r[0] for r in cur.fetchall()}
+            refuse_newer_schema(done, len(MIGRATIONS))
             for version, script in enumerate(MIGRATIONS, start=1):
                 if version in done:
                     continue
@@ -549,10 +566,10 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
         def locks(conn: Conn) -> None:
             # The class's shared lock (a flip waits for us, and we see any flip committed
             # before us), then this key's lock; both are released by the commit. One
-            # statement: a target list is evaluated left to right, so the order holds.
-            conn.execute(_TWO_LOCKS, (class_lock(self.schema, new.action, exclusive=False)[1][0],
-                                      class_lock(self.schema, new.op_key, exclusive=True,
-                                                 purpose="op")[1][0]))
+            # statement (_TWO_LOCKS nests them so the order is fixed).
+            conn.execute(_TWO_LOCKS, (class_lock(self.schema, new.op_key, exclusive=True,
+                                                 purpose="op")[1][0],
+                                      class_lock(self.schema, new.action, exclusive=False)[1][0]))
 
         what = f"insert {new.op_key}"
         result: Operation | None = None

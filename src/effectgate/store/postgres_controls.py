@@ -275,6 +275,11 @@ class PgControlsMixin(ControlChanges):
             "SELECT lane, seq, hash FROM audit_heads WHERE seq > 0").fetchall(), "audit_heads")
         return {int(r[0]): (int(r[1]), str(r[2])) for r in rows}
 
+    def audit_anchor_mismatches(self) -> list[tuple[int, str]]:
+        """None beyond the lane heads: every PostgreSQL append advances its lane's head row,
+        and appends chain from that row, so a cut-off tail stays a broken link."""
+        return []
+
 
 def _move(tx: PgTx, row: Operation, target: State, now: float, detail: str | None,
           audit: Mapping[str, object]) -> Operation:

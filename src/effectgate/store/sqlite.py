@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import Any
 
 from effectgate.core.controls import DispatchGuard
 from effectgate.core.states import State, check_transition
-from effectgate.errors import IndeterminateCommit, OperationNotFound, StaleState, StoreError
+from effectgate.errors import OperationNotFound, StaleState, StoreError
 from effectgate.store.base import (
     AuditEvent,
     Divergence,
@@ -31,6 +30,7 @@ from effectgate.store.base import (
     dumps,
     move_event,
     operation_filters,
+    refuse_newer_schema,
 )
 from effectgate.store.guard import (
     SHADOW,
@@ -54,6 +54,7 @@ from effectgate.store.sqlite_controls import (
     request_approval,
 )
 from effectgate.store.sqlite_reads import SQLiteReadsMixin
+from effectgate.store.sqlite_tx import TxGate, store_error
 
 __all__ = ["SQLiteStore"]
 
@@ -167,22 +168,6 @@ _SELECT_WITH_CONTROLS = (
     + " FROM (SELECT 1) LEFT JOIN operations o ON o.scope = ? AND o.operation_id = ? "
     "LEFT JOIN class_controls c ON c.action = ?")
 _N_OP = len(_OP_COLUMNS.split(","))
-# SQLite result codes that mean "another writer holds the lock": nothing was written.
-_BUSY = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
-
-
-def _store_error(what: str, exc: sqlite3.Error) -> StoreError:
-    """A ``sqlite3`` error as the store's own (one exception tree for callers)."""
-    return StoreError(f"{what}: {type(exc).__name__}: {exc}")
-
-
-def _rollback(conn: sqlite3.Connection) -> None:
-    """Leave the shared connection outside any transaction, whatever happened to it."""
-    if conn.in_transaction:
-        with suppress(sqlite3.Error):  # SQLite may already have rolled it back itself
-            conn.execute("ROLLBACK")
-
-
 def _row_to_operation(row: Sequence[Any]) -> Operation:
     return Operation(
         scope=row[0], operation_id=row[1], action=row[2], fingerprint=row[3], state=State(row[4]),
@@ -194,53 +179,6 @@ def _row_to_operation(row: Sequence[Any]) -> Operation:
 def _row_to_entry(row: Sequence[Any]) -> LedgerEntry:
     return LedgerEntry(op_key=row[0], action=row[1], state=State(row[2]), venue_id=row[3],
                        submitted_at=row[4], updated_at=row[5])
-
-
-class _Transaction:
-    """The context manager behind ``SQLiteStore._tx`` (a class: two per action on the hot
-    path, and a generator-based one costs several times as much to enter and leave)."""
-
-    __slots__ = ("_conn", "_lock")
-
-    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
-        self._conn = conn
-        self._lock = lock
-
-    def __enter__(self) -> sqlite3.Connection:
-        self._lock.acquire()
-        conn = self._conn
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-        except sqlite3.Error as exc:
-            _rollback(conn)
-            self._lock.release()
-            raise _store_error("cannot begin a write transaction, nothing written",
-                               exc) from exc
-        except BaseException:
-            self._lock.release()
-            raise
-        return conn
-
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: object) -> None:
-        conn = self._conn
-        try:
-            if kind is not None:
-                _rollback(conn)
-                if isinstance(exc, sqlite3.Error):
-                    raise _store_error("write failed before commit, nothing written",
-                                       exc) from exc
-                return
-            try:
-                conn.execute("COMMIT")
-            except sqlite3.Error as err:
-                _rollback(conn)
-                if (getattr(err, "sqlite_errorcode", 0) or 0) & 0xFF in _BUSY:
-                    raise _store_error("COMMIT refused, nothing written", err) from err
-                raise IndeterminateCommit(f"COMMIT failed; the write may or may not be "
-                                          f"durable ({type(err).__name__}: {err})") from err
-        finally:
-            self._lock.release()
 
 
 # --- inner functions: take a connection, run SQL, own no transaction ---------------------------
@@ -267,7 +205,6 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
         if synchronous.upper() not in {"FULL", "NORMAL", "OFF", "EXTRA"}:
             raise StoreError(f"synchronous must be FULL, EXTRA, NORMAL or OFF, not {synchronous!r}")
         self.path = path
-        self._lock = threading.RLock()
         try:
             # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes
             # the write lock up front instead of failing to upgrade it half-way through.
@@ -278,32 +215,35 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
                 self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
             register_chain_function(self._conn)
+            self._gate = TxGate(self._conn)
         except sqlite3.Error as exc:
-            raise _store_error(f"cannot open SQLite ledger {path!r}", exc) from exc
+            raise store_error(f"cannot open SQLite ledger {path!r}", exc) from exc
         if migrate:
             self.migrate()
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
 
-    def _tx(self) -> _Transaction:
-        """One ``BEGIN IMMEDIATE`` transaction; every ``sqlite3`` error leaves as StoreError.
+    def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
+        """One write transaction body; every ``sqlite3`` error leaves as StoreError.
 
-        Before COMMIT nothing is durable: an error rolls back and is a :class:`StoreError`
-        (nothing written). A COMMIT that fails is rolled back too, so the shared connection is
-        never left inside a transaction; if it failed because another writer held the lock,
-        nothing was written (StoreError), otherwise (an I/O error while the WAL frames were
-        being written) the commit may have reached the file: :class:`IndeterminateCommit`.
+        Bodies from several threads may share one SQLite transaction and its commit (group
+        commit, :mod:`effectgate.store.sqlite_tx`); the caller returns only once the commit
+        covering its body is durable. Before COMMIT nothing is durable: a failed body is rolled
+        back (alone) and is a :class:`StoreError`, nothing written. A COMMIT that fails because
+        another process held the lock wrote nothing (StoreError); any other COMMIT failure (an
+        I/O error while the WAL frames were written) may have reached the file:
+        :class:`IndeterminateCommit`.
         """
-        return _Transaction(self._conn, self._lock)
+        return self._gate.transaction()
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._gate.read() as conn:
             try:
-                yield self._conn
+                yield conn
             except sqlite3.Error as exc:
-                raise _store_error("read failed", exc) from exc
+                raise store_error("read failed", exc) from exc
 
     # --- schema -------------------------------------------------------------------------------
 
@@ -312,6 +252,7 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
             conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
                          "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
             done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
+            refuse_newer_schema(done, len(MIGRATIONS))
             for version, script in enumerate(MIGRATIONS, start=1):
                 if version in done:
                     continue
@@ -601,5 +542,4 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
             last = rows[-1][0]
 
     def close(self) -> None:
-        with self._lock:
-            self._conn.close()
+        self._gate.close()

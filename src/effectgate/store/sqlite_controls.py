@@ -34,9 +34,17 @@ from effectgate.errors import ApprovalError
 from effectgate.store.base import Operation, dumps
 from effectgate.store.guard import ControlChanges, SignalStats, apply_step, check_approval
 
-__all__ = ["MIGRATION_ANCHORS", "MIGRATION_CONTROLS", "MIGRATION_HEAD_TRIGGER",
-           "SQLiteControlsMixin", "advance_head",
-           "chained_audit", "controls_from_row", "register_chain_function", "request_approval"]
+__all__ = [
+    "MIGRATION_ANCHORS",
+    "MIGRATION_CONTROLS",
+    "MIGRATION_HEAD_TRIGGER",
+    "SQLiteControlsMixin",
+    "advance_head",
+    "chained_audit",
+    "controls_from_row",
+    "register_chain_function",
+    "request_approval",
+]
 
 MIGRATION_CONTROLS = """
 ALTER TABLE audit_log ADD COLUMN lane INTEGER NOT NULL DEFAULT 0;
@@ -152,8 +160,8 @@ def chained_audit(conn: sqlite3.Connection, now: float, scope: str | None,
                   advance_head: bool = True) -> tuple[int, str]:
     """Append one audit entry linked to the chain's last one, in the caller's transaction.
 
-    Returns the entry's ``(seq, hash)``. ``advance_head=False`` is for the hot path, which
-    records them in the operations row it writes instead (migration 4).
+    Returns the entry's ``(seq, hash)``. ``advance_head=False`` leaves audit_heads to the
+    caller (a batch advances it once).
     """
     at, text = float(now), dumps(detail)
     digest = content_digest(0, at, scope, operation_id, kind, text)
@@ -511,6 +519,25 @@ class SQLiteControlsMixin(ControlChanges):
                                 (*args, limit)).fetchall()
         return [ChainEntry(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] or "", r[8] or "")
                 for r in rows]
+
+    def audit_anchor_mismatches(self) -> list[tuple[int, str]]:
+        """Operations rows and the audit_heads row whose recorded entry is gone or differs.
+
+        Appends chain from the log's last entry, so after entries are cut off the tail, later
+        appends re-use their seqs and the chain itself reads as whole again; the recorded
+        (seq, hash) pairs do not move and keep saying what was there (migration 4).
+        """
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT o.audit_seq, o.scope || ':' || o.operation_id, a.hash IS NULL "
+                "FROM operations o LEFT JOIN audit_log a ON a.seq = o.audit_seq "
+                "WHERE o.audit_seq IS NOT NULL AND (a.hash IS NULL OR a.hash <> o.audit_hash) "
+                "UNION ALL SELECT h.seq, 'the audit head', a.hash IS NULL FROM audit_heads h "
+                "LEFT JOIN audit_log a ON a.seq = h.seq "
+                "WHERE a.hash IS NULL OR a.hash <> h.hash ORDER BY 1").fetchall()
+        return [(int(seq), f"{who} records audit seq {seq}, which the log "
+                 f"{'no longer has' if missing else 'holds with another hash'}: entries were "
+                 "deleted or rewritten") for seq, who, missing in rows]
 
     def audit_heads(self) -> dict[int, tuple[int, str]]:
         """The recorded head: the later of audit_heads and the newest operations-row anchor.

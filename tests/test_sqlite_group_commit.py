@@ -1,0 +1,197 @@
+"""Group commit on SQLite: threads sharing a store share commits, never durability.
+
+Invariant 3 (journal before dispatch) is what is at stake: a body's caller must not get its
+result back before the commit covering that body, a failed body must not take the others down
+(or be committed with them), a failed COMMIT must fail every body it covered, and no thread may
+read another's uncommitted writes. The orchestrated tests drive ``TxGate`` directly on a scratch
+table; the last one runs the whole gate from many threads.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from effectgate import Gate, LimitPolicy, PolicySet, State
+from effectgate.adapters.paper import PaperAdapter, PaperVenue
+from effectgate.audit import verify_store
+from effectgate.errors import IndeterminateCommit
+from effectgate.examples import EXAMPLE_ORDER, default_registry
+from effectgate.store.sqlite import SQLiteStore
+from effectgate.store.sqlite_tx import TxGate
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Iterator[TxGate]:
+    conn = sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+    conn.execute("CREATE TABLE t (k TEXT PRIMARY KEY, parent INTEGER REFERENCES parent (id) "
+                 "DEFERRABLE INITIALLY DEFERRED)")
+    conn.execute("INSERT INTO parent VALUES (1)")
+    commits: list[str] = []
+    conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
+    tx = TxGate(conn)
+    tx.commits = commits  # type: ignore[attr-defined]
+    yield tx
+    tx.close()
+
+
+def rows(tx: TxGate) -> set[str]:
+    with tx.read() as conn:
+        return {r[0] for r in conn.execute("SELECT k FROM t")}
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.001)
+
+
+def run_group(tx: TxGate, bodies: list[Callable[[sqlite3.Connection], None]],
+              ) -> list[BaseException | None]:
+    """Run ``bodies`` as one group: the first holds the turn until all others are queued."""
+    outcomes: list[BaseException | None] = [None] * len(bodies)
+
+    def worker(i: int) -> None:
+        try:
+            with tx.transaction() as conn:
+                if i == 0:
+                    wait_for(lambda: tx._queued == len(bodies) - 1)
+                bodies[i](conn)
+        except BaseException as exc:  # recorded for the assertions
+            outcomes[i] = exc
+
+    first = threading.Thread(target=worker, args=(0,))
+    first.start()
+    wait_for(lambda: tx._owner is not None)
+    others = [threading.Thread(target=worker, args=(i,)) for i in range(1, len(bodies))]
+    for t in others:
+        t.start()
+    for t in [first, *others]:
+        t.join(10)
+    return outcomes
+
+
+def insert(key: str, parent: int = 1) -> Callable[[sqlite3.Connection], None]:
+    return lambda conn: conn.execute("INSERT INTO t VALUES (?, ?)", (key, parent)) and None
+
+
+class TestGroupCommit:
+    def test_queued_bodies_share_one_commit(self, gate: TxGate) -> None:
+        outcomes = run_group(gate, [insert("a"), insert("b"), insert("c")])
+        assert outcomes == [None, None, None]
+        assert rows(gate) == {"a", "b", "c"}
+        assert len(gate.commits) == 1  # type: ignore[attr-defined]
+
+    def test_a_failed_body_is_undone_alone(self, gate: TxGate) -> None:
+        def boom(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO t VALUES ('b', 1)")
+            raise ValueError("the body gave up")
+
+        outcomes = run_group(gate, [insert("a"), boom, insert("c")])
+        assert outcomes[0] is None and outcomes[2] is None
+        assert isinstance(outcomes[1], ValueError)
+        assert rows(gate) == {"a", "c"}
+
+    def test_a_failed_commit_fails_every_body_it_covered(self, gate: TxGate) -> None:
+        # A deferred foreign key makes COMMIT itself fail; nothing of the group is written.
+        outcomes = run_group(gate, [insert("a"), insert("b", parent=99), insert("c")])
+        assert all(isinstance(o, IndeterminateCommit) for o in outcomes), outcomes
+        assert rows(gate) == set()
+        outcomes = run_group(gate, [insert("d"), insert("e")])  # and the gate recovers
+        assert outcomes == [None, None] and rows(gate) == {"d", "e"}
+
+    def test_no_result_before_the_commit(self, gate: TxGate) -> None:
+        """A body whose caller returned is durable: seen by a fresh connection."""
+        path = gate.conn.execute("PRAGMA database_list").fetchone()[2]
+        seen: dict[str, bool] = {}
+
+        def worker(key: str) -> None:
+            with gate.transaction() as conn:
+                conn.execute("INSERT INTO t VALUES (?, 1)", (key,))
+            other = sqlite3.connect(path)
+            seen[key] = other.execute("SELECT 1 FROM t WHERE k = ?", (key,)).fetchone() is not None
+            other.close()
+
+        threads = [threading.Thread(target=worker, args=(f"k{i}",)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert seen == {f"k{i}": True for i in range(16)}
+
+    def test_readers_never_see_uncommitted_writes(self, gate: TxGate) -> None:
+        release = threading.Event()
+        read: list[set[str]] = []
+
+        def writer() -> None:
+            with gate.transaction() as conn:
+                conn.execute("INSERT INTO t VALUES ('w', 1)")
+                release.wait(5)
+
+        w = threading.Thread(target=writer)
+        w.start()
+        wait_for(lambda: gate._owner is not None)
+        r = threading.Thread(target=lambda: read.append(rows(gate)))
+        r.start()
+        time.sleep(0.05)
+        assert not read  # the reader waits for the open transaction
+        release.set()
+        w.join(5)
+        r.join(5)
+        assert read == [{"w"}]
+
+    def test_nested_write_is_refused(self, gate: TxGate) -> None:
+        from effectgate.errors import StoreError
+
+        with pytest.raises(StoreError, match="cannot nest"), gate.transaction() as conn:
+            conn.execute("INSERT INTO t VALUES ('x', 1)")
+            with gate.transaction():
+                pass
+        assert rows(gate) == set()
+
+
+def test_many_threads_one_gate_every_action_once(tmp_path: Path) -> None:
+    """Invariants 1 and 3 under group commit: 8 threads x 40 actions, each acknowledged once,
+    the venue called once per id, fewer commits than actions, the audit chain intact."""
+    store = SQLiteStore(str(tmp_path / "ledger.db"))
+    venue = PaperVenue()
+    gate = Gate(store=store, registry=default_registry(),
+                adapters={"paper": PaperAdapter(venue)},
+                policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000000"))}))
+    commits = [0]
+    store._conn.set_trace_callback(
+        lambda sql: commits.__setitem__(0, commits[0] + (sql == "COMMIT")))
+    answers: list[tuple[bool, State]] = []
+
+    def worker(t: int) -> None:
+        for i in range(40):
+            # Every id twice, from two threads: the second is a replay, never a second call.
+            row = gate.submit("submit_order", f"op-{t % 4}-{i}", EXAMPLE_ORDER)
+            answers.append((row.replayed, row.state))
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    store._conn.set_trace_callback(None)
+    # The first submission of an id ran it; a replay may catch it still in flight.
+    assert sorted(answers).count((False, State.ACKNOWLEDGED)) == 160
+    assert {state for replayed, state in answers if replayed} <= {State.SUBMITTED,
+                                                                  State.ACKNOWLEDGED}
+    assert {r.state for r in store.list_operations(limit=1000)} == {State.ACKNOWLEDGED}
+    assert venue.calls == 160
+    assert commits[0] < 2 * 320  # some commits were shared
+    assert verify_store(store).ok
+    store.close()
