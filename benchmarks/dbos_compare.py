@@ -123,6 +123,7 @@ def _pg_urls(base: str, tag: str) -> tuple[str, str, list[str]]:
 
 def _pg_cleanup(base: str, schema: str, db: str) -> None:
     import psycopg
+
     from effectgate.store.postgres import drop_schema
 
     drop_schema(base, schema)

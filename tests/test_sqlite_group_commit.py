@@ -38,7 +38,8 @@ def gate(tmp_path: Path) -> Iterator[TxGate]:
     conn.execute("INSERT INTO parent VALUES (1)")
     commits: list[str] = []
     conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
-    tx = TxGate(conn)
+    reader = sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
+    tx = TxGate(conn, reader)
     tx.commits = commits  # type: ignore[attr-defined]
     yield tx
     tx.close()
@@ -130,9 +131,8 @@ class TestGroupCommit:
             t.join(10)
         assert seen == {f"k{i}": True for i in range(16)}
 
-    def test_readers_never_see_uncommitted_writes(self, gate: TxGate) -> None:
+    def test_readers_never_see_uncommitted_writes_nor_wait(self, gate: TxGate) -> None:
         release = threading.Event()
-        read: list[set[str]] = []
 
         def writer() -> None:
             with gate.transaction() as conn:
@@ -142,14 +142,100 @@ class TestGroupCommit:
         w = threading.Thread(target=writer)
         w.start()
         wait_for(lambda: gate._owner is not None)
-        r = threading.Thread(target=lambda: read.append(rows(gate)))
-        r.start()
-        time.sleep(0.05)
-        assert not read  # the reader waits for the open transaction
+        assert rows(gate) == set()  # read beside the open body: committed rows only
         release.set()
         w.join(5)
-        r.join(5)
-        assert read == [{"w"}]
+        assert rows(gate) == {"w"}
+
+    def test_polling_readers_do_not_starve_a_writer(self, gate: TxGate) -> None:
+        stop = threading.Event()
+
+        def poll() -> None:
+            while not stop.is_set():
+                rows(gate)
+
+        readers = [threading.Thread(target=poll) for _ in range(3)]
+        for r in readers:
+            r.start()
+        try:
+            start = time.monotonic()
+            for i in range(50):
+                with gate.transaction() as conn:
+                    conn.execute("INSERT INTO t VALUES (?, 1)", (f"k{i}",))
+            assert time.monotonic() - start < 5
+        finally:
+            stop.set()
+            for r in readers:
+                r.join(5)
+        assert len(rows(gate)) == 50
+
+    def test_a_transaction_sqlite_rolled_back_itself_is_a_store_error(
+            self, gate: TxGate) -> None:
+        from effectgate.errors import StoreError
+
+        gate.conn.execute("CREATE TRIGGER undo BEFORE INSERT ON t WHEN NEW.k = 'bad' "
+                          "BEGIN SELECT RAISE(ROLLBACK, 'refused'); END")
+
+        def bad(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO t VALUES ('bad', 1)")
+
+        outcomes = run_group(gate, [insert("a"), bad, insert("c")])
+        # The trigger rolled the whole transaction back: the bodies in it ("a", "bad") fail
+        # as store errors; "c" runs after, in a transaction of its own.
+        assert isinstance(outcomes[0], StoreError) and isinstance(outcomes[1], StoreError)
+        assert "nothing written" in str(outcomes[0]) and outcomes[2] is None
+        assert rows(gate) == {"c"}
+
+    def test_an_interrupted_waiter_does_not_wedge_the_gate(self, gate: TxGate) -> None:
+        """Ctrl-C landing in a thread queued for the turn: the queue count is restored, so
+        the body running meanwhile still commits (it would otherwise wait for a ghost)."""
+        release = threading.Event()
+
+        def holder() -> None:
+            with gate.transaction() as conn:
+                conn.execute("INSERT INTO t VALUES ('a', 1)")
+                release.wait(5)
+
+        h = threading.Thread(target=holder)
+        h.start()
+        wait_for(lambda: gate._owner is not None)
+        real_wait = gate._turn.wait
+
+        def interrupted(timeout: float | None = None) -> bool:
+            raise KeyboardInterrupt
+
+        gate._turn.wait = interrupted  # type: ignore[method-assign]
+        caught: list[str] = []
+
+        def victim() -> None:
+            try:
+                with gate.transaction():
+                    pass
+            except KeyboardInterrupt:
+                caught.append("interrupted")
+
+        v = threading.Thread(target=victim)
+        v.start()
+        v.join(5)
+        gate._turn.wait = real_wait  # type: ignore[method-assign]
+        release.set()
+        h.join(5)
+        assert caught == ["interrupted"] and not h.is_alive() and gate._queued == 0
+        assert run_group(gate, [insert("b")]) == [None]
+        assert rows(gate) == {"a", "b"}
+
+    def test_closed_store_refuses_and_close_inside_a_body_is_refused(
+            self, gate: TxGate) -> None:
+        from effectgate.errors import StoreError
+
+        with pytest.raises(StoreError, match="inside its own"), gate.transaction():
+            gate.close()
+        gate.close()
+        gate.close()  # again: a no-op
+        with pytest.raises(StoreError, match="closed"), gate.transaction():
+            pass
+        with pytest.raises(StoreError, match="closed"), gate.read():
+            pass
 
     def test_nested_write_is_refused(self, gate: TxGate) -> None:
         from effectgate.errors import StoreError

@@ -215,7 +215,14 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
                 self._conn.execute("PRAGMA journal_mode = WAL")
             self._conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
             register_chain_function(self._conn)
-            self._gate = TxGate(self._conn)
+            reader = None
+            if path != ":memory:":
+                # Reads on their own connection: committed rows only, beside the writer (WAL).
+                reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                                         timeout=busy_timeout_ms / 1000)
+                reader.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+                reader.execute("PRAGMA query_only = 1")
+            self._gate = TxGate(self._conn, reader)
         except sqlite3.Error as exc:
             raise store_error(f"cannot open SQLite ledger {path!r}", exc) from exc
         if migrate:

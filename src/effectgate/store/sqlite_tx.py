@@ -1,18 +1,22 @@
 """SQLite transactions for threads sharing one store: serialised bodies, group commit.
 
-One connection serves every thread of a process. A thread's transaction *body* (the SQL between
-``BEGIN`` and ``COMMIT``) runs alone, as ``BEGIN IMMEDIATE`` would serialise it anyway; bodies
-that queue while one runs join the same SQLite transaction, and ONE ``COMMIT`` (one fsync under
-``synchronous=FULL``) makes all of them durable. No caller gets its result back before the
+One write connection serves every thread of a process. A thread's transaction *body* (the SQL
+between ``BEGIN`` and ``COMMIT``) runs alone, as ``BEGIN IMMEDIATE`` would serialise it anyway;
+bodies that queue while one runs join the same SQLite transaction, and ONE ``COMMIT`` (one fsync
+under ``synchronous=FULL``) makes all of them durable. No caller gets its result back before the
 commit that covers its body, so a journalled row is durable before anything is dispatched on it
 (invariant 3), exactly as with a transaction of its own. A lone caller pays nothing extra.
 
 A body that fails is undone alone (a SAVEPOINT, taken whenever other bodies are pending in the
 same transaction); the others still commit. A COMMIT that fails fails every body in it the way it
 would fail one: :class:`StoreError` when nothing was written (another process held the lock),
-:class:`IndeterminateCommit` otherwise. Reads wait for the open transaction to commit, so no
-thread ever reads another's uncommitted writes; an open group commits as soon as no body is
-queued, a reader is waiting, or it holds :data:`MAX_GROUP` bodies.
+:class:`IndeterminateCommit` otherwise. An open group commits as soon as no body is queued or it
+holds :data:`MAX_GROUP` bodies.
+
+Reads use a second, read-only connection (WAL lets it read beside the writer), so they see
+committed rows only, never wait for a group, and never hold one up. A thread reading inside its
+own body reads through the write connection and sees its own writes. An in-memory ledger has
+no second connection: its reads take the turn like a body, once no transaction is open.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ MAX_GROUP = 64
 # SQLite result codes that mean "another writer holds the lock": nothing was written.
 _BUSY = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 
+Failure = tuple[type[StoreError], str]
+
 
 def store_error(what: str, exc: sqlite3.Error) -> StoreError:
     """A ``sqlite3`` error as the store's own (one exception tree for callers)."""
@@ -46,23 +52,28 @@ def rollback(conn: sqlite3.Connection) -> None:
 
 
 class TxGate:
-    """Who may use the connection now, and which commit each body waits for."""
+    """Who may use the write connection now, and which commit each body waits for.
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    ``reader``: a read-only connection onto the same file, or None (in-memory ledgers).
+    """
+
+    def __init__(self, conn: sqlite3.Connection, reader: sqlite3.Connection | None) -> None:
         self.conn = conn
+        self._reader = reader
+        self._reader_lock = threading.Lock()
         # One lock, three queues: a hand-over wakes ONE writer, not every thread (under the
         # GIL a thundering herd of wake-ups costs more than the fsync the group saves).
         self._lock = threading.Lock()
-        self._turn = threading.Condition(self._lock)  # writers waiting for the body turn
-        self._reads = threading.Condition(self._lock)  # readers waiting
+        self._turn = threading.Condition(self._lock)  # writers waiting for the turn
+        self._reads = threading.Condition(self._lock)  # in-memory readers waiting
         self._done = threading.Condition(self._lock)  # bodies waiting for their commit
-        self._owner: int | None = None  # the thread running a body or a read
-        self._open = False  # a SQLite transaction is open
+        self._owner: int | None = None  # the thread running a body (or an in-memory read)
+        self._open = False  # a SQLite transaction is open on the write connection
         self._pending = 0  # bodies done and waiting for the open transaction's commit
-        self._queued = 0  # threads waiting to run a body
-        self._readers = 0  # threads waiting to read
+        self._queued = 0  # threads waiting for the turn to run a body
+        self._readers = 0  # in-memory readers waiting
         self._epoch = 0  # transactions ended so far (committed, failed or rolled back)
-        self._failed: dict[int, tuple[type[StoreError], str]] = {}  # epoch -> why it failed
+        self._failed: dict[int, Failure] = {}  # epoch -> why its commit failed
         self._waiters: dict[int, int] = {}  # epoch -> bodies waiting for its commit
         self._closed = False
 
@@ -73,30 +84,30 @@ class TxGate:
         return _Body(self)
 
     def _enter(self) -> tuple[int, bool]:
-        """Take the body turn: ``(epoch, joined)``, joined meaning other bodies are pending."""
+        """Take the turn and start the body: ``(epoch, joined)``; joined = others pending."""
         me = threading.get_ident()
         with self._lock:
             if self._owner == me:
                 raise StoreError("a write transaction cannot nest inside another")
             self._queued += 1
-            while self._owner is not None or (self._readers and not self._open):
-                self._turn.wait()
-            self._queued -= 1
+            try:
+                while not self._closed and (self._owner is not None
+                                            or (self._readers and not self._open)):
+                    self._turn.wait()
+            finally:
+                self._queued -= 1
+            if self._closed:
+                self._wake()
+                raise StoreError("the store is closed")
             self._owner = me
-            joined = self._open
-            epoch = self._epoch
-        conn = self.conn
+            joined, epoch = self._open, self._epoch
         try:
-            if joined:
-                conn.execute("SAVEPOINT eg_body")
-            else:
-                conn.execute("BEGIN IMMEDIATE")
+            self.conn.execute("SAVEPOINT eg_body" if joined else "BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
-            self._abandon(epoch, joined, StoreError, "cannot begin a write transaction, "
-                          "nothing written")
+            self._abandon(epoch, joined, "cannot begin a write transaction, nothing written")
             raise store_error("cannot begin a write transaction, nothing written", exc) from exc
         except BaseException:
-            self._abandon(epoch, joined, StoreError, "interrupted before the write began")
+            self._abandon(epoch, joined, "interrupted before the write began, nothing written")
             raise
         if not joined:
             with self._lock:
@@ -112,29 +123,36 @@ class TxGate:
                     conn.execute("RELEASE eg_body")
                 else:
                     rollback(conn)
-            except sqlite3.Error:
-                # The earlier bodies' state is unknown: undo the whole transaction.
-                self._abandon(epoch, joined, StoreError,
-                              "a failed body could not be undone alone; nothing written")
+            except sqlite3.Error as exc:
+                # SQLite rolled the whole transaction back itself (I/O error, RAISE(ROLLBACK)):
+                # every body pending in it is lost.
+                self._abandon(epoch, joined, "the transaction was rolled back, nothing written")
+                raise store_error("write failed and the transaction was rolled back, "
+                                  "nothing written", exc) from exc
+            except BaseException:
+                self._abandon(epoch, joined, "interrupted while undoing a write, "
+                              "nothing written")
                 raise
             if not joined:
                 with self._lock:
                     self._open = False
-                    self._epoch += 1
             self._finish(epoch, done=False)
             return
         if joined:
             try:
                 conn.execute("RELEASE eg_body")
-            except sqlite3.Error as exc:
-                self._abandon(epoch, joined, StoreError, "nothing written")
-                raise store_error("write failed before commit, nothing written", exc) from exc
+            except BaseException as exc:
+                self._abandon(epoch, joined, "nothing written")
+                if isinstance(exc, sqlite3.Error):
+                    raise store_error("write failed before commit, nothing written",
+                                      exc) from exc
+                raise
         with self._lock:
             self._pending += 1
         self._finish(epoch, done=True)
 
     def _finish(self, epoch: int, *, done: bool) -> None:
-        """Commit the open transaction now, or hand the turn on and wait for its commit."""
+        """Commit the open transaction now, or hand the turn on (and wait for the commit)."""
         with self._lock:
             commit_now = self._open and (self._queued == 0 or self._readers > 0
                                          or self._pending >= MAX_GROUP)
@@ -144,26 +162,30 @@ class TxGate:
                 if not done:
                     return
                 self._waiters[epoch] = self._waiters.get(epoch, 0) + 1
-                while self._epoch == epoch:
-                    self._done.wait()
-                failure = self._failed.get(epoch)
-                self._waiters[epoch] -= 1
-                if not self._waiters[epoch]:
-                    del self._waiters[epoch]
-                    self._failed.pop(epoch, None)
+                try:
+                    while self._epoch == epoch:
+                        self._done.wait()
+                    failure = self._failed.get(epoch)
+                finally:
+                    self._waiters[epoch] -= 1
+                    if not self._waiters[epoch]:
+                        del self._waiters[epoch]
+                        self._failed.pop(epoch, None)
         if commit_now:
-            # Still the owner: the COMMIT (the fsync) runs outside the condition, so the
-            # next group can queue up behind it meanwhile.
+            # Still the owner: the COMMIT (the fsync) runs outside the lock, so the next
+            # group can queue up behind it meanwhile.
             failure = self._commit(epoch)
         if failure is not None and done:
             kind, message = failure
             raise kind(message)
 
-    def _commit(self, epoch: int) -> tuple[type[StoreError], str] | None:
+    def _commit(self, epoch: int) -> Failure | None:
         """COMMIT the open transaction (called by its owner); record and return a failure."""
-        failure: tuple[type[StoreError], str] | None = None
+        failure: Failure | None = (IndeterminateCommit, "interrupted during COMMIT; the write "
+                                   "may or may not be durable")
         try:
             self.conn.execute("COMMIT")
+            failure = None
         except sqlite3.Error as err:
             rollback(self.conn)
             if (getattr(err, "sqlite_errorcode", 0) or 0) & 0xFF in _BUSY:
@@ -172,22 +194,25 @@ class TxGate:
             else:
                 failure = (IndeterminateCommit, f"COMMIT failed; the write may or may not be "
                                                 f"durable ({type(err).__name__}: {err})")
-        with self._lock:
-            if failure is not None and self._waiters.get(epoch):
-                self._failed[epoch] = failure
-            self._open, self._pending, self._owner = False, 0, None
-            self._epoch += 1
-            self._done.notify_all()
-            self._wake()
+        finally:
+            # Whatever happened (a KeyboardInterrupt included), the turn is released and
+            # everyone waiting for this epoch learns its outcome.
+            with self._lock:
+                if failure is not None and self._waiters.get(epoch):
+                    self._failed[epoch] = failure
+                self._open, self._pending, self._owner = False, 0, None
+                self._epoch += 1
+                self._done.notify_all()
+                self._wake()
         return failure
 
-    def _abandon(self, epoch: int, joined: bool, kind: type[StoreError], why: str) -> None:
+    def _abandon(self, epoch: int, joined: bool, why: str) -> None:
         """Roll the whole transaction back; every body pending in it fails with ``why``."""
         rollback(self.conn)
         with self._lock:
             if joined or self._open:
                 if self._waiters.get(epoch):
-                    self._failed[epoch] = (kind, why)
+                    self._failed[epoch] = (StoreError, why)
                 self._epoch += 1
             self._open, self._pending, self._owner = False, 0, None
             self._done.notify_all()
@@ -195,44 +220,62 @@ class TxGate:
 
     def _wake(self) -> None:
         """The turn is free (the lock is held): wake whoever goes next, and only them."""
-        if self._readers and not self._open:
+        if self._closed:
+            self._turn.notify_all()
+            self._reads.notify_all()
+        elif self._readers and not self._open:
             self._reads.notify_all()
         elif self._queued:
             self._turn.notify()
-        elif self._readers:
-            self._reads.notify()
-
-    def close(self) -> None:
-        """Close the connection once no body or read is using it (again: a no-op)."""
-        with self._lock:
-            if self._closed:
-                return
-            while self._owner is not None or self._open:
-                self._done.wait(0.05)
-            self._closed = True
-        self.conn.close()
 
     # --- reads ----------------------------------------------------------------------------
 
     @contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
-        """The connection for reads: committed state only (the owner reads its own writes)."""
+        """A connection for reads: committed rows (the owner of a body reads its own)."""
         me = threading.get_ident()
-        with self._lock:
-            nested = self._owner == me
-            if not nested:
-                self._readers += 1
-                while self._owner is not None or self._open:
+        if self._owner == me:  # only this thread sets or clears its own ownership
+            yield self.conn
+            return
+        if self._closed:
+            raise StoreError("the store is closed")
+        if self._reader is not None:
+            with self._reader_lock:
+                yield self._reader
+            return
+        with self._lock:  # in-memory: take the turn once no transaction is open
+            self._readers += 1
+            try:
+                while not self._closed and (self._owner is not None or self._open):
                     self._reads.wait()
+            finally:
                 self._readers -= 1
-                self._owner = me
+            if self._closed:
+                raise StoreError("the store is closed")
+            self._owner = me
         try:
             yield self.conn
         finally:
-            if not nested:
-                with self._lock:
-                    self._owner = None
-                    self._wake()
+            with self._lock:
+                self._owner = None
+                self._wake()
+
+    def close(self) -> None:
+        """Close once no body or read is running; later calls raise StoreError (again: no-op)."""
+        me = threading.get_ident()
+        with self._lock:
+            if self._closed:
+                return
+            if self._owner == me:
+                raise StoreError("cannot close the store from inside its own transaction")
+            while self._owner is not None or self._open:
+                self._done.wait(0.05)
+            self._closed = True
+            self._wake()
+        with self._reader_lock:
+            if self._reader is not None:
+                self._reader.close()
+        self.conn.close()
 
 
 class _Body:
