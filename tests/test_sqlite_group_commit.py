@@ -83,6 +83,21 @@ def run_group(tx: TxGate, bodies: list[Callable[[sqlite3.Connection], None]],
     return outcomes
 
 
+def hold_a_body(gate: TxGate, key: str) -> tuple[threading.Thread, threading.Event]:
+    """A thread inside a body that has inserted ``key``, held there until the event is set."""
+    release = threading.Event()
+
+    def holder() -> None:
+        with gate.transaction() as conn:
+            conn.execute("INSERT INTO t VALUES (?, 1)", (key,))
+            release.wait(5)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    wait_for(lambda: gate._owner is not None)
+    return thread, release
+
+
 def insert(key: str, parent: int = 1) -> Callable[[sqlite3.Connection], None]:
     return lambda conn: conn.execute("INSERT INTO t VALUES (?, ?)", (key, parent)) and None
 
@@ -132,16 +147,7 @@ class TestGroupCommit:
         assert seen == {f"k{i}": True for i in range(16)}
 
     def test_readers_never_see_uncommitted_writes_nor_wait(self, gate: TxGate) -> None:
-        release = threading.Event()
-
-        def writer() -> None:
-            with gate.transaction() as conn:
-                conn.execute("INSERT INTO t VALUES ('w', 1)")
-                release.wait(5)
-
-        w = threading.Thread(target=writer)
-        w.start()
-        wait_for(lambda: gate._owner is not None)
+        w, release = hold_a_body(gate, "w")
         assert rows(gate) == set()  # read beside the open body: committed rows only
         release.set()
         w.join(5)
@@ -189,16 +195,7 @@ class TestGroupCommit:
     def test_an_interrupted_waiter_does_not_wedge_the_gate(self, gate: TxGate) -> None:
         """Ctrl-C landing in a thread queued for the turn: the queue count is restored, so
         the body running meanwhile still commits (it would otherwise wait for a ghost)."""
-        release = threading.Event()
-
-        def holder() -> None:
-            with gate.transaction() as conn:
-                conn.execute("INSERT INTO t VALUES ('a', 1)")
-                release.wait(5)
-
-        h = threading.Thread(target=holder)
-        h.start()
-        wait_for(lambda: gate._owner is not None)
+        h, release = hold_a_body(gate, "a")
         real_wait = gate._turn.wait
 
         def interrupted(timeout: float | None = None) -> bool:
