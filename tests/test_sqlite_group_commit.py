@@ -278,3 +278,36 @@ def test_many_threads_one_gate_every_action_once(tmp_path: Path) -> None:
     assert commits[0] < 2 * 320  # some commits were shared
     assert verify_store(store).ok
     store.close()
+
+
+def test_writers_queued_behind_a_busy_begin_fail_together(tmp_path: Path) -> None:
+    """Another process holds the write lock past busy_timeout: the threads queued behind the
+    BEGIN that gave up fail with it (nothing written), instead of each waiting it out again."""
+    from effectgate.errors import StoreError
+
+    path = str(tmp_path / "ledger.db")
+    store = SQLiteStore(path, busy_timeout_ms=300)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    errors: list[BaseException] = []
+
+    def write(i: int) -> None:
+        try:
+            store.append_audit("note", {"i": i}, now=1.0)
+        except StoreError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]
+    start = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    elapsed = time.monotonic() - start
+    other.execute("ROLLBACK")
+    assert len(errors) == 4 and all("nothing written" in str(e) for e in errors)
+    assert elapsed < 0.9, f"{elapsed:.2f}s: the queued writers waited the timeout out in turn"
+    store.append_audit("note", {"after": True}, now=2.0)  # the lock is free again
+    assert [e.kind for e in store.audit_entries(limit=10)] == ["note"]
+    other.close()
+    store.close()

@@ -11,7 +11,9 @@ A body that fails is undone alone (a SAVEPOINT, taken whenever other bodies are 
 same transaction); the others still commit. A COMMIT that fails fails every body in it the way it
 would fail one: :class:`StoreError` when nothing was written (another process held the lock),
 :class:`IndeterminateCommit` otherwise. An open group commits as soon as no body is queued or it
-holds :data:`MAX_GROUP` bodies.
+holds :data:`MAX_GROUP` bodies. When a ``BEGIN`` gives up after ``busy_timeout`` because another
+process holds the write lock, every thread that was already queued behind it fails with the same
+error at once, rather than each waiting out the timeout again in turn.
 
 Reads use a second, read-only connection (WAL lets it read beside the writer), so they see
 committed rows only, never wait for a group, and never hold one up. A thread reading inside its
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
@@ -76,6 +79,8 @@ class TxGate:
         self._failed: dict[int, Failure] = {}  # epoch -> why its commit failed
         self._waiters: dict[int, int] = {}  # epoch -> bodies waiting for its commit
         self._closed = False
+        # When a BEGIN last gave up on another process's write lock, and the error it raised.
+        self._busy: tuple[float, str] = (float("-inf"), "")
 
     # --- writes ---------------------------------------------------------------------------
 
@@ -89,6 +94,7 @@ class TxGate:
         with self._lock:
             if self._owner == me:
                 raise StoreError("a write transaction cannot nest inside another")
+            queued_at = time.monotonic()
             self._queued += 1
             try:
                 while not self._closed and (self._owner is not None
@@ -99,13 +105,23 @@ class TxGate:
             if self._closed:
                 self._wake()
                 raise StoreError("the store is closed")
+            busy_at, busy_why = self._busy
+            if busy_at >= queued_at:
+                # Another process held the write lock past busy_timeout while this thread
+                # waited its turn: fail now, as one, instead of each waiting it out again.
+                self._wake()
+                raise StoreError(busy_why)
             self._owner = me
             joined, epoch = self._open, self._epoch
         try:
             self.conn.execute("SAVEPOINT eg_body" if joined else "BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
+            why = str(store_error("cannot begin a write transaction, nothing written", exc))
+            if not joined and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF in _BUSY:
+                with self._lock:
+                    self._busy = (time.monotonic(), why)
             self._abandon(epoch, joined, "cannot begin a write transaction, nothing written")
-            raise store_error("cannot begin a write transaction, nothing written", exc) from exc
+            raise StoreError(why) from exc
         except BaseException:
             self._abandon(epoch, joined, "interrupted before the write began, nothing written")
             raise
