@@ -221,6 +221,77 @@ class TestGroupCommit:
         assert run_group(gate, [insert("b")]) == [None]
         assert rows(gate) == {"a", "b"}
 
+    def test_a_waiter_interrupted_after_the_hand_over_does_not_orphan_the_group(
+            self, gate: TxGate) -> None:
+        """Ctrl-C lands in the thread the turn was just handed to: the group still commits
+        (a body waiting for it takes the commit over) and the other queued thread runs."""
+        h, release = hold_a_body(gate, "a")
+        real_wait = gate._turn.wait
+
+        def woken_then_interrupted(timeout: float | None = None) -> bool:
+            woke = real_wait(timeout)
+            if threading.current_thread().name == "victim":
+                raise KeyboardInterrupt
+            return woke
+
+        gate._turn.wait = woken_then_interrupted  # type: ignore[method-assign]
+        caught: list[str] = []
+
+        def victim() -> None:
+            try:
+                with gate.transaction() as conn:
+                    conn.execute("INSERT INTO t VALUES ('v', 1)")
+            except KeyboardInterrupt:
+                caught.append("interrupted")
+
+        v = threading.Thread(target=victim, name="victim")
+        v.start()
+        wait_for(lambda: gate._queued == 1)
+        other_done: list[bool] = []
+
+        def other() -> None:
+            with gate.transaction() as conn:
+                conn.execute("INSERT INTO t VALUES ('q', 1)")
+            other_done.append(True)
+
+        q = threading.Thread(target=other, name="other")
+        q.start()
+        wait_for(lambda: gate._queued == 2)
+        release.set()
+        for t in (h, v, q):
+            t.join(5)
+        gate._turn.wait = real_wait  # type: ignore[method-assign]
+        assert caught == ["interrupted"] and other_done == [True]
+        assert not h.is_alive() and not q.is_alive()
+        assert rows(gate) == {"a", "q"}
+        assert (gate._owner, gate._open, gate._queued) == (None, False, 0)
+
+    def test_a_body_commits_its_group_itself_when_nobody_takes_the_turn(
+            self, gate: TxGate) -> None:
+        """The only queued thread is interrupted after the hand-over: the body that handed
+        the turn on, waiting for the commit, takes it over (its row is durable)."""
+        h, release = hold_a_body(gate, "a")
+        real_wait = gate._turn.wait
+
+        def woken_then_interrupted(timeout: float | None = None) -> bool:
+            real_wait(timeout)
+            raise KeyboardInterrupt
+
+        gate._turn.wait = woken_then_interrupted  # type: ignore[method-assign]
+        def victim() -> None:
+            with pytest.raises(KeyboardInterrupt), gate.transaction():
+                pass
+
+        v = threading.Thread(target=victim)
+        v.start()
+        wait_for(lambda: gate._queued == 1)
+        release.set()
+        h.join(5)
+        v.join(5)
+        gate._turn.wait = real_wait  # type: ignore[method-assign]
+        assert not h.is_alive() and not v.is_alive()
+        assert rows(gate) == {"a"} and (gate._owner, gate._open) == (None, False)
+
     def test_closed_store_refuses_and_close_inside_a_body_is_refused(
             self, gate: TxGate) -> None:
         from effectgate.errors import StoreError

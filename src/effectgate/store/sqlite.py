@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import replace
 from typing import Any
 
@@ -211,19 +211,25 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
             self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                          timeout=busy_timeout_ms / 1000)
             self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            if path != ":memory:":
-                self._conn.execute("PRAGMA journal_mode = WAL")
+            on_disk = path not in (":memory:", "")  # "" is SQLite's private temporary file
+            wal = False
+            if on_disk:
+                mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
+                wal = bool(mode) and str(mode[0]).lower() == "wal"
             self._conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
             register_chain_function(self._conn)
             reader = None
-            if path != ":memory:":
-                # Reads on their own connection: committed rows only, beside the writer (WAL).
+            if wal:
+                # Reads on their own connection: committed rows only, beside the writer (WAL
+                # only: in rollback-journal mode a reader would block the writer's COMMIT).
                 reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                          timeout=busy_timeout_ms / 1000)
                 reader.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
                 reader.execute("PRAGMA query_only = 1")
             self._gate = TxGate(self._conn, reader)
         except sqlite3.Error as exc:
+            with suppress(Exception):
+                self._conn.close()
             raise store_error(f"cannot open SQLite ledger {path!r}", exc) from exc
         if migrate:
             self.migrate()

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
@@ -79,8 +78,11 @@ class TxGate:
         self._failed: dict[int, Failure] = {}  # epoch -> why its commit failed
         self._waiters: dict[int, int] = {}  # epoch -> bodies waiting for its commit
         self._closed = False
-        # When a BEGIN last gave up on another process's write lock, and the error it raised.
-        self._busy: tuple[float, str] = (float("-inf"), "")
+        self._closing = False  # close() was called: no new arrivals
+        self._arrivals = 0  # writers that ever queued (a ticket per arrival)
+        # The last arrival queued when a BEGIN gave up on another process's write lock, and
+        # the error it raised; cleared by the next BEGIN that gets the lock.
+        self._busy: tuple[int, str] = (0, "")
 
     # --- writes ---------------------------------------------------------------------------
 
@@ -94,21 +96,28 @@ class TxGate:
         with self._lock:
             if self._owner == me:
                 raise StoreError("a write transaction cannot nest inside another")
-            queued_at = time.monotonic()
+            if self._closing:
+                raise StoreError("the store is closed")
+            self._arrivals += 1
+            ticket = self._arrivals
             self._queued += 1
             try:
                 while not self._closed and (self._owner is not None
                                             or (self._readers and not self._open)):
                     self._turn.wait()
-            finally:
+            except BaseException:
                 self._queued -= 1
+                self._wake()  # a hand-over meant for this thread must reach someone
+                raise
+            self._queued -= 1
             if self._closed:
                 self._wake()
                 raise StoreError("the store is closed")
-            busy_at, busy_why = self._busy
-            if busy_at >= queued_at:
+            busy_ticket, busy_why = self._busy
+            if not self._open and ticket <= busy_ticket:
                 # Another process held the write lock past busy_timeout while this thread
                 # waited its turn: fail now, as one, instead of each waiting it out again.
+                # (Joining an open group needs no lock wait, so it is never refused.)
                 self._wake()
                 raise StoreError(busy_why)
             self._owner = me
@@ -119,7 +128,7 @@ class TxGate:
             why = str(store_error("cannot begin a write transaction, nothing written", exc))
             if not joined and (getattr(exc, "sqlite_errorcode", 0) or 0) & 0xFF in _BUSY:
                 with self._lock:
-                    self._busy = (time.monotonic(), why)
+                    self._busy = (self._arrivals, why)
             self._abandon(epoch, joined, "cannot begin a write transaction, nothing written")
             raise StoreError(why) from exc
         except BaseException:
@@ -128,6 +137,7 @@ class TxGate:
         if not joined:
             with self._lock:
                 self._open = True
+                self._busy = (0, "")  # the lock was free after all
         return epoch, joined
 
     def _exit(self, epoch: int, joined: bool, failed: BaseException | None) -> None:
@@ -154,6 +164,13 @@ class TxGate:
                     self._open = False
             self._finish(epoch, done=False)
             return
+        if not conn.in_transaction:
+            # SQLite ended the transaction inside the body (an error the body caught): what
+            # ran after that was autocommitted, what ran before was rolled back.
+            why = ("the transaction ended inside a write; what it wrote may or may not be "
+                   "durable")
+            self._abandon(epoch, joined, why, kind=IndeterminateCommit)
+            raise IndeterminateCommit(why)
         if joined:
             try:
                 conn.execute("RELEASE eg_body")
@@ -168,7 +185,12 @@ class TxGate:
         self._finish(epoch, done=True)
 
     def _finish(self, epoch: int, *, done: bool) -> None:
-        """Commit the open transaction now, or hand the turn on (and wait for the commit)."""
+        """Commit the open transaction now, or hand the turn on (and wait for the commit).
+
+        A waiting body commits the group itself if the turn is free and nobody is queued to
+        take it (the thread it was handed to was interrupted, or failed fast).
+        """
+        failure: Failure | None = None
         with self._lock:
             commit_now = self._open and (self._queued == 0 or self._readers > 0
                                          or self._pending >= MAX_GROUP)
@@ -180,8 +202,12 @@ class TxGate:
                 self._waiters[epoch] = self._waiters.get(epoch, 0) + 1
                 try:
                     while self._epoch == epoch:
+                        if self._owner is None and self._open and not self._queued:
+                            self._owner = threading.get_ident()
+                            commit_now = True
+                            break
                         self._done.wait()
-                    failure = self._failed.get(epoch)
+                    failure = None if commit_now else self._failed.get(epoch)
                 finally:
                     self._waiters[epoch] -= 1
                     if not self._waiters[epoch]:
@@ -222,13 +248,14 @@ class TxGate:
                 self._wake()
         return failure
 
-    def _abandon(self, epoch: int, joined: bool, why: str) -> None:
+    def _abandon(self, epoch: int, joined: bool, why: str, *,
+                 kind: type[StoreError] = StoreError) -> None:
         """Roll the whole transaction back; every body pending in it fails with ``why``."""
         rollback(self.conn)
         with self._lock:
             if joined or self._open:
                 if self._waiters.get(epoch):
-                    self._failed[epoch] = (StoreError, why)
+                    self._failed[epoch] = (kind, why)
                 self._epoch += 1
             self._open, self._pending, self._owner = False, 0, None
             self._done.notify_all()
@@ -243,6 +270,8 @@ class TxGate:
             self._reads.notify_all()
         elif self._queued:
             self._turn.notify()
+        elif self._open and self._owner is None:
+            self._done.notify_all()  # nobody will take the turn: a waiting body commits
 
     # --- reads ----------------------------------------------------------------------------
 
@@ -257,6 +286,8 @@ class TxGate:
             raise StoreError("the store is closed")
         if self._reader is not None:
             with self._reader_lock:
+                if self._closed:
+                    raise StoreError("the store is closed")
                 yield self._reader
             return
         with self._lock:  # in-memory: take the turn once no transaction is open
@@ -264,8 +295,11 @@ class TxGate:
             try:
                 while not self._closed and (self._owner is not None or self._open):
                     self._reads.wait()
-            finally:
+            except BaseException:
                 self._readers -= 1
+                self._wake()
+                raise
+            self._readers -= 1
             if self._closed:
                 raise StoreError("the store is closed")
             self._owner = me
@@ -284,7 +318,8 @@ class TxGate:
                 return
             if self._owner == me:
                 raise StoreError("cannot close the store from inside its own transaction")
-            while self._owner is not None or self._open:
+            self._closing = True  # no new arrivals; those already queued finish first
+            while self._owner is not None or self._open or self._queued:
                 self._done.wait(0.05)
             self._closed = True
             self._wake()
