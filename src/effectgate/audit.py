@@ -7,9 +7,11 @@ Every entry commits to the previous entry of its *lane*::
 
 ``prev_hash`` links each entry to its predecessor in seq order, so editing one breaks its own
 hash, and deleting, inserting or moving one breaks the link of the entry after it; the store
-keeps each lane's head (last seq and hash), so truncating the tail is visible too. ``seq`` is
-deliberately outside the digest: the links already fix the order, and it lets PostgreSQL assign
-``seq`` and compute the link inside the writing statement (no extra round trip). An attacker who can
+records where each lane's chain reached (SQLite also in each operations row it journals or
+settles, see ``Store.audit_anchor_mismatches``), so truncating the tail is visible too.
+``seq`` is deliberately outside the digest: the links already fix the order, and it lets
+PostgreSQL assign ``seq`` and compute the link inside the writing statement (no extra round
+trip). An attacker who can
 rewrite the whole database can re-chain it; anchor the head that ``effectgate audit verify``
 prints somewhere they cannot write (a ticket, a log service) and pass it back with
 ``--expect-head``.

@@ -3,8 +3,8 @@
 Every method owns one ``BEGIN IMMEDIATE`` transaction, which serialises writers across
 processes: the checks in :mod:`effectgate.store.guard` read and charge the envelope windows in
 the same transaction as the row they guard, so no second writer can interleave. The audit chain
-is a single lane for the same reason: writers are serialised anyway, so one chain head costs
-one indexed read per entry and no extra contention.
+is a single lane for the same reason: writers are serialised anyway, so linking an entry costs
+one read of the log's last row and no extra contention.
 """
 
 from __future__ import annotations
