@@ -10,6 +10,8 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -37,6 +39,22 @@ def proxied() -> Iterator[tuple[str, str, faultkit.PgProxy]]:
     finally:
         proxy.close()
         drop_schema(url, schema)
+
+
+@contextmanager
+def _through_proxy(proxied) -> Iterator[tuple[Any, Any, Any, str, faultkit.PgProxy]]:
+    """(gate via the proxy, a direct store, the counting venue, its URL, the proxy)."""
+    from effectgate.store.postgres import PostgresStore
+
+    direct_url, via_proxy, proxy = proxied
+    with faultkit.venue_server(honour_key=False) as (venue, venue_url):
+        store = PostgresStore(via_proxy)
+        direct = PostgresStore(direct_url)
+        try:
+            yield faultkit.http_gate(store, venue_url), direct, venue, venue_url, proxy
+        finally:
+            store.close()
+            direct.close()
 
 
 def test_hot_path_is_one_round_trip(proxied) -> None:
@@ -75,65 +93,55 @@ def test_hot_path_is_one_round_trip(proxied) -> None:
 def test_commit_cut_never_causes_a_second_dispatch(proxied) -> None:
     """Invariants 1 and 3: a COMMIT whose reply is lost is uncertain, settled by the reconciler,
     and never leads to a second venue call."""
-    from effectgate.store.postgres import PostgresStore
-
-    direct_url, via_proxy, proxy = proxied
     figures: list[str] = []
-    with faultkit.venue_server(honour_key=False) as (venue, venue_url):
-        store = PostgresStore(via_proxy)
-        direct = PostgresStore(direct_url)
-        gate = faultkit.http_gate(store, venue_url)
-        try:
-            # 1. The journal's COMMIT is forwarded, its reply cut: the caller cannot know.
-            # The gate re-reads the row and returns it undispatched: uncertain, not failed.
-            proxy.arm_cut(skip=0, forward=True)
-            first = gate.submit("submit_order", "op-journal", faultkit.intent())
-            seen = direct.get("default", "op-journal")
-            again = gate.submit("submit_order", "op-journal", faultkit.intent())
-            figures.append(f"journal COMMIT cut after forward: gate returned "
-                           f"{first.state.value} without calling, row "
-                           f"{seen.state.value if seen else 'absent'}, retry "
-                           f"replayed={again.replayed}, venue calls={venue.calls}")
-            assert first.state is State.SUBMITTED and proxy.cuts == ["after-forward"]
-            assert seen is not None and seen.state is State.SUBMITTED
-            assert again.replayed and venue.calls == 0
+    with _through_proxy(proxied) as (gate, direct, venue, venue_url, proxy):
+        # 1. The journal's COMMIT is forwarded, its reply cut: the caller cannot know.
+        # The gate re-reads the row and returns it undispatched: uncertain, not failed.
+        proxy.arm_cut(skip=0, forward=True)
+        first = gate.submit("submit_order", "op-journal", faultkit.intent())
+        seen = direct.get("default", "op-journal")
+        again = gate.submit("submit_order", "op-journal", faultkit.intent())
+        figures.append(f"journal COMMIT cut after forward: gate returned "
+                       f"{first.state.value} without calling, row "
+                       f"{seen.state.value if seen else 'absent'}, retry "
+                       f"replayed={again.replayed}, venue calls={venue.calls}")
+        assert first.state is State.SUBMITTED and proxy.cuts == ["after-forward"]
+        assert seen is not None and seen.state is State.SUBMITTED
+        assert again.replayed and venue.calls == 0
 
-            # 2. The receipt's COMMIT is forwarded, its reply cut: durable, caller unsure.
-            proxy.arm_cut(skip=1, forward=True)
-            row = gate.submit("submit_order", "op-receipt", faultkit.intent())
-            # The forwarded COMMIT may still be in flight to the server when the cut client
-            # returns: wait (bounded) for it to land rather than race it.
-            seen = _settled(direct, "op-receipt", State.ACKNOWLEDGED)
-            figures.append(f"receipt COMMIT cut after forward: gate returned {row.state.value}, "
-                           f"ledger {seen.state.value if seen else 'absent'}, venue calls="
-                           f"{venue.calls}")
-            assert row.state is State.SUBMITTED and venue.calls == 1
-            assert seen is not None and seen.state is State.ACKNOWLEDGED
+        # 2. The receipt's COMMIT is forwarded, its reply cut: durable, caller unsure.
+        proxy.arm_cut(skip=1, forward=True)
+        row = gate.submit("submit_order", "op-receipt", faultkit.intent())
+        # The forwarded COMMIT may still be in flight to the server when the cut client
+        # returns: wait (bounded) for it to land rather than race it.
+        seen = _settled(direct, "op-receipt", State.ACKNOWLEDGED)
+        figures.append(f"receipt COMMIT cut after forward: gate returned {row.state.value}, "
+                       f"ledger {seen.state.value if seen else 'absent'}, venue calls="
+                       f"{venue.calls}")
+        assert row.state is State.SUBMITTED and venue.calls == 1
+        assert seen is not None and seen.state is State.ACKNOWLEDGED
 
-            # 3. The receipt's COMMIT never arrives: the row stays uncertain in the ledger.
-            proxy.arm_cut(skip=1, forward=False)
-            row = gate.submit("submit_order", "op-lost", faultkit.intent())
-            seen = direct.get("default", "op-lost")
-            figures.append(f"receipt COMMIT cut before forward: gate returned {row.state.value}, "
-                           f"ledger {seen.state.value if seen else 'absent'}, venue calls="
-                           f"{venue.calls}")
-            assert seen is not None and seen.state is State.SUBMITTED and venue.calls == 2
+        # 3. The receipt's COMMIT never arrives: the row stays uncertain in the ledger.
+        proxy.arm_cut(skip=1, forward=False)
+        row = gate.submit("submit_order", "op-lost", faultkit.intent())
+        seen = direct.get("default", "op-lost")
+        figures.append(f"receipt COMMIT cut before forward: gate returned {row.state.value}, "
+                       f"ledger {seen.state.value if seen else 'absent'}, venue calls="
+                       f"{venue.calls}")
+        assert seen is not None and seen.state is State.SUBMITTED and venue.calls == 2
 
-            # Retries of all three dispatch nothing; the reconciler settles every row.
-            for op in ("op-journal", "op-receipt", "op-lost"):
-                assert gate.submit("submit_order", op, faultkit.intent()).replayed
-            assert venue.calls == 2
-            rec = faultkit.http_reconciler(direct, venue_url, offset=120.0)
-            report = rec.run_once()
-            states = {op: direct.get("default", op).state.value  # type: ignore[union-attr]
-                      for op in ("op-journal", "op-receipt", "op-lost")}
-            per_key = {op: venue.effects_for(f"default:{op}") for op in states}
-            figures.append(f"after reconcile: states={states} effects per key={per_key} "
-                           f"confirmed={report.confirmed} written_off={report.written_off} "
-                           f"divergences={report.alarms} cuts={proxy.cuts}")
-        finally:
-            store.close()
-            direct.close()
+        # Retries of all three dispatch nothing; the reconciler settles every row.
+        for op in ("op-journal", "op-receipt", "op-lost"):
+            assert gate.submit("submit_order", op, faultkit.intent()).replayed
+        assert venue.calls == 2
+        rec = faultkit.http_reconciler(direct, venue_url, offset=120.0)
+        report = rec.run_once()
+        states = {op: direct.get("default", op).state.value  # type: ignore[union-attr]
+                  for op in ("op-journal", "op-receipt", "op-lost")}
+        per_key = {op: venue.effects_for(f"default:{op}") for op in states}
+        figures.append(f"after reconcile: states={states} effects per key={per_key} "
+                       f"confirmed={report.confirmed} written_off={report.written_off} "
+                       f"divergences={report.alarms} cuts={proxy.cuts}")
     print("\n[ambiguous commit]\n  " + "\n  ".join(figures))
     assert states == {"op-journal": "failed", "op-receipt": "acknowledged",
                       "op-lost": "acknowledged"}
@@ -146,21 +154,11 @@ def test_journal_commit_withheld_journals_again_once(proxied) -> None:
     """Invariants 1 and 3: the journal's commit point (the Sync ending its implicit transaction)
     never reaches the server, so nothing was written; the gate re-reads, finds no row, journals
     again on a fresh connection, and the venue is called exactly once."""
-    from effectgate.store.postgres import PostgresStore
-
-    direct_url, via_proxy, proxy = proxied
-    with faultkit.venue_server(honour_key=False) as (venue, venue_url):
-        store = PostgresStore(via_proxy)
-        direct = PostgresStore(direct_url)
-        gate = faultkit.http_gate(store, venue_url)
-        try:
-            proxy.arm_cut(skip=0, forward=False)
-            row = gate.submit("submit_order", "op-withheld", faultkit.intent())
-            seen = direct.get("default", "op-withheld")
-            again = gate.submit("submit_order", "op-withheld", faultkit.intent())
-        finally:
-            store.close()
-            direct.close()
+    with _through_proxy(proxied) as (gate, direct, venue, _, proxy):
+        proxy.arm_cut(skip=0, forward=False)
+        row = gate.submit("submit_order", "op-withheld", faultkit.intent())
+        seen = direct.get("default", "op-withheld")
+        again = gate.submit("submit_order", "op-withheld", faultkit.intent())
     print(f"\n[journal commit withheld] gate returned {row.state.value}, ledger "
           f"{seen.state.value if seen else 'absent'}, venue calls={venue.calls}, "
           f"cuts={proxy.cuts}")
