@@ -34,7 +34,7 @@ from effectgate.examples import default_registry
 from effectgate.execute.executor import Gate
 from effectgate.store.base import dumps
 
-__all__ = ["FloorRow", "floor_row", "run"]
+__all__ = ["FloorRow", "floor_row", "pg_floor", "run"]
 
 ROUNDS = 5
 WARMUP = 100
@@ -184,43 +184,53 @@ def _sqlite(target: Target, n: int, synchronous: str) -> Figure:
 
 # --- PostgreSQL ----------------------------------------------------------------------------------
 
-def _postgres(target: Target, n: int) -> Figure:
+_PG_INSERT = _SQLITE_INSERT.replace("?", "%s")
+_PG_UPDATE = _SQLITE_UPDATE.replace("?", "%s")
+
+
+def pg_floor(url: str) -> tuple[Callable[[str, int, int, list[float] | None], None],
+                                Callable[[], None]]:
+    """The raw PostgreSQL floor on the schema of ``url``: ``(loop, close)``.
+
+    ``loop(prefix, start, count, latencies)`` runs operations ``prefix + i`` for ``i`` in
+    ``start .. start + count``. Each statement runs alone on an autocommit connection: its own
+    transaction, one round trip, prepared by psycopg after five runs. The least any client can
+    do (cheaper on the client than BEGIN/statement/COMMIT pipelined, same round trips).
+    """
     import psycopg
     from psycopg import sql
 
-    from effectgate.store import open_store
     from effectgate.store.postgres import split_schema
+
+    conninfo, schema = split_schema(url)
+    conn = psycopg.connect(conninfo, autocommit=True)
+    conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema or "")))
+    action, fp, intent, effect, tier, reason, version, _ = floor_row()
+    clock = time.perf_counter
+
+    def loop(prefix: str, start: int, count: int, latencies: list[float] | None) -> None:
+        for i in range(start, start + count):
+            t0 = clock()
+            op = f"{prefix}{i}"
+            now = time.time()
+            conn.execute(_PG_INSERT, ("floor", op, f"floor:{op}", action, fp, intent, effect,
+                                      tier, reason, version, now, now, now))
+            cur = conn.execute(_PG_UPDATE, (now, f"V-{i}", "floor", op))
+            if cur.rowcount != 1:
+                raise StoreError(f"floor update of {op} matched {cur.rowcount} rows")
+            if latencies is not None:
+                latencies.append(clock() - t0)
+
+    return loop, conn.close
+
+
+def _postgres(target: Target, n: int) -> Figure:
+    from effectgate.store import open_store
 
     with target.pg_schema("b1") as url:
         store = open_store(url)
         gate = bench_gate(store, PaperAdapter(PaperVenue()))
-        conninfo, schema = split_schema(url)
-        insert = ("INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, "
-                  "state, intent, effect, tier, reason, policy_version, created_at, updated_at, "
-                  "submitted_at) VALUES (%s,%s,%s,%s,%s,'submitted',%s,%s,%s,%s,%s,%s,%s,%s)")
-        update = ("UPDATE operations SET state = 'acknowledged', updated_at = %s, "
-                  "version = version + 1, venue_id = %s "
-                  "WHERE scope = %s AND operation_id = %s AND state = 'submitted'")
-        action, fp, intent, effect, tier, reason, version, _ = floor_row()
-        conn = psycopg.connect(conninfo, autocommit=True)
-        conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema or "")))
-        clock = time.perf_counter
-
-        def floor(start: int, count: int, latencies: list[float] | None) -> None:
-            # Each statement alone on an autocommit connection: its own transaction, one
-            # round trip, prepared by psycopg after five runs. The least any client can do
-            # (cheaper on the client than BEGIN/statement/COMMIT pipelined, same round trips).
-            for i in range(start, start + count):
-                t0 = clock()
-                op = f"f{i}"
-                now = time.time()
-                conn.execute(insert, ("floor", op, f"floor:{op}", action, fp, intent,
-                                      effect, tier, reason, version, now, now, now))
-                cur = conn.execute(update, (now, f"V-{i}", "floor", op))
-                if cur.rowcount != 1:
-                    raise StoreError(f"floor update of {op} matched {cur.rowcount} rows")
-                if latencies is not None:
-                    latencies.append(clock() - t0)
+        loop, close = pg_floor(url)
 
         commits = {"eg": 0, "floor": 0}
         marks: dict[str, int] = {}
@@ -232,10 +242,10 @@ def _postgres(target: Target, n: int) -> Figure:
                 commits[side] += pg_commit_count(url) - marks[side]
 
         try:
-            result = _alternate(n, lambda s, c, lat: _gate_loop(gate, "e", s, c, lat), floor,
-                                on_count)
+            result = _alternate(n, lambda s, c, lat: _gate_loop(gate, "e", s, c, lat),
+                                lambda s, c, lat: loop("f", s, c, lat), on_count)
         finally:
-            conn.close()
+            close()
             store.close()
     return _figure("PostgreSQL, 1 connection, synchronous_commit=on", n, result, commits,
                    durability_off=False)

@@ -25,7 +25,7 @@ COUNTS = (1, 2, 4, 8)
 def _worker(side: str, url: str, prefix: str, n: int, ready: Queue[str], go: Event,
             out: Queue[dict[str, Any]]) -> None:
     from effectgate.adapters.paper import PaperAdapter, PaperVenue
-    from effectgate.bench.b1 import _gate_loop, floor_row
+    from effectgate.bench.b1 import _gate_loop, pg_floor
     from effectgate.bench.common import bench_gate
     from effectgate.store import open_store
 
@@ -41,52 +41,15 @@ def _worker(side: str, url: str, prefix: str, n: int, ready: Queue[str], go: Eve
         seconds = time.perf_counter() - t0
         store.close()
     else:
-        loop, close = _floor(url, floor_row())
-        loop(f"{prefix}w", 20, None)
+        loop, close = pg_floor(url)
+        loop(f"{prefix}w", 0, 20, None)
         ready.put(prefix)
         go.wait()
         t0 = time.perf_counter()
-        loop(prefix, n, lat)
+        loop(prefix, 0, n, lat)
         seconds = time.perf_counter() - t0
         close()
     out.put({"seconds": seconds, "lat": lat})
-
-
-def _floor(url: str, row: tuple[str, ...]) -> tuple[Any, Any]:
-    import psycopg
-    from psycopg import sql
-
-    from effectgate.errors import StoreError
-    from effectgate.store.postgres import split_schema
-
-    conninfo, schema = split_schema(url)
-    conn = psycopg.connect(conninfo, autocommit=True)
-    conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema or "")))
-    action, fp, intent, effect, tier, reason, version, _ = row
-    insert = ("INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, "
-              "state, intent, effect, tier, reason, policy_version, created_at, updated_at, "
-              "submitted_at) VALUES (%s,%s,%s,%s,%s,'submitted',%s,%s,%s,%s,%s,%s,%s,%s)")
-    update = ("UPDATE operations SET state = 'acknowledged', updated_at = %s, "
-              "version = version + 1, venue_id = %s "
-              "WHERE scope = %s AND operation_id = %s AND state = 'submitted'")
-
-    def loop(prefix: str, n: int, lat: list[float] | None) -> None:
-        clock = time.perf_counter
-        for i in range(n):
-            t0 = clock()
-            op = f"{prefix}{i}"
-            now = time.time()
-            # Each statement alone on an autocommit connection: its own transaction, one
-            # round trip, prepared by psycopg after five runs. The least any client can do.
-            conn.execute(insert, ("floor", op, f"floor:{op}", action, fp, intent, effect,
-                                  tier, reason, version, now, now, now))
-            cur = conn.execute(update, (now, f"V-{i}", "floor", op))
-            if cur.rowcount != 1:
-                raise StoreError(f"floor update of {op} matched {cur.rowcount} rows")
-            if lat is not None:
-                lat.append(clock() - t0)
-
-    return loop, conn.close
 
 
 def _measure(side: str, url: str, workers: int, per_worker: int) -> dict[str, Any]:
