@@ -19,9 +19,9 @@ from starlette.concurrency import run_in_threadpool
 
 from effectgate.core.states import State
 from effectgate.errors import OperationNotFound, PermissionDenied
-from effectgate.frontends._http_controls import controls_router
+from effectgate.frontends._http_controls import _visible, controls_router
 from effectgate.frontends._models import OperationOut, operation_out
-from effectgate.service import Principal, Service, report_dict
+from effectgate.service import Service, report_dict
 
 __all__ = ["admin_router"]
 
@@ -59,15 +59,6 @@ class OperationDetailOut(OperationOut):
     intent: dict[str, Any]
     effect: dict[str, Any]
     audit: list[AuditOut]
-
-
-def _visible(who: Principal, scope: str | None) -> str | None:
-    """The scope filter an operator may use: theirs, or any when their scope is ``*``."""
-    if who.scope == "*":
-        return scope
-    if scope is not None and scope != who.scope:
-        raise PermissionDenied(f"this operator token is limited to scope {who.scope!r}")
-    return who.scope
 
 
 def admin_router(service: Service, operator: Any, errors: dict[int | str, Any]) -> APIRouter:

@@ -163,6 +163,7 @@ def _global(who: Principal, what: str) -> None:
 
 
 def _visible(who: Principal, scope: str | None) -> str | None:
+    """The scope filter an operator may use: theirs, or any when their scope is ``*``."""
     if who.scope == "*":
         return scope
     if scope is not None and scope != who.scope:
