@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from effectgate.audit import content_digest
-from effectgate.store.base import dumps, raw_json
+from effectgate.store.base import RawJSON, dumps
 
 _REFERENCE = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
 _STORED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
@@ -99,10 +99,10 @@ class TestDumps:
 
     def test_embedded_text_is_not_encoded_twice(self) -> None:
         inner = dumps({"b": [1, "é"], "a": None})
-        assert dumps({"z": 1, "intent": raw_json(inner)}) == \
+        assert dumps({"z": 1, "intent": RawJSON(inner)}) == \
             _STORED.encode({"z": 1, "intent": json.loads(inner)})
 
     def test_embedded_text_survives_the_fallback(self) -> None:
         inner = dumps({"a": 1})
-        assert json.loads(dumps({"big": 2**70, "intent": raw_json(inner)})) == \
+        assert json.loads(dumps({"big": 2**70, "intent": RawJSON(inner)})) == \
             {"big": 2**70, "intent": {"a": 1}}

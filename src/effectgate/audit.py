@@ -29,7 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -48,6 +48,7 @@ __all__ = [
     "content_digest",
     "export_bundle",
     "lane_for",
+    "rechain",
     "verify_bundle",
     "verify_entries",
     "verify_store",
@@ -92,6 +93,18 @@ def _quote(text: str | None) -> str:
 
 def chain_hash(prev_hash: str, digest: str) -> str:
     return hashlib.sha256((prev_hash + digest).encode("ascii")).hexdigest()
+
+
+def rechain(rows: Iterable[tuple[int, float, str | None, str | None, str, str]],
+            ) -> Iterator[tuple[int, str, str]]:
+    """``(seq, prev_hash, hash)`` for lane-0 entries ``(seq, at, scope, operation_id, kind,
+    detail_text)`` written before the log was hash-chained, in seq order (migrations)."""
+    prev = GENESIS
+    for seq, at, scope, operation_id, kind, text in rows:
+        entry_hash = chain_hash(prev, content_digest(0, float(at), scope, operation_id, kind,
+                                                     text))
+        yield seq, prev, entry_hash
+        prev = entry_hash
 
 
 def lane_for(scope: str | None, operation_id: str | None, lanes: int) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -42,18 +42,21 @@ __all__ = [
     "Move",
     "NewOperation",
     "Operation",
+    "RawJSON",
     "Store",
+    "audit_filters",
     "check_moves",
     "check_path",
     "conflict",
     "dumps",
     "make_op_key",
     "move_event",
+    "moved",
     "operation_filters",
-    "raw_json",
     "refuse_newer_schema",
     "scope_key_range",
     "validate_identity",
+    "where_terms",
 ]
 
 SCOPE_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -116,6 +119,10 @@ def _std_default(obj: object) -> object:
     raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
 
 
+# Datetimes, dataclasses and str/int subclasses go to the fallback, which treats them as before
+# (refused, or encoded as their base type); orjson would encode the first two on its own.
+_ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
+                   | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS)
 # The fallback for what orjson refuses (non-string keys, integers past 64 bits, lone
 # surrogates): the standard encoder with the same options, built once.
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
@@ -137,17 +144,6 @@ def dumps(value: object) -> str:
         return orjson.dumps(value, default=_orjson_default, option=_ORJSON_OPTIONS).decode()
     except TypeError:
         return _ENCODER.encode(value)
-
-
-# Datetimes, dataclasses and str/int subclasses go to the fallback, which treats them as before
-# (refused, or encoded as their base type); orjson would encode the first two on its own.
-_ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
-                   | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS)
-
-
-def raw_json(text: str) -> RawJSON:
-    """Mark ``text`` (from :func:`dumps`) for embedding as it stands."""
-    return RawJSON(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +271,22 @@ def move_event(move: Move) -> dict[str, object]:
     if move.audit:
         event.update(move.audit)
     return event
+
+
+def moved(known: Operation, state: State, updated_at: float,
+          changed: Sequence[Any]) -> Operation:
+    """``known`` after a compare-and-set to ``state`` that returned ``(version, venue_id,
+    detail, submitted_at)``: the receipt path holds the row, so nothing is re-read.
+
+    Built field by field: ``dataclasses.replace`` costs several times as much.
+    """
+    version, venue_id, detail, submitted_at = changed
+    return Operation(
+        scope=known.scope, operation_id=known.operation_id, action=known.action,
+        fingerprint=known.fingerprint, state=state, intent=known.intent, effect=known.effect,
+        tier=known.tier, reason=known.reason, policy_version=known.policy_version,
+        venue_id=venue_id, detail=detail, created_at=known.created_at, updated_at=updated_at,
+        submitted_at=submitted_at, version=version)
 
 
 def check_path(path: Sequence[State]) -> None:
@@ -482,18 +494,34 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
+def where_terms(placeholder: str,
+                terms: Iterable[tuple[str, object]]) -> tuple[list[str], list[Any]]:
+    """SQL conditions for the ``(column and operator, value)`` pairs whose value is not None,
+    in a dialect's placeholder style (``?``/``%s``), and their arguments in order."""
+    clauses: list[str] = []
+    args: list[Any] = []
+    for term, value in terms:
+        if value is not None:
+            clauses.append(f"{term} {placeholder}")
+            args.append(value)
+    return clauses, args
+
+
 def operation_filters(placeholder: str, *, state: State | None = None, action: str | None = None,
                       scope: str | None = None,
                       older_than: float | None = None) -> tuple[str, list[Any]]:
     """The WHERE clause of ``list_operations`` in a dialect's placeholder style (``?``/``%s``)."""
-    clauses: list[str] = []
-    args: list[Any] = []
-    for column, value in (("state", state.value if state is not None else None),
-                          ("action", action), ("scope", scope)):
-        if value is not None:
-            clauses.append(f"{column} = {placeholder}")
-            args.append(value)
-    if older_than is not None:
-        clauses.append(f"updated_at < {placeholder}")
-        args.append(older_than)
+    clauses, args = where_terms(placeholder, (
+        ("state =", state.value if state is not None else None), ("action =", action),
+        ("scope =", scope), ("updated_at <", older_than)))
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), args
+
+
+def audit_filters(placeholder: str, *, after_seq: int, until_seq: int | None,
+                  lane: int | None, scope: str | None,
+                  operation_id: str | None) -> tuple[str, list[Any]]:
+    """The WHERE clause of ``audit_entries`` in a dialect's placeholder style."""
+    clauses, args = where_terms(placeholder, (
+        ("seq >", after_seq), ("seq <=", until_seq), ("lane =", lane), ("scope =", scope),
+        ("operation_id =", operation_id)))
+    return "WHERE " + " AND ".join(clauses), args

@@ -28,7 +28,7 @@ from effectgate.core.controls import (
 )
 from effectgate.core.states import State
 from effectgate.errors import ApprovalError, ControlError, OperationNotFound
-from effectgate.store.base import NewOperation, Operation, raw_json
+from effectgate.store.base import NewOperation, Operation, RawJSON
 
 __all__ = ["SHADOW", "ControlChanges", "ControlTx", "SignalStats", "apply_step",
            "check_approval", "dispatch_verdict",
@@ -298,7 +298,7 @@ def path_audit(new: NewOperation, path: list[State], audit: Mapping[str, object]
     final = path[-1]
     detail: dict[str, object] = {"state": final.value, "path": [s.value for s in path],
                                  "intent": new.intent if intent_text is None
-                                 else raw_json(intent_text), "fingerprint": new.fingerprint,
+                                 else RawJSON(intent_text), "fingerprint": new.fingerprint,
                                  "action": new.action}
     if audit:
         detail.update(audit)

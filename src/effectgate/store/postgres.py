@@ -56,6 +56,7 @@ from effectgate.store.base import (
     conflict,
     dumps,
     move_event,
+    moved,
     operation_filters,
     refuse_newer_schema,
 )
@@ -75,7 +76,7 @@ from effectgate.store.postgres_tx import (
     audit_params,
     backfill_chain,
     chain_ctes,
-    class_lock,
+    lock_key,
 )
 
 __all__ = ["MIGRATIONS", "PostgresStore", "drop_schema", "split_schema"]
@@ -190,16 +191,21 @@ _TWO_LOCKS = ("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0)) FROM "
               "(SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))) AS class_lock")
 
 
+def _cas(returning: str) -> str:
+    """The compare-and-set every transition runs: the row moves only from ``expected``."""
+    return f"""
+UPDATE operations SET state = %(target)s, updated_at = %(now)s, version = version + 1,
+    venue_id = coalesce(%(venue_id)s, venue_id), detail = coalesce(%(detail)s, detail),
+    submitted_at = coalesce(%(submitted_at)s, submitted_at),
+    lease_owner = NULL, lease_until = NULL
+WHERE scope = %(scope)s AND operation_id = %(operation_id)s AND state = %(expected)s
+RETURNING {returning}"""
+
+
 def _fast_transition_sql(returning: str) -> str:
     return f"""
 WITH RECURSIVE
-upd AS (
-    UPDATE operations SET state = %(target)s, updated_at = %(now)s, version = version + 1,
-        venue_id = coalesce(%(venue_id)s, venue_id), detail = coalesce(%(detail)s, detail),
-        submitted_at = coalesce(%(submitted_at)s, submitted_at),
-        lease_owner = NULL, lease_until = NULL
-    WHERE scope = %(scope)s AND operation_id = %(operation_id)s AND state = %(expected)s
-    RETURNING {returning}
+upd AS ({_cas(returning)}
 ),
 {chain_ctes("upd")}
 SELECT {returning} FROM upd
@@ -210,26 +216,9 @@ _FAST_TRANSITION = _fast_transition_sql(_OP_COLUMNS)
 # When the caller holds the row (the receipt path), only what the update changed comes back.
 _CHANGED_COLUMNS = "version, venue_id, detail, submitted_at"
 _FAST_TRANSITION_CHANGED = _fast_transition_sql(_CHANGED_COLUMNS)
-
-
 # One compare-and-set of a batch (transition_many): the same update as a single transition.
-_CAS_ONE = """
-UPDATE operations SET state = %(target)s, updated_at = %(now)s, version = version + 1,
-    venue_id = coalesce(%(venue_id)s, venue_id), detail = coalesce(%(detail)s, detail),
-    lease_owner = NULL, lease_until = NULL
-WHERE scope = %(scope)s AND operation_id = %(operation_id)s AND state = %(expected)s
-RETURNING 1
-"""
-
-
-_TRANSITION_ROW = f"""
-UPDATE operations SET state = %(target)s, updated_at = %(now)s, version = version + 1,
-    venue_id = coalesce(%(venue_id)s, venue_id), detail = coalesce(%(detail)s, detail),
-    submitted_at = coalesce(%(submitted_at)s, submitted_at),
-    lease_owner = NULL, lease_until = NULL
-WHERE scope = %(scope)s AND operation_id = %(operation_id)s AND state = %(expected)s
-RETURNING {_OP_COLUMNS}
-"""
+_CAS_ONE = _cas("1")
+_TRANSITION_ROW = _cas(_OP_COLUMNS)
 
 # The CTE is MATERIALIZED so the locked, skipped and limited set is computed exactly once.
 _LEASE = f"""
@@ -567,9 +556,8 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
             # The class's shared lock (a flip waits for us, and we see any flip committed
             # before us), then this key's lock; both are released by the commit. One
             # statement (_TWO_LOCKS nests them so the order is fixed).
-            conn.execute(_TWO_LOCKS, (class_lock(self.schema, new.op_key, exclusive=True,
-                                                 purpose="op")[1][0],
-                                      class_lock(self.schema, new.action, exclusive=False)[1][0]))
+            conn.execute(_TWO_LOCKS, (lock_key(self.schema, new.op_key, "op"),
+                                      lock_key(self.schema, new.action)))
 
         what = f"insert {new.op_key}"
         result: Operation | None = None
@@ -757,9 +745,7 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
         if row is not None:
             if known is None:
                 return _row_to_operation(row)
-            return replace(known, state=target, updated_at=now, version=row[0],
-                           venue_id=row[1], detail=row[2], submitted_at=row[3],
-                           replayed=False)
+            return moved(known, target, now, row)
         current = self._read(lambda conn: conn.execute(
             "SELECT state FROM operations WHERE scope = %s AND operation_id = %s",
             (scope, operation_id)).fetchone(), what)
@@ -785,7 +771,7 @@ class PostgresStore(PgControlsMixin, PgReadsMixin):
         def first(conn: Conn) -> Cur:
             curs = holder["curs"] = [conn.execute(_CAS_ONE, {
                 "target": moves[i].target.value, "now": now, "venue_id": moves[i].venue_id,
-                "detail": moves[i].detail, "scope": moves[i].scope,
+                "detail": moves[i].detail, "submitted_at": None, "scope": moves[i].scope,
                 "operation_id": moves[i].operation_id, "expected": moves[i].expected.value})
                 for i in order]
             return curs[-1]

@@ -28,7 +28,7 @@ from effectgate.core.controls import (
 from effectgate.core.intent import Tier
 from effectgate.core.states import State, check_transition
 from effectgate.errors import ApprovalError, StaleState
-from effectgate.store.base import Operation, dumps
+from effectgate.store.base import Operation, audit_filters, dumps
 from effectgate.store.guard import ControlChanges, apply_step, check_approval
 from effectgate.store.postgres_tx import (
     _CHAIN_COLUMNS,
@@ -256,15 +256,9 @@ class PgControlsMixin(ControlChanges):
     def audit_entries(self, *, after_seq: int = 0, until_seq: int | None = None,
                       lane: int | None = None, scope: str | None = None,
                       operation_id: str | None = None, limit: int = 1000) -> list[ChainEntry]:
-        clauses: list[str] = ["seq > %s"]
-        args: list[object] = [after_seq]
-        for column, value in (("seq <=", until_seq), ("lane =", lane), ("scope =", scope),
-                              ("operation_id =", operation_id)):
-            if value is not None:
-                clauses.append(f"{column} %s")
-                args.append(value)
-        query = (f"SELECT {_CHAIN_COLUMNS} FROM audit_log WHERE {' AND '.join(clauses)} "
-                 "ORDER BY seq LIMIT %s")
+        where, args = audit_filters("%s", after_seq=after_seq, until_seq=until_seq, lane=lane,
+                                    scope=scope, operation_id=operation_id)
+        query = f"SELECT {_CHAIN_COLUMNS} FROM audit_log {where} ORDER BY seq LIMIT %s"
         rows = self._read(lambda conn: conn.execute(query.encode(), (*args, limit)).fetchall(),
                           "audit_entries")
         return [ChainEntry(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7] or "", r[8] or "")

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from psycopg import Connection
 
 from effectgate.core.controls import Alert
-from effectgate.store.base import Divergence, Operation, scope_key_range
+from effectgate.store.base import Divergence, Operation, scope_key_range, where_terms
 
 __all__ = ["PgReadsMixin"]
 
@@ -62,11 +62,8 @@ class PgReadsMixin:
                   limit: int = 1000) -> list[Operation]:
         from effectgate.store.postgres import _OP_COLUMNS, _row_to_operation
 
-        clauses, args = [_HELD], []
-        for column, value in (("action", action), ("scope", scope)):
-            if value is not None:
-                clauses.append(f"{column} = %s")
-                args.append(value)
+        clauses, args = where_terms("%s", (("action =", action), ("scope =", scope)))
+        clauses.insert(0, _HELD)
         rows = self._rows(f"SELECT {_OP_COLUMNS} FROM operations WHERE "
                           f"{' AND '.join(clauses)} ORDER BY updated_at DESC, op_key LIMIT %s",
                           (*args, limit), "list_held")

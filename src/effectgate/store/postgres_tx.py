@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from effectgate.audit import GENESIS, chain_hash, content_digest
+from effectgate.audit import GENESIS, chain_hash, content_digest, rechain
 from effectgate.core.controls import (
     AuthorityStep,
     ClassControls,
@@ -33,8 +33,18 @@ from effectgate.errors import StoreError
 from effectgate.store.base import Operation, dumps
 from effectgate.store.guard import SignalStats
 
-__all__ = ["LANES", "MIGRATION_CONTROLS", "PgTx", "audit_params", "backfill_chain",
-           "chain_ctes", "class_lock", "controls_from_row", "step_from_row"]
+__all__ = [
+    "LANES",
+    "MIGRATION_CONTROLS",
+    "PgTx",
+    "audit_params",
+    "backfill_chain",
+    "chain_ctes",
+    "class_lock",
+    "controls_from_row",
+    "lock_key",
+    "step_from_row",
+]
 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
@@ -123,14 +133,13 @@ def backfill_chain(conn: Conn) -> None:
     """Chain entries written before the log was hash-chained (runs once, in the migration)."""
     rows = conn.execute("SELECT seq, at, scope, operation_id, kind, detail FROM audit_log "
                         "ORDER BY seq").fetchall()
-    prev, last = GENESIS, 0
-    for seq, at, scope, op, kind, text in rows:
-        entry_hash = chain_hash(prev, content_digest(0, float(at), scope, op, kind, text))
+    last: tuple[int, str] | None = None
+    for seq, prev, entry_hash in rechain(rows):
         conn.execute("UPDATE audit_log SET prev_hash = %s, hash = %s WHERE seq = %s",
                      (prev, entry_hash, seq))
-        prev, last = entry_hash, seq
-    if last:
-        conn.execute("UPDATE audit_heads SET seq = %s, hash = %s WHERE lane = 0", (last, prev))
+        last = (seq, entry_hash)
+    if last is not None:
+        conn.execute("UPDATE audit_heads SET seq = %s, hash = %s WHERE lane = 0", last)
 
 
 def chain_ctes(cond: str) -> str:
@@ -183,6 +192,11 @@ def _one(cur: Cur) -> Sequence[Any]:
     return row  # type: ignore[no-any-return]
 
 
+def lock_key(schema: str, name: str, purpose: str = "class") -> str:
+    """The text a transaction advisory lock is keyed on (hashed by the server)."""
+    return f"effectgate.{purpose}:{schema}:{name}"
+
+
 def class_lock(schema: str, action: str, *, exclusive: bool, purpose: str = "class",
                ) -> tuple[str, tuple[str]]:
     """``(query, params)`` taking the transaction advisory lock named by the arguments.
@@ -190,8 +204,7 @@ def class_lock(schema: str, action: str, *, exclusive: bool, purpose: str = "cla
     Parameterised rather than composed: one query text per lock mode, which psycopg prepares
     once per connection, and no per-call quoting on the client.
     """
-    return (_XACT_LOCK if exclusive else _XACT_LOCK_SHARED,
-            (f"effectgate.{purpose}:{schema}:{action}",))
+    return (_XACT_LOCK if exclusive else _XACT_LOCK_SHARED, (lock_key(schema, action, purpose),))
 
 
 _XACT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"

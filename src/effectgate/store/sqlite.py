@@ -29,6 +29,7 @@ from effectgate.store.base import (
     conflict,
     dumps,
     move_event,
+    moved,
     operation_filters,
     refuse_newer_schema,
 )
@@ -399,14 +400,7 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
                 if known is None:  # unreachable: updated inside this transaction
                     raise StoreError("row vanished inside its own transaction")
                 return known
-        version, venue, text, sub_at = changed[0]
-        # Built field by field: dataclasses.replace costs several times as much.
-        return Operation(
-            scope=known.scope, operation_id=known.operation_id, action=known.action,
-            fingerprint=known.fingerprint, state=target, intent=known.intent,
-            effect=known.effect, tier=known.tier, reason=known.reason,
-            policy_version=known.policy_version, venue_id=venue, detail=text,
-            created_at=known.created_at, updated_at=now, submitted_at=sub_at, version=version)
+        return moved(known, target, now, changed[0])
 
     def transition_many(self, moves: Sequence[Move], *, now: float) -> list[bool]:
         check_moves(moves)

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
 
-from effectgate.audit import GENESIS, ChainEntry, chain_hash, content_digest
+from effectgate.audit import GENESIS, ChainEntry, chain_hash, content_digest, rechain
 from effectgate.core.controls import (
     Alert,
     ApprovalOutcome,
@@ -31,7 +31,7 @@ from effectgate.core.controls import (
 from effectgate.core.intent import Tier
 from effectgate.core.states import State
 from effectgate.errors import ApprovalError
-from effectgate.store.base import Operation, dumps
+from effectgate.store.base import Operation, audit_filters, dumps
 from effectgate.store.guard import ControlChanges, SignalStats, apply_step, check_approval
 
 __all__ = [
@@ -181,14 +181,13 @@ def backfill_chain(conn: sqlite3.Connection) -> None:
     """Chain entries written before the audit log was hash-chained (runs once, in migration)."""
     rows = conn.execute("SELECT seq, at, scope, operation_id, kind, detail FROM audit_log "
                         "ORDER BY seq").fetchall()
-    prev, last = GENESIS, 0
-    for seq, at, scope, op, kind, text in rows:
-        entry_hash = chain_hash(prev, content_digest(0, float(at), scope, op, kind, text))
+    last: tuple[int, str] | None = None
+    for seq, prev, entry_hash in rechain(rows):
         conn.execute("UPDATE audit_log SET prev_hash = ?, hash = ? WHERE seq = ?",
                      (prev, entry_hash, seq))
-        prev, last = entry_hash, seq
-    if last:
-        conn.execute("INSERT INTO audit_heads VALUES (0, ?, ?)", (last, prev))
+        last = (seq, entry_hash)
+    if last is not None:
+        conn.execute("INSERT INTO audit_heads VALUES (0, ?, ?)", last)
 
 
 def controls_from_row(action: str, row: Sequence[Any] | None) -> ClassControls:
@@ -506,17 +505,11 @@ class SQLiteControlsMixin(ControlChanges):
     def audit_entries(self, *, after_seq: int = 0, until_seq: int | None = None,
                       lane: int | None = None, scope: str | None = None,
                       operation_id: str | None = None, limit: int = 1000) -> list[ChainEntry]:
-        clauses: list[str] = ["seq > ?"]
-        args: list[object] = [after_seq]
-        for column, value in (("seq <=", until_seq), ("lane =", lane), ("scope =", scope),
-                              ("operation_id =", operation_id)):
-            if value is not None:
-                clauses.append(f"{column} ?")
-                args.append(value)
+        where, args = audit_filters("?", after_seq=after_seq, until_seq=until_seq, lane=lane,
+                                    scope=scope, operation_id=operation_id)
         with self._read() as conn:
-            rows = conn.execute(f"SELECT {_CHAIN_COLUMNS} FROM audit_log WHERE "
-                                f"{' AND '.join(clauses)} ORDER BY seq LIMIT ?",
-                                (*args, limit)).fetchall()
+            rows = conn.execute(f"SELECT {_CHAIN_COLUMNS} FROM audit_log {where} "
+                                "ORDER BY seq LIMIT ?", (*args, limit)).fetchall()
         return [ChainEntry(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] or "", r[8] or "")
                 for r in rows]
 

@@ -15,7 +15,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from effectgate.core.controls import Alert
-from effectgate.store.base import Divergence, Operation, scope_key_range
+from effectgate.store.base import Divergence, Operation, scope_key_range, where_terms
 
 __all__ = ["SQLiteReadsMixin"]
 
@@ -63,11 +63,8 @@ class SQLiteReadsMixin:
                   limit: int = 1000) -> list[Operation]:
         from effectgate.store.sqlite import _OP_COLUMNS, _row_to_operation
 
-        clauses, args = [_HELD], []
-        for column, value in (("action", action), ("scope", scope)):
-            if value is not None:
-                clauses.append(f"{column} = ?")
-                args.append(value)
+        clauses, args = where_terms("?", (("action =", action), ("scope =", scope)))
+        clauses.insert(0, _HELD)
         with self._read() as conn:
             rows = conn.execute(f"SELECT {_OP_COLUMNS} FROM operations WHERE "
                                 f"{' AND '.join(clauses)} ORDER BY updated_at DESC LIMIT ?",
