@@ -30,9 +30,24 @@ from effectgate.core.states import State
 from effectgate.errors import ApprovalError, ControlError, OperationNotFound
 from effectgate.store.base import NewOperation, Operation, RawJSON
 
-__all__ = ["SHADOW", "ControlChanges", "ControlTx", "SignalStats", "apply_step",
-           "check_approval", "dispatch_verdict",
-           "guard_new_row", "observe_proposal", "path_audit", "shadow_request", "trip_breaker"]
+__all__ = [
+    "CONTROL_COLUMNS",
+    "SHADOW",
+    "STEP_COLUMNS",
+    "ControlChanges",
+    "ControlTx",
+    "SignalStats",
+    "apply_step",
+    "check_approval",
+    "controls_from_row",
+    "dispatch_verdict",
+    "guard_new_row",
+    "observe_proposal",
+    "path_audit",
+    "shadow_request",
+    "step_from_row",
+    "trip_breaker",
+]
 
 SHADOW = "shadow"
 #: Signals and dispatch records older than this (or the class's largest window) are pruned.
@@ -369,3 +384,29 @@ def check_approval(row: Operation | None, request: Sequence[Any] | None, *, scop
         raise ApprovalError(f"{approver!r} proposed operation {operation_id!r} and "
                             "cannot approve it", reason="self_approval")
     return row, required, expires_at
+
+
+# The control row's and an authority step's columns, in the order the decoders below read.
+CONTROL_COLUMNS = ("killed, kill_reason, breaker_open, breaker_reason, shadow, envelope, "
+                   "envelope_version, updated_by, updated_at")
+STEP_COLUMNS = ("id, action, axis, old, new, evidence, reverse_on, operator, at, kind, "
+                "reverses, active")
+
+
+def controls_from_row(action: str, row: Sequence[Any] | None) -> ClassControls:
+    """A class's controls from its CONTROL_COLUMNS row; the defaults when it has none."""
+    if row is None:
+        return ClassControls(action=action)
+    return ClassControls(action=action, killed=bool(row[0]), kill_reason=row[1],
+                         breaker_open=bool(row[2]), breaker_reason=row[3], shadow=bool(row[4]),
+                         envelope=Envelope.from_json(json.loads(row[5]), version=int(row[6])),
+                         updated_by=row[7], updated_at=row[8])
+
+
+def step_from_row(r: Sequence[Any]) -> AuthorityStep:
+    """An authority step from its STEP_COLUMNS row."""
+    return AuthorityStep(id=int(r[0]), action=r[1], axis=r[2], old=json.loads(r[3]),
+                         new=json.loads(r[4]), evidence=json.loads(r[5]), reverse_on=r[6],
+                         operator=r[7], at=r[8], kind=r[9],
+                         reverses=int(r[10]) if r[10] is not None else None,
+                         active=bool(r[11]))

@@ -29,16 +29,16 @@ from effectgate.core.intent import Tier
 from effectgate.core.states import State, check_transition
 from effectgate.errors import ApprovalError, StaleState
 from effectgate.store.base import Operation, audit_filters, dumps
-from effectgate.store.guard import ControlChanges, apply_step, check_approval
-from effectgate.store.postgres_tx import (
-    _CHAIN_COLUMNS,
-    _CONTROL_COLUMNS,
-    _STEP_COLUMNS,
-    LANES,
-    PgTx,
+from effectgate.store.guard import (
+    CONTROL_COLUMNS,
+    STEP_COLUMNS,
+    ControlChanges,
+    apply_step,
+    check_approval,
     controls_from_row,
     step_from_row,
 )
+from effectgate.store.postgres_tx import _CHAIN_COLUMNS, LANES, PgTx
 
 __all__ = ["PgControlsMixin", "approval_request_write"]
 
@@ -92,12 +92,12 @@ class PgControlsMixin(ControlChanges):
 
     def controls(self, action: str) -> ClassControls:
         return self._read(lambda conn: controls_from_row(action, conn.execute(
-            f"SELECT {_CONTROL_COLUMNS} FROM class_controls WHERE action = %s",
+            f"SELECT {CONTROL_COLUMNS} FROM class_controls WHERE action = %s",
             (action,)).fetchone()), "controls")
 
     def list_controls(self) -> list[ClassControls]:
         rows = self._read(lambda conn: conn.execute(
-            f"SELECT action, {_CONTROL_COLUMNS} FROM class_controls ORDER BY action").fetchall(),
+            f"SELECT action, {CONTROL_COLUMNS} FROM class_controls ORDER BY action").fetchall(),
             "list_controls")
         return [controls_from_row(r[0], r[1:]) for r in rows]
 
@@ -126,7 +126,7 @@ class PgControlsMixin(ControlChanges):
     def authority_history(self, action: str | None = None) -> list[AuthorityStep]:
         where, args = ("WHERE action = %s", [action]) if action else ("", [])
         rows = self._read(lambda conn: conn.execute(
-            f"SELECT {_STEP_COLUMNS} FROM authority_steps {where} ORDER BY id".encode(),
+            f"SELECT {STEP_COLUMNS} FROM authority_steps {where} ORDER BY id".encode(),
             args).fetchall(), "authority_history")
         return [step_from_row(r) for r in rows]
 

@@ -17,7 +17,6 @@ Locking, chosen so executors do not queue behind each other needlessly:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -27,11 +26,16 @@ from effectgate.audit import GENESIS, chain_hash, content_digest, rechain
 from effectgate.core.controls import (
     AuthorityStep,
     ClassControls,
-    Envelope,
 )
 from effectgate.errors import StoreError
 from effectgate.store.base import Operation, dumps
-from effectgate.store.guard import SignalStats
+from effectgate.store.guard import (
+    CONTROL_COLUMNS,
+    STEP_COLUMNS,
+    SignalStats,
+    controls_from_row,
+    step_from_row,
+)
 
 __all__ = [
     "LANES",
@@ -41,9 +45,7 @@ __all__ = [
     "backfill_chain",
     "chain_ctes",
     "class_lock",
-    "controls_from_row",
     "lock_key",
-    "step_from_row",
 ]
 
 T = TypeVar("T")
@@ -118,10 +120,6 @@ CREATE TABLE alerts (
 )
 """
 
-_CONTROL_COLUMNS = ("killed, kill_reason, breaker_open, breaker_reason, shadow, envelope, "
-                    "envelope_version, updated_by, updated_at")
-_STEP_COLUMNS = ("id, action, axis, old, new, evidence, reverse_on, operator, at, kind, "
-                 "reverses, active")
 _CHAIN_COLUMNS = "seq, lane, at, scope, operation_id, kind, detail, prev_hash, hash"
 _NEXTVAL = ("SELECT nextval(pg_get_serial_sequence('audit_log', 'seq')) "
             "FROM generate_series(1, %s)")
@@ -211,23 +209,6 @@ _XACT_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))"
 _XACT_LOCK_SHARED = "SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))"
 
 
-def controls_from_row(action: str, row: Sequence[Any] | None) -> ClassControls:
-    if row is None:
-        return ClassControls(action=action)
-    return ClassControls(action=action, killed=bool(row[0]), kill_reason=row[1],
-                         breaker_open=bool(row[2]), breaker_reason=row[3], shadow=bool(row[4]),
-                         envelope=Envelope.from_json(json.loads(row[5]), version=int(row[6])),
-                         updated_by=row[7], updated_at=row[8])
-
-
-def step_from_row(r: Sequence[Any]) -> AuthorityStep:
-    return AuthorityStep(id=int(r[0]), action=r[1], axis=r[2], old=json.loads(r[3]),
-                         new=json.loads(r[4]), evidence=json.loads(r[5]), reverse_on=r[6],
-                         operator=r[7], at=r[8], kind=r[9],
-                         reverses=int(r[10]) if r[10] is not None else None,
-                         active=bool(r[11]))
-
-
 class PgTx:
     """One write transaction: its audit lane, buffered audit entries and buffered writes.
 
@@ -259,7 +240,7 @@ class PgTx:
             name = exclusive_class or shared_class
             c.execute(*class_lock(self.schema, str(name), exclusive=exclusive_class is not None))
             self._cursors["controls"] = c.execute(
-                f"SELECT {_CONTROL_COLUMNS} FROM class_controls WHERE action = %s", (name,))
+                f"SELECT {CONTROL_COLUMNS} FROM class_controls WHERE action = %s", (name,))
             self._controls_name = str(name)
         if op_lock:
             c.execute(*class_lock(self.schema, op_lock, exclusive=True, purpose="op"))
@@ -331,7 +312,7 @@ class PgTx:
         ctl = self._controls.get(action)
         if ctl is None:
             ctl = controls_from_row(action, self.conn.execute(
-                f"SELECT {_CONTROL_COLUMNS} FROM class_controls WHERE action = %s",
+                f"SELECT {CONTROL_COLUMNS} FROM class_controls WHERE action = %s",
                 (action,)).fetchone())
             self._controls[action] = ctl
         return ctl
@@ -339,7 +320,7 @@ class PgTx:
     def save_controls(self, ctl: ClassControls, *, at: float) -> None:
         self._controls[ctl.action] = ctl
         self.writes.append((
-            f"INSERT INTO class_controls (action, {_CONTROL_COLUMNS}) VALUES "
+            f"INSERT INTO class_controls (action, {CONTROL_COLUMNS}) VALUES "
             "(%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) ON CONFLICT (action) DO UPDATE SET "
             "killed = excluded.killed, kill_reason = excluded.kill_reason, "
             "breaker_open = excluded.breaker_open, breaker_reason = excluded.breaker_reason, "
@@ -395,7 +376,7 @@ class PgTx:
                             (action, before)))
 
     def active_steps(self, action: str) -> list[AuthorityStep]:
-        rows = self.conn.execute(f"SELECT {_STEP_COLUMNS} FROM authority_steps WHERE "
+        rows = self.conn.execute(f"SELECT {STEP_COLUMNS} FROM authority_steps WHERE "
                                  "action = %s AND active ORDER BY id", (action,)).fetchall()
         return [step_from_row(r) for r in rows]
 

@@ -34,14 +34,15 @@ from effectgate.store.base import (
     refuse_newer_schema,
 )
 from effectgate.store.guard import (
+    CONTROL_COLUMNS,
     SHADOW,
+    controls_from_row,
     dispatch_verdict,
     guard_new_row,
     path_audit,
     shadow_request,
 )
 from effectgate.store.sqlite_controls import (
-    CONTROL_COLUMNS,
     MIGRATION_ANCHORS,
     MIGRATION_CONTROLS,
     MIGRATION_HEAD_TRIGGER,
@@ -50,7 +51,6 @@ from effectgate.store.sqlite_controls import (
     advance_head,
     backfill_chain,
     chained_audit,
-    controls_from_row,
     register_chain_function,
     request_approval,
 )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import replace
 from typing import Any
@@ -25,14 +25,22 @@ from effectgate.core.controls import (
     AuthorityStep,
     ClassControls,
     DispatchGuard,
-    Envelope,
     ShadowPair,
 )
 from effectgate.core.intent import Tier
 from effectgate.core.states import State
 from effectgate.errors import ApprovalError
 from effectgate.store.base import Operation, audit_filters, dumps
-from effectgate.store.guard import ControlChanges, SignalStats, apply_step, check_approval
+from effectgate.store.guard import (
+    CONTROL_COLUMNS,
+    STEP_COLUMNS,
+    ControlChanges,
+    SignalStats,
+    apply_step,
+    check_approval,
+    controls_from_row,
+    step_from_row,
+)
 
 __all__ = [
     "MIGRATION_ANCHORS",
@@ -41,7 +49,6 @@ __all__ = [
     "SQLiteControlsMixin",
     "advance_head",
     "chained_audit",
-    "controls_from_row",
     "register_chain_function",
     "request_approval",
 ]
@@ -190,26 +197,6 @@ def backfill_chain(conn: sqlite3.Connection) -> None:
         conn.execute("INSERT INTO audit_heads VALUES (0, ?, ?)", last)
 
 
-def controls_from_row(action: str, row: Sequence[Any] | None) -> ClassControls:
-    if row is None:
-        return ClassControls(action=action)
-    return ClassControls(action=action, killed=bool(row[0]), kill_reason=row[1],
-                         breaker_open=bool(row[2]), breaker_reason=row[3], shadow=bool(row[4]),
-                         envelope=Envelope.from_json(json.loads(row[5]), version=int(row[6])),
-                         updated_by=row[7], updated_at=row[8])
-
-
-def _step_from_row(r: Sequence[Any]) -> AuthorityStep:
-    return AuthorityStep(id=r[0], action=r[1], axis=r[2], old=json.loads(r[3]),
-                         new=json.loads(r[4]), evidence=json.loads(r[5]), reverse_on=r[6],
-                         operator=r[7], at=r[8], kind=r[9], reverses=r[10], active=bool(r[11]))
-
-
-CONTROL_COLUMNS = ("killed, kill_reason, breaker_open, breaker_reason, shadow, envelope, "
-                   "envelope_version, updated_by, updated_at")
-_CONTROL_COLUMNS = CONTROL_COLUMNS
-_STEP_COLUMNS = ("id, action, axis, old, new, evidence, reverse_on, operator, at, kind, "
-                 "reverses, active")
 
 
 class SQLiteControlTx:
@@ -228,7 +215,7 @@ class SQLiteControlTx:
     def controls(self, action: str) -> ClassControls:
         ctl = self._controls.get(action)
         if ctl is None:
-            row = self.conn.execute(f"SELECT {_CONTROL_COLUMNS} FROM class_controls WHERE "
+            row = self.conn.execute(f"SELECT {CONTROL_COLUMNS} FROM class_controls WHERE "
                                     "action = ?", (action,)).fetchone()
             ctl = self._controls[action] = controls_from_row(action, row)
         return ctl
@@ -236,7 +223,7 @@ class SQLiteControlTx:
     def save_controls(self, ctl: ClassControls, *, at: float) -> None:
         self._controls[ctl.action] = ctl
         self.conn.execute(
-            f"INSERT INTO class_controls (action, {_CONTROL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
+            f"INSERT INTO class_controls (action, {CONTROL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT (action) DO UPDATE SET killed = excluded.killed, "
             "kill_reason = excluded.kill_reason, breaker_open = excluded.breaker_open, "
             "breaker_reason = excluded.breaker_reason, shadow = excluded.shadow, "
@@ -283,9 +270,9 @@ class SQLiteControlTx:
                           (action, before))
 
     def active_steps(self, action: str) -> list[AuthorityStep]:
-        rows = self.conn.execute(f"SELECT {_STEP_COLUMNS} FROM authority_steps WHERE action = ? "
+        rows = self.conn.execute(f"SELECT {STEP_COLUMNS} FROM authority_steps WHERE action = ? "
                                  "AND active = 1 ORDER BY id", (action,)).fetchall()
-        return [_step_from_row(r) for r in rows]
+        return [step_from_row(r) for r in rows]
 
     def insert_step(self, step: AuthorityStep) -> int:
         cur = self.conn.execute(
@@ -349,7 +336,7 @@ class SQLiteControlsMixin(ControlChanges):
 
     def list_controls(self) -> list[ClassControls]:
         with self._read() as conn:
-            rows = conn.execute(f"SELECT action, {_CONTROL_COLUMNS} FROM class_controls "
+            rows = conn.execute(f"SELECT action, {CONTROL_COLUMNS} FROM class_controls "
                                 "ORDER BY action").fetchall()
         return [controls_from_row(r[0], r[1:]) for r in rows]
 
@@ -377,9 +364,9 @@ class SQLiteControlsMixin(ControlChanges):
     def authority_history(self, action: str | None = None) -> list[AuthorityStep]:
         where, args = ("WHERE action = ?", (action,)) if action else ("", ())
         with self._read() as conn:
-            rows = conn.execute(f"SELECT {_STEP_COLUMNS} FROM authority_steps {where} "
+            rows = conn.execute(f"SELECT {STEP_COLUMNS} FROM authority_steps {where} "
                                 "ORDER BY id", args).fetchall()
-        return [_step_from_row(r) for r in rows]
+        return [step_from_row(r) for r in rows]
 
     # --- approvals ------------------------------------------------------------------------
 
