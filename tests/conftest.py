@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from effectgate.store.base import Store
+from effectgate.store.roles import Store
 from effectgate.store.sqlite import SQLiteStore
 
 PG_URL = os.environ.get("EFFECTGATE_TEST_PG_URL")

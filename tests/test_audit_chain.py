@@ -26,7 +26,7 @@ from effectgate import (
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.demo import ManualClock
 from effectgate.examples import EXAMPLE_ORDER, default_registry
-from effectgate.store.base import Store
+from effectgate.store.roles import Store
 
 INTENT = dict(EXAMPLE_ORDER)
 

@@ -29,7 +29,7 @@ from effectgate.core.intent import ActionClass, EffectClass, Registry
 from effectgate.demo import ManualClock
 from effectgate.examples import EXAMPLE_ORDER, SubmitOrder, cancel_order_class, notional
 from effectgate.execute.reconciler import Reconciler
-from effectgate.store.base import Store
+from effectgate.store.roles import Store
 from effectgate.testing import CountingAdapter
 
 INTENT = dict(EXAMPLE_ORDER)  # notional 400 (4 x 100.00)

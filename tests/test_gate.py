@@ -21,7 +21,7 @@ from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.demo import ManualClock
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.execute.adapter import OutboundRequest, Receipt
-from effectgate.store.base import Store
+from effectgate.store.roles import Store
 from effectgate.testing import CountingAdapter
 
 INTENT = dict(EXAMPLE_ORDER)
@@ -313,20 +313,20 @@ class TestLostJournalCommit:
     """Invariants 1 and 3 when the journal's COMMIT outcome is unknown."""
 
     class Flaky:
-        """Wraps a store; the first insert raises IndeterminateCommit, having written or not."""
+        """Wraps a store; the first journal raises IndeterminateCommit, having written or not."""
 
         def __init__(self, inner: Store, wrote: bool) -> None:
             self.inner, self.wrote, self.failed = inner, wrote, False
 
-        def insert_operation(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        def journal(self, *args, **kwargs):  # type: ignore[no-untyped-def]
             from effectgate.errors import IndeterminateCommit
 
             if not self.failed:
                 self.failed = True
                 if self.wrote:
-                    self.inner.insert_operation(*args, **kwargs)
+                    self.inner.journal(*args, **kwargs)
                 raise IndeterminateCommit("connection lost while COMMIT was in flight")
-            return self.inner.insert_operation(*args, **kwargs)
+            return self.inner.journal(*args, **kwargs)
 
         def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
             return getattr(self.inner, name)

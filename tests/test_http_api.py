@@ -16,7 +16,8 @@ from effectgate.core.intent import Registry
 from effectgate.execute.adapter import OutboundRequest, Receipt
 from effectgate.frontends.http import create_app
 from effectgate.service import Service, parse_config
-from effectgate.store.base import NewOperation, Store
+from effectgate.store.base import NewOperation
+from effectgate.store.roles import Store
 from servicekit import (
     AGENT_A,
     AGENT_B,

@@ -14,7 +14,7 @@ from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.audit import verify_bundle
 from effectgate.frontends.http import create_app
 from effectgate.service import Service, parse_config
-from effectgate.store.base import Store
+from effectgate.store.roles import Store
 from servicekit import AGENT_A, AGENT_B, OPERATOR, ORDER, SCOPED_OPERATOR, bearer, config_text
 
 BREAKER = '''

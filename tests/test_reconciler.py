@@ -8,7 +8,7 @@ from effectgate import Gate, LimitPolicy, PolicySet, Reconciler, State
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.demo import ManualClock
 from effectgate.examples import EXAMPLE_ORDER, default_registry
-from effectgate.store.base import Store
+from effectgate.store.roles import Store
 from effectgate.testing import CountingAdapter
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 from effectgate import State
 from effectgate.examples import EXAMPLE_ORDER
-from effectgate.store.base import Move, Store
+from effectgate.store.base import Move
+from effectgate.store.roles import Store
 from test_reconciler import build
 
 

@@ -11,7 +11,8 @@ import pytest
 from effectgate.audit import verify_entries
 from effectgate.core.states import State
 from effectgate.errors import IdempotencyConflict, InvalidTransition, OperationNotFound, StaleState
-from effectgate.store.base import Move, NewOperation, Store
+from effectgate.store.base import Move, NewOperation
+from effectgate.store.roles import Store
 
 P, V, S, A = State.PROPOSED, State.VALIDATED, State.SUBMITTED, State.ACKNOWLEDGED
 AUTO = [P, V, S]

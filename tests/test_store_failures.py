@@ -22,8 +22,10 @@ from effectgate.errors import StoreError
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.execute.adapter import OutboundRequest, Receipt
 from effectgate.execute.executor import Gate
-from effectgate.store.base import NewOperation, Store
-from effectgate.store.sqlite import MIGRATIONS, SQLiteStore
+from effectgate.store.base import NewOperation
+from effectgate.store.roles import Store
+from effectgate.store.sqlite import SQLiteStore
+from effectgate.store.sqlite_schema import MIGRATIONS
 
 INTENT = dict(EXAMPLE_ORDER)
 POLICY = PolicySet({"submit_order": LimitPolicy(Decimal("1000000"))})
@@ -168,7 +170,7 @@ def _old_chained_audit(conn: sqlite3.Connection, at: float, kind: str, text: str
 def test_v2_ledger_upgrades_and_its_audit_still_verifies(tmp_path) -> None:
     """Migration 3 (no AUTOINCREMENT, clustered dispatch_log, head trigger) on a ledger
     written by schema 2: its chain still verifies and new entries extend it."""
-    import effectgate.store.sqlite as sqlite_mod
+    import effectgate.store.sqlite_schema as sqlite_mod
 
     path = str(tmp_path / "ledger.db")
     full = list(sqlite_mod.MIGRATIONS)

@@ -22,7 +22,8 @@ from effectgate.errors import (
     OperationNotFound,
     StaleState,
 )
-from effectgate.store.base import NewOperation, Store
+from effectgate.store.base import NewOperation
+from effectgate.store.roles import Store
 
 P, V, S = State.PROPOSED, State.VALIDATED, State.SUBMITTED
 PATHS = [[P, V, S], [P, V], [P, State.REJECTED], [P, State.AWAITING_APPROVAL]]

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 import orjson
 
 if TYPE_CHECKING:
-    from effectgate.store.base import Store
+    from effectgate.store.roles import Store
 
 __all__ = [
     "BUNDLE_FORMAT",

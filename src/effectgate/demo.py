@@ -28,7 +28,7 @@ from effectgate.execute.adapter import OutboundRequest, Receipt
 from effectgate.execute.executor import Gate
 from effectgate.execute.reconciler import Reconciler
 from effectgate.store import open_store
-from effectgate.store.base import Store
+from effectgate.store.roles import Store
 
 __all__ = ["ManualClock", "ScenarioResult", "run_demo"]
 

@@ -27,7 +27,8 @@ from effectgate.errors import ConfigError
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.execute.adapter import Adapter
 from effectgate.execute.executor import Gate
-from effectgate.store.base import Store, parse_store_url
+from effectgate.store.base import parse_store_url
+from effectgate.store.roles import Store
 from effectgate.store.sqlite import SQLiteStore
 
 __all__ = [

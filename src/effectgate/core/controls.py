@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
+from enum import StrEnum
 from typing import Any, Final
 
 from effectgate.errors import ControlError
@@ -31,8 +32,9 @@ __all__ = [
     "ClassControls",
     "DispatchGuard",
     "Envelope",
-    "GuardReport",
     "ShadowPair",
+    "Verdict",
+    "VerdictKind",
     "parse_axis_value",
     "to_micros",
 ]
@@ -282,15 +284,24 @@ class AuthorityStep:
                 "reverses": self.reverses, "active": self.active}
 
 
-@dataclass
-class GuardReport:
-    """What the store decided inside the guarded transaction (filled in by the store)."""
+class VerdictKind(StrEnum):
+    """What the controls decided for a row about to be sent."""
 
-    held_by: str | None = None
-    shadowed: bool = False
-    envelope_rejection: str | None = None
-    tripped: list[str] = field(default_factory=list)
-    reversed_steps: list[int] = field(default_factory=list)
+    SEND = "send"
+    SHADOW = "shadow"
+    HOLD = "hold"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The dispatch check's decision, as a value: send, shadow, or hold (``reason`` says why)."""
+
+    kind: VerdictKind
+    reason: str | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.kind is VerdictKind.HOLD
 
 
 @dataclass
@@ -299,7 +310,7 @@ class DispatchGuard:
 
     Built by the gate from the action class and its own configuration; never from agent input
     beyond the validated effect (``value`` and ``target`` come from the class's value measure
-    and target field). ``report`` is written by the store.
+    and target field). The store never writes to it: what it decided comes back as a value.
     """
 
     action: str
@@ -310,7 +321,6 @@ class DispatchGuard:
     approvals_required: int = 0
     approval_ttl: float = 86400.0
     proposers: tuple[str, ...] = ()
-    report: GuardReport = field(default_factory=GuardReport)
 
     @property
     def value_micros(self) -> int | None:

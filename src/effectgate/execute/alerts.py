@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 import httpx
 
 from effectgate.core.controls import Alert
-from effectgate.store.base import Store
+from effectgate.store.roles import Store
 
 __all__ = ["AlertSink", "LogAlertSink", "MultiSink", "WebhookAlertSink", "deliver",
            "raise_alert"]

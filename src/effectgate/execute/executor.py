@@ -31,7 +31,8 @@ from effectgate.errors import (
 from effectgate.execute.adapter import Adapter, OutboundRequest, Outcome, Receipt
 from effectgate.execute.alerts import AlertSink, deliver
 from effectgate.execute.crashpoints import crashpoint
-from effectgate.store.base import NewOperation, Operation, Store, validate_identity
+from effectgate.store.base import Journal, NewOperation, Operation, validate_identity
+from effectgate.store.roles import Store
 
 __all__ = ["Gate"]
 
@@ -102,9 +103,8 @@ class Gate:
             guard.proposers = _proposers(principal, parsed.audit.get("proposed_by"))
             now = self.clock()
             try:
-                row, created = self.store.insert_operation(
-                    new, path, now=now, guard=guard,
-                    audit=_provenance(parsed, decision, principal))
+                done = self.store.journal(new, path, now=now, guard=guard,
+                                          audit=_provenance(parsed, decision, principal))
                 break
             except IndeterminateCommit:
                 # Journal again only when no row is visible: the unique index decides. If the
@@ -114,12 +114,13 @@ class Gate:
                     return self._after_lost_commit(scope, operation_id)
                 log.warning("journal commit for %s:%s was indeterminate and left no row; "
                             "journalling again", scope, operation_id)
-        if not created:
+        row = done.row
+        if not done.created:
             if row.state is State.VALIDATED and dispatch:
                 return _replayed(self.dispatch(operation_id, scope=scope,
                                                correlation_id=correlation_id))
             return _replayed(row)
-        self._after_guard(guard, now)
+        self._after_guard(guard.action, done, now)
         if row.state is State.SUBMITTED:
             return self._call(row)
         return row
@@ -142,14 +143,14 @@ class Gate:
         guard = self._guard(self.registry.get(row.action), row.effect, correlation_id)
         now = self.clock()
         try:
-            row = self.store.transition(scope, operation_id, State.VALIDATED, State.SUBMITTED,
-                                        now=now, guard=guard)
+            done = self.store.dispatch(scope, operation_id, now=now, guard=guard)
         except StaleState:
             # Another process won the compare-and-set; it alone dispatches (invariant 1).
             return self.get(operation_id, scope=scope)
         except IndeterminateCommit:
             return self._after_lost_commit(scope, operation_id)
-        self._after_guard(guard, now)
+        self._after_guard(guard.action, done, now)
+        row = done.row
         if row.state is not State.SUBMITTED:
             return row
         return self._call(row)
@@ -172,16 +173,15 @@ class Gate:
             breaker=self.breakers.get(ac.name), correlation_id=correlation_id,
             approvals_required=self.approvals.multi_approvers, approval_ttl=self.approvals.ttl)
 
-    def _after_guard(self, guard: DispatchGuard, now: float) -> None:
+    def _after_guard(self, action: str, done: Journal, now: float) -> None:
         """Page on a trip (after the commit that recorded it) and say why a row was held."""
-        report = guard.report
-        if report.tripped:
-            reason = "; ".join(report.tripped)
-            deliver(self.alerts, Alert("breaker-tripped", f"{guard.action}@{now!r}",
-                                       guard.action, f"breaker for {guard.action} tripped: "
-                                       f"{reason}", {"signals": list(report.tripped)}, now))
-        if report.held_by:
-            log.warning("%s dispatch held: %s", guard.action, report.held_by)
+        if done.tripped:
+            reason = "; ".join(done.tripped)
+            deliver(self.alerts, Alert("breaker-tripped", f"{action}@{now!r}", action,
+                                       f"breaker for {action} tripped: {reason}",
+                                       {"signals": list(done.tripped)}, now))
+        if done.verdict is not None and done.verdict.held:
+            log.warning("%s dispatch held: %s", action, done.verdict.reason)
 
     def _parse(self, action: str, operation_id: str, intent: RawIntent, scope: str) -> Intent:
         try:

@@ -17,7 +17,7 @@ from effectgate.core.controls import Alert
 from effectgate.core.intent import HORIZON_RETENTION_RATIO, Registry
 from effectgate.core.states import State
 from effectgate.execute.alerts import AlertSink, raise_alert
-from effectgate.store.base import Store
+from effectgate.store.roles import Store
 
 __all__ = ["DIVERGENCE_ALERTS", "check_maintenance", "divergence_alert"]
 

@@ -26,7 +26,8 @@ from effectgate.core.intent import ActionClass, Registry
 from effectgate.core.states import State
 from effectgate.errors import ApprovalError, ControlError
 from effectgate.execute.alerts import AlertSink
-from effectgate.store.base import Operation, Store, validate_identity
+from effectgate.store.base import Operation, validate_identity
+from effectgate.store.roles import Store
 
 __all__ = ["BlastRadius", "Operator", "ShadowReport"]
 

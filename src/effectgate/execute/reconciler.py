@@ -36,7 +36,8 @@ from effectgate.errors import AdapterError
 from effectgate.execute.adapter import Adapter, VenueRecord, iter_records
 from effectgate.execute.alerts import AlertSink, raise_alert
 from effectgate.execute.maintenance import DIVERGENCE_ALERTS, check_maintenance, divergence_alert
-from effectgate.store.base import LedgerEntry, Move, Store
+from effectgate.store.base import LedgerEntry, Move
+from effectgate.store.roles import Store
 
 __all__ = ["ReconcileReport", "Reconciler"]
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from effectgate.errors import ConfigError, EffectgateError
-from effectgate.store.base import Store
+from effectgate.store.roles import Store
 
 if TYPE_CHECKING:
     from effectgate.service import Service, ServiceConfig

@@ -20,7 +20,7 @@ from prometheus_client.registry import Collector
 from effectgate.execute.adapter import Adapter, OutboundRequest, Receipt, VenueRecord
 
 if TYPE_CHECKING:
-    from effectgate.store.base import Store
+    from effectgate.store.roles import Store
 
 __all__ = ["CONTENT_TYPE", "Metrics", "TimedAdapter"]
 

@@ -35,7 +35,8 @@ from effectgate.service._auth import Principal, RateLimiter, TokenBook
 from effectgate.service._config import AdapterConfig, ServiceConfig, import_object
 from effectgate.service._metrics import Metrics, TimedAdapter
 from effectgate.store import open_store
-from effectgate.store.base import Operation, Store
+from effectgate.store.base import Operation
+from effectgate.store.roles import Store
 
 __all__ = ["Service", "build_adapter", "report_dict"]
 

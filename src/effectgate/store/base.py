@@ -1,61 +1,47 @@
-"""The store protocol every ledger engine implements, and the dialect-free pieces they share.
+"""The ledger's records and the dialect-free helpers every store module shares (pure, no I/O).
 
 A store owns durability and the two guarantees that cannot live in process memory: one row per
 ``(scope, operation_id)`` (a unique index, the first insert wins) and compare-and-set transitions
-(a conditional update whose row count is checked). Dialect code lives only in ``sqlite.py`` and
-``postgres.py``.
+(a conditional update whose row count is checked). The role protocols are in
+:mod:`effectgate.store.roles`, their one implementation in :mod:`effectgate.store.ledger`.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any
 
 import orjson
 
+from effectgate.core.controls import Verdict
 from effectgate.core.states import State, check_transition
 from effectgate.errors import ConfigError, IdempotencyConflict, StoreError
-
-if TYPE_CHECKING:
-    from effectgate.audit import ChainEntry
-    from effectgate.core.controls import (
-        Alert,
-        ApprovalOutcome,
-        ApprovalRecord,
-        ApprovalRequest,
-        AuthorityStep,
-        ClassControls,
-        DispatchGuard,
-        ShadowPair,
-    )
 
 __all__ = [
     "OPERATION_ID_PATTERN",
     "SCOPE_PATTERN",
     "AuditEvent",
     "Divergence",
+    "Journal",
     "LedgerEntry",
     "Move",
     "NewOperation",
     "Operation",
     "RawJSON",
-    "Store",
-    "audit_filters",
     "check_moves",
     "check_path",
     "conflict",
     "dumps",
     "make_op_key",
-    "move_event",
     "moved",
-    "operation_filters",
     "refuse_newer_schema",
     "scope_key_range",
+    "transition_event",
     "validate_identity",
+    "where",
     "where_terms",
 ]
 
@@ -237,7 +223,7 @@ class Divergence:
 
 @dataclass(frozen=True, slots=True)
 class Move:
-    """One compare-and-set of a :meth:`Store.transition_many` batch (``expected -> target``)."""
+    """One compare-and-set of a ``transition_many`` batch (``expected -> target``)."""
 
     scope: str
     operation_id: str
@@ -246,6 +232,23 @@ class Move:
     venue_id: str | None = None
     detail: str | None = None
     audit: Mapping[str, object] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Journal:
+    """What a journalling or dispatching transaction did, as a value.
+
+    ``row`` is the row as the transaction left it; ``created`` says whether this call wrote it
+    (False: the operation id was journalled before, and ``row`` is what is stored). ``verdict``
+    is the dispatch check's decision when the transaction would have written ``submitted``
+    (None when no dispatch was attempted). ``tripped`` lists the breaker signals the same
+    transaction tripped (``"name: why"``): the gate pages on them once it has committed.
+    """
+
+    row: Operation
+    created: bool
+    verdict: Verdict | None = None
+    tripped: tuple[str, ...] = ()
 
 
 def check_moves(moves: Sequence[Move]) -> None:
@@ -261,15 +264,17 @@ def check_moves(moves: Sequence[Move]) -> None:
                              "guard, not transition_many()")
 
 
-def move_event(move: Move) -> dict[str, object]:
-    """The ``transition`` audit detail of one move, as :meth:`Store.transition` writes it."""
-    event: dict[str, object] = {"from": move.expected.value, "state": move.target.value}
-    if move.venue_id is not None:
-        event["venue_id"] = move.venue_id
-    if move.detail is not None:
-        event["detail"] = move.detail
-    if move.audit:
-        event.update(move.audit)
+def transition_event(expected: State, target: State, *, venue_id: str | None = None,
+                     detail: str | None = None,
+                     audit: Mapping[str, object] | None = None) -> dict[str, object]:
+    """The ``transition`` audit detail of one compare-and-set: built here, and only here."""
+    event: dict[str, object] = {"from": expected.value, "state": target.value}
+    if venue_id is not None:
+        event["venue_id"] = venue_id
+    if detail is not None:
+        event["detail"] = detail
+    if audit:
+        event.update(audit)
     return event
 
 
@@ -335,193 +340,19 @@ def parse_store_url(url: str) -> tuple[str, str]:
                       "or postgresql://...")
 
 
-@runtime_checkable
-class Store(Protocol):
-    """The ledger contract. Every method is its own transaction unless stated."""
-
-    def migrate(self) -> None:
-        """Apply pending schema migrations (idempotent, safe from several processes)."""
-
-    def insert_operation(self, new: NewOperation, path: Sequence[State], *, now: float,
-                         audit: Mapping[str, object] | None = None,
-                         guard: DispatchGuard | None = None) -> tuple[Operation, bool]:
-        """Journal a new row that walked ``path`` in one transaction, or return the existing one.
-
-        Returns ``(row, created)``. An existing row with another fingerprint raises
-        :class:`IdempotencyConflict`. A path ending in ``submitted`` is durable when this returns.
-        In the same transaction the class's controls apply (see :mod:`effectgate.store.guard`):
-        the row may end ``rejected`` (envelope), ``shadowed``, or stay ``validated`` with
-        ``detail`` saying what holds it; ``guard.report`` says which.
-        """
-
-    def transition(self, scope: str, operation_id: str, expected: State, target: State, *,
-                   now: float, venue_id: str | None = None, detail: str | None = None,
-                   audit: Mapping[str, object] | None = None,
-                   guard: DispatchGuard | None = None,
-                   current: Operation | None = None) -> Operation:
-        """Compare-and-set ``expected -> target``; raise StaleState/OperationNotFound otherwise.
-
-        A move to ``submitted`` checks the controls in the same transaction: the row may come
-        back ``shadowed``, or still ``validated`` (held, ``detail`` says why).
-
-        ``current``: the caller's copy of the row (as it was at ``expected``). When given, the
-        returned row is built from it plus the columns the update changed, instead of reading
-        back and decoding the snapshot (the receipt path: the gate already holds the row).
-        """
-
-    def transition_many(self, moves: Sequence[Move], *, now: float) -> list[bool]:
-        """Apply each move as its own compare-and-set, all in ONE transaction.
-
-        Returns, per move, whether it applied; a stale move (the row is no longer in
-        ``expected``, or does not exist) is skipped, not an error. Each applied move writes the
-        same row update and chained ``transition`` audit entry as :meth:`transition` would.
-        An invalid move (state table, or a move to ``submitted``) raises before anything is
-        written.
-        """
-
-    def get(self, scope: str, operation_id: str) -> Operation | None: ...
-
-    def list_operations(self, *, state: State | None = None, action: str | None = None,
-                        scope: str | None = None, older_than: float | None = None,
-                        limit: int = 100) -> list[Operation]: ...
-
-    def count_by_state(self) -> dict[tuple[str, str], int]:
-        """``{(action, state): n}`` for metrics and the demo."""
-
-    def page_entries(self, after: str | None, limit: int,
-                     actions: Sequence[str] | None = None) -> list[LedgerEntry]:
-        """Ledger entries with ``op_key > after`` in key order (the sweep's side of the merge)."""
-
-    def lease_uncertain(self, owner: str, *, now: float, lease_seconds: float,
-                        limit: int) -> list[LedgerEntry]:
-        """Claim up to ``limit`` ``submitted`` rows no other live lease holds (replicas share)."""
-
-    def record_divergence(self, kind: str, op_key: str, venue_ids: Sequence[str],
-                          ledger_state: str | None, *, now: float) -> bool:
-        """Store a divergence once; True only the first time it is seen (alarm once)."""
-
-    def list_divergences(self, limit: int = 1000) -> list[Divergence]: ...
-
-    # --- aggregate and scoped reads (store/*_reads.py): one statement each --------------------
-
-    def oldest_submitted_at(self) -> float | None:
-        """When the oldest ``submitted`` (uncertain) row was journalled; None when there is none."""
-
-    def count_divergences(self) -> dict[str, int]:
-        """``{kind: n}`` over every divergence recorded."""
-
-    def count_held(self) -> dict[str, int]:
-        """``{action: n}`` of ``validated`` rows a control is holding (``detail`` ``held:...``)."""
-
-    def list_divergences_in(self, scope: str | None = None, *,
-                            limit: int = 1000) -> list[Divergence]:
-        """Divergences of one scope's operation keys (all when None), filtered before LIMIT."""
-
-    def list_alerts_in(self, scope: str | None = None, *, limit: int = 1000) -> list[Alert]:
-        """Alerts whose subject is one of the scope's operation keys (all when None)."""
-
-    def list_held(self, *, action: str | None = None, scope: str | None = None,
-                  limit: int = 1000) -> list[Operation]:
-        """Held ``validated`` rows, most recently updated first, filtered before LIMIT."""
-
-    def append_audit(self, kind: str, detail: Mapping[str, object], *, now: float,
-                     scope: str | None = None, operation_id: str | None = None) -> None: ...
-
-    def iter_audit(self, after_seq: int = 0) -> Iterator[AuditEvent]: ...
-
-    # --- operational controls (operator side; each call is one audited transaction) ---------
-
-    def controls(self, action: str) -> ClassControls: ...
-
-    def list_controls(self) -> list[ClassControls]: ...
-
-    def set_kill(self, action: str, on: bool, *, operator: str, reason: str | None,
-                 now: float) -> ClassControls: ...
-
-    def reset_breaker(self, action: str, *, operator: str, reason: str | None,
-                      now: float) -> ClassControls: ...
-
-    def set_shadow(self, action: str, on: bool, *, operator: str,
-                   now: float) -> ClassControls: ...
-
-    def apply_authority_step(self, action: str, axis: str, new: object, *,
-                             evidence: Mapping[str, object], reverse_on: str, operator: str,
-                             now: float) -> AuthorityStep: ...
-
-    def authority_history(self, action: str | None = None) -> list[AuthorityStep]: ...
-
-    def approval_request(self, scope: str, operation_id: str) -> ApprovalRequest | None: ...
-
-    def list_approvals(self, scope: str, operation_id: str) -> list[ApprovalRecord]: ...
-
-    def decide_approval(self, scope: str, operation_id: str, *, approver: str, fingerprint: str,
-                        approve: bool, reason: str | None, now: float) -> ApprovalOutcome:
-        """One approver's answer to exactly this payload; releases or denies the row."""
-
-    def expire_approvals(self, *, now: float) -> list[Operation]: ...
-
-    def record_incumbent(self, correlation_id: str, action: str, fingerprint: str | None,
-                         effect: Mapping[str, object] | None, *, source: str,
-                         now: float) -> None: ...
-
-    def shadow_pairs(self, action: str | None = None) -> list[ShadowPair]: ...
-
-    def record_alert(self, alert: Alert) -> bool:
-        """Store an alert once per ``(kind, subject)``; True only the first time."""
-
-    def list_alerts(self, limit: int = 1000) -> list[Alert]: ...
-
-    def audit_entries(self, *, after_seq: int = 0, until_seq: int | None = None,
-                      lane: int | None = None, scope: str | None = None,
-                      operation_id: str | None = None, limit: int = 1000) -> list[ChainEntry]:
-        """Audit entries with their chain fields, in seq order."""
-
-    def audit_heads(self) -> dict[int, tuple[int, str]]:
-        """The last ``(seq, hash)`` of each audit lane."""
-
-    def audit_anchor_mismatches(self) -> list[tuple[int, str]]:
-        """Every other recorded ``(seq, hash)`` the log no longer carries: ``(seq, why)``.
-
-        Beyond the heads, a store may record where its entries were (SQLite: each operations
-        row names its latest journal or receipt entry). One whose entry is gone or different
-        means entries were deleted or rewritten, even if later appends re-used their seqs.
-        """
-
-    def sweep_lock(self, holder: str, *, now: float,
-                   ttl: float) -> AbstractContextManager[bool]:
-        """Hold the single-sweeper lock for the block; yields False when another holds it."""
-
-    def close(self) -> None: ...
-
-
-def where_terms(placeholder: str,
-                terms: Iterable[tuple[str, object]]) -> tuple[list[str], list[Any]]:
-    """SQL conditions for the ``(column and operator, value)`` pairs whose value is not None,
-    in a dialect's placeholder style (``?``/``%s``), and their arguments in order."""
+def where_terms(terms: Iterable[tuple[str, object]]) -> tuple[list[str], list[Any]]:
+    """SQL conditions (``?`` placeholders) for the ``(column and operator, value)`` pairs whose
+    value is not None, and their arguments in order."""
     clauses: list[str] = []
     args: list[Any] = []
     for term, value in terms:
         if value is not None:
-            clauses.append(f"{term} {placeholder}")
+            clauses.append(f"{term} ?")
             args.append(value)
     return clauses, args
 
 
-def operation_filters(placeholder: str, *, state: State | None = None, action: str | None = None,
-                      scope: str | None = None,
-                      older_than: float | None = None) -> tuple[str, list[Any]]:
-    """The WHERE clause of ``list_operations`` in a dialect's placeholder style (``?``/``%s``)."""
-    clauses, args = where_terms(placeholder, (
-        ("state =", state.value if state is not None else None), ("action =", action),
-        ("scope =", scope), ("updated_at <", older_than)))
+def where(terms: Iterable[tuple[str, object]]) -> tuple[str, list[Any]]:
+    """A whole ``WHERE`` clause (empty when no term applies) and its arguments."""
+    clauses, args = where_terms(terms)
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), args
-
-
-def audit_filters(placeholder: str, *, after_seq: int, until_seq: int | None,
-                  lane: int | None, scope: str | None,
-                  operation_id: str | None) -> tuple[str, list[Any]]:
-    """The WHERE clause of ``audit_entries`` in a dialect's placeholder style."""
-    clauses, args = where_terms(placeholder, (
-        ("seq >", after_seq), ("seq <=", until_seq), ("lane =", lane), ("scope =", scope),
-        ("operation_id =", operation_id)))
-    return "WHERE " + " AND ".join(clauses), args

@@ -1,20 +1,22 @@
 """Control checks that run inside a store's transaction, written once for every dialect.
 
-A store exposes its open transaction as a :class:`ControlTx` (a handful of SQL primitives) and
-calls :func:`observe_proposal` and :func:`dispatch_verdict` from the transaction that journals a
-new row or moves one to ``submitted``. Because the reads and writes share that transaction (and
-the store serialises it per class: ``BEGIN IMMEDIATE`` in SQLite, a locked control row in
-PostgreSQL), two executors cannot both spend the last unit of an envelope, and a switch
-flipped by another process is seen by the very next dispatch.
+A store exposes its open transaction as a :class:`~effectgate.store.tx.SharedTx` and calls
+:func:`journal_new` or :func:`dispatch_row` from the transaction that journals a new row or
+moves one to ``submitted``; what the controls decided comes back as a value (a
+:class:`~effectgate.core.controls.Verdict` in a :class:`~effectgate.store.base.Journal`).
+Because the reads and writes share that transaction (and the store serialises it per class:
+``BEGIN IMMEDIATE`` in SQLite, a class advisory lock in PostgreSQL), two executors cannot
+both spend the last unit of an envelope, and a switch flipped by another process is seen by the
+very next dispatch.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any
 
 from effectgate.core.controls import (
     REVERSAL_CONDITIONS,
@@ -23,90 +25,53 @@ from effectgate.core.controls import (
     ClassControls,
     DispatchGuard,
     Envelope,
+    Verdict,
+    VerdictKind,
     parse_axis_value,
     to_micros,
 )
-from effectgate.core.states import State
-from effectgate.errors import ApprovalError, ControlError, OperationNotFound
-from effectgate.store.base import NewOperation, Operation, RawJSON
+from effectgate.core.intent import Tier
+from effectgate.core.states import State, check_transition
+from effectgate.errors import ApprovalError, ControlError, OperationNotFound, StaleState
+from effectgate.store.base import (
+    Journal,
+    NewOperation,
+    Operation,
+    RawJSON,
+    dumps,
+    moved,
+    transition_event,
+)
+from effectgate.store.sql import INSERT_REQUEST
+from effectgate.store.tx import SharedTx
 
 __all__ = [
-    "CONTROL_COLUMNS",
-    "SHADOW",
-    "STEP_COLUMNS",
-    "ControlChanges",
-    "ControlTx",
-    "SignalStats",
+    "SEND",
     "apply_step",
+    "approval_request_args",
     "check_approval",
-    "controls_from_row",
+    "dispatch_row",
     "dispatch_verdict",
     "guard_new_row",
+    "journal_new",
+    "move_locked",
     "observe_proposal",
     "path_audit",
     "shadow_request",
-    "step_from_row",
     "trip_breaker",
 ]
 
-SHADOW = "shadow"
+SEND = Verdict(VerdictKind.SEND)
 #: Signals and dispatch records older than this (or the class's largest window) are pruned.
 MIN_RETENTION = 86400.0
 
 
-@dataclass(frozen=True, slots=True)
-class SignalStats:
-    decided: int
-    rejected: int
-    value_micros: int
-    same_fingerprint: int
-    new_targets: int
+def observe_proposal(tx: SharedTx, guard: DispatchGuard, *, op_key: str, fingerprint: str,
+                     rejected: bool, now: float) -> tuple[ClassControls, tuple[str, ...]]:
+    """Record a new proposal's signal and trip the class's breaker if a threshold is crossed.
 
-
-class ControlTx(Protocol):
-    """SQL primitives over one open transaction (see ``_SQLiteControls`` for the reference)."""
-
-    def controls(self, action: str) -> ClassControls:
-        """The class's control row, locked for the rest of the transaction where the dialect
-        needs it (PostgreSQL: ``FOR UPDATE``); defaults if the class was never touched."""
-
-    def save_controls(self, ctl: ClassControls, *, at: float) -> None: ...
-
-    def seen_target(self, action: str, target: str, at: float) -> bool:
-        """Whether ``target`` was seen before for ``action``; remembers it either way."""
-
-    def record_signal(self, action: str, at: float, op_key: str, fingerprint: str,
-                      value_micros: int | None, rejected: bool, new_target: bool) -> None: ...
-
-    def signal_stats(self, action: str, since: float, fingerprint: str) -> SignalStats: ...
-
-    def dispatch_usage(self, action: str, since: float) -> tuple[int, int]:
-        """``(count, value_micros)`` dispatched since ``since``."""
-
-    def record_dispatch(self, action: str, at: float, op_key: str,
-                        value_micros: int | None) -> None: ...
-
-    def prune(self, action: str, before: float) -> None: ...
-
-    def active_steps(self, action: str) -> list[AuthorityStep]: ...
-
-    def insert_step(self, step: AuthorityStep) -> int: ...
-
-    def deactivate_step(self, step_id: int) -> None: ...
-
-    def record_shadow(self, scope: str, operation_id: str, action: str, correlation_id: str,
-                      request: Mapping[str, object], fingerprint: str, at: float) -> None: ...
-
-    def audit(self, kind: str, detail: Mapping[str, object], at: float,
-              scope: str | None = None, operation_id: str | None = None) -> None: ...
-
-    def record_alert(self, kind: str, subject: str, action: str | None, message: str,
-                     detail: Mapping[str, object], at: float) -> bool: ...
-
-
-def observe_proposal(tx: ControlTx, guard: DispatchGuard, *, op_key: str, fingerprint: str,
-                     rejected: bool, now: float) -> ClassControls:
-    """Record a new proposal's signal and trip the class's breaker if a threshold is crossed."""
+    Returns the class's controls as they now stand and the signals tripped (``"name: why"``).
+    """
     ctl = tx.controls(guard.action)
     cfg = guard.breaker
     # Targets are remembered only while the new-target signal is on: that keeps a lookup off
@@ -114,13 +79,13 @@ def observe_proposal(tx: ControlTx, guard: DispatchGuard, *, op_key: str, finger
     if cfg is None:
         # No breaker watches this class: nothing to record (a breaker configured later starts
         # with an empty window, which can only make it trip later, never wrongly).
-        return ctl
+        return ctl, ()
     new_target = (cfg.max_new_targets is not None and guard.target is not None
                   and not tx.seen_target(guard.action, guard.target, now))
     tx.record_signal(guard.action, now, op_key, fingerprint,
                      None if rejected else guard.value_micros, rejected, new_target)
     if ctl.breaker_open:
-        return ctl
+        return ctl, ()
     stats = tx.signal_stats(guard.action, now - cfg.window, fingerprint)
     tripped: list[tuple[str, str]] = []
     if cfg.max_rejection_rate is not None and stats.decided >= cfg.min_samples \
@@ -140,11 +105,10 @@ def observe_proposal(tx: ControlTx, guard: DispatchGuard, *, op_key: str, finger
     tx.prune(guard.action, now - max(cfg.window, MIN_RETENTION))
     if tripped:
         ctl = trip_breaker(tx, ctl, tripped, now=now, op_key=op_key)
-        guard.report.tripped.extend(f"{name}: {why}" for name, why in tripped)
-    return ctl
+    return ctl, tuple(f"{name}: {why}" for name, why in tripped)
 
 
-def trip_breaker(tx: ControlTx, ctl: ClassControls, signals: list[tuple[str, str]], *,
+def trip_breaker(tx: SharedTx, ctl: ClassControls, signals: list[tuple[str, str]], *,
                  now: float, op_key: str | None = None) -> ClassControls:
     """Open the breaker, reverse the staged steps conditioned on it, record an alert."""
     reason = "; ".join(f"{name}: {why}" for name, why in signals)
@@ -183,46 +147,51 @@ def trip_breaker(tx: ControlTx, ctl: ClassControls, signals: list[tuple[str, str
     return ctl
 
 
-def dispatch_verdict(tx: ControlTx, ctl: ClassControls, guard: DispatchGuard | None, *,
-                     now: float, op_key: str) -> str | None:
-    """``None`` to send, :data:`SHADOW` to record instead, or why the row is held.
+def dispatch_verdict(tx: SharedTx, ctl: ClassControls, guard: DispatchGuard | None, *,
+                     now: float, op_key: str) -> Verdict:
+    """Send, shadow (record instead of sending), or hold with the reason why.
 
     Called in the transaction that would write ``submitted``; a send is charged to the
     envelope's exposure and rate windows in that same transaction.
     """
     if ctl.shadow:
-        return SHADOW
+        return Verdict(VerdictKind.SHADOW)
     if ctl.killed:
-        return f"held: kill switch on {ctl.action}" + (f" ({ctl.kill_reason})"
-                                                       if ctl.kill_reason else "")
+        return _hold(f"kill switch on {ctl.action}"
+                     + (f" ({ctl.kill_reason})" if ctl.kill_reason else ""))
     if ctl.breaker_open:
-        return f"held: breaker open on {ctl.action} ({ctl.breaker_reason})"
+        return _hold(f"breaker open on {ctl.action} ({ctl.breaker_reason})")
     env = ctl.envelope
     value = guard.value if guard is not None else None
     micros = guard.value_micros if guard is not None else None
     if guard is not None:
         breach = env.per_action_breach(guard.value, guard.target)
         if breach:
-            return f"held: {breach}"
+            return _hold(breach)
     if env.rate_limit is not None and env.rate_interval is not None:
         count, _ = tx.dispatch_usage(ctl.action, now - env.rate_interval)
         if count + 1 > env.rate_limit:
-            return (f"held: rate {env.rate_limit} per {env.rate_interval:g}s reached "
-                    f"({count} dispatched)")
+            return _hold(f"rate {env.rate_limit} per {env.rate_interval:g}s reached "
+                         f"({count} dispatched)")
     if env.exposure_limit is not None and env.exposure_window is not None:
         if micros is None:
             # An exposure window that cannot be charged is not a limit (deny by default).
-            return "held: the value cannot be measured, so the exposure window cannot be charged"
+            return _hold("the value cannot be measured, so the exposure window cannot be charged")
         _, used = tx.dispatch_usage(ctl.action, now - env.exposure_window)
         if used + micros > to_micros(env.exposure_limit):
             shown = (Decimal(used) / VALUE_SCALE).normalize()
-            return (f"held: exposure {shown} + {value} would exceed "
-                    f"{env.exposure_limit} per {env.exposure_window:g}s")
+            return _hold(f"exposure {shown} + {value} would exceed "
+                         f"{env.exposure_limit} per {env.exposure_window:g}s")
     tx.record_dispatch(ctl.action, now, op_key, micros)
-    return None
+    return SEND
 
 
-def apply_step(tx: ControlTx, action: str, axis: str, new: object, *,
+def _hold(why: str) -> Verdict:
+    # ``held:`` marks the row's detail: count_held/list_held and the operator find rows by it.
+    return Verdict(VerdictKind.HOLD, f"held: {why}")
+
+
+def apply_step(tx: SharedTx, action: str, axis: str, new: object, *,
                evidence: Mapping[str, object], reverse_on: str, operator: str,
                now: float) -> AuthorityStep:
     """Change one envelope axis as a recorded step (operator action, audited)."""
@@ -257,17 +226,18 @@ def shadow_request(op_key: str, action: str, effect: Mapping[str, object]) -> di
     return {"operation_key": op_key, "action": action, "effect": dict(effect)}
 
 
-def guard_new_row(tx: ControlTx, new: NewOperation, path: list[State],
+def guard_new_row(tx: SharedTx, new: NewOperation, path: list[State],
                   guard: DispatchGuard | None, *, now: float,
-                  ) -> tuple[NewOperation, list[State], str | None]:
-    """Apply the controls to a row being journalled: the path it really takes, and a hold.
+                  ) -> tuple[NewOperation, list[State], Verdict | None, tuple[str, ...]]:
+    """Apply the controls to a row being journalled: the path it really takes, the dispatch
+    verdict (None when the path does not end in ``submitted``) and the breaker signals tripped.
 
     The envelope's per-action axes can turn an allowed proposal into ``rejected`` (the reason
     names the axis); the breaker observes every proposal; and a path ending in ``submitted``
     meets the shadow flag, kill switch, breaker and windows, in this transaction.
     """
-    held: str | None = None
     ctl: ClassControls | None = None
+    tripped: tuple[str, ...] = ()
     if guard is not None:
         if path[-1] is not State.REJECTED:
             env = tx.controls(new.action).envelope
@@ -276,25 +246,101 @@ def guard_new_row(tx: ControlTx, new: NewOperation, path: list[State],
                 new = replace(new, reason=f"envelope: {breach}",
                               policy_version=f"{new.policy_version}+envelope-{env.version}")
                 path = [State.PROPOSED, State.REJECTED]
-                guard.report.envelope_rejection = breach
-        ctl = observe_proposal(tx, guard, op_key=new.op_key, fingerprint=new.fingerprint,
-                               rejected=path[-1] is State.REJECTED, now=now)
+        ctl, tripped = observe_proposal(tx, guard, op_key=new.op_key,
+                                        fingerprint=new.fingerprint,
+                                        rejected=path[-1] is State.REJECTED, now=now)
+    verdict: Verdict | None = None
     if path[-1] is State.SUBMITTED:
         verdict = dispatch_verdict(tx, ctl or tx.controls(new.action), guard, now=now,
                                    op_key=new.op_key)
-        if verdict == SHADOW:
+        if verdict.kind is VerdictKind.SHADOW:
             path = [*path[:-1], State.SHADOWED]
             tx.record_shadow(new.scope, new.operation_id, new.action,
                              (guard.correlation_id if guard else None) or new.operation_id,
                              shadow_request(new.op_key, new.action, new.effect),
                              new.fingerprint, now)
-            if guard is not None:
-                guard.report.shadowed = True
-        elif verdict is not None:
-            path, held = path[:-1], verdict
-            if guard is not None:
-                guard.report.held_by = verdict
-    return new, path, held
+        elif verdict.held:
+            path = path[:-1]
+    return new, path, verdict, tripped
+
+
+def journal_new(tx: SharedTx, new: NewOperation, path: list[State],
+                guard: DispatchGuard | None, audit: Mapping[str, object] | None, *,
+                now: float) -> Journal:
+    """Journal a row no one journalled before, in ``tx``: controls, audit entries, approval
+    request, the row itself."""
+    new, steps, verdict, tripped = guard_new_row(tx, new, path, guard, now=now)
+    held = verdict.reason if verdict is not None and verdict.held else None
+    final = steps[-1]
+    intent = dumps(new.intent)
+    # The entries first: a dialect may record the last one's (seq, hash) in the row.
+    for kind, detail in path_audit(new, steps, audit, held, intent_text=intent):
+        tx.audit(kind, detail, now, new.scope, new.operation_id)
+    if final is State.AWAITING_APPROVAL:
+        tx.write(INSERT_REQUEST, approval_request_args(new, guard, now))
+    tx.insert_row(new, final, held, now, intent)
+    row = Operation(
+        scope=new.scope, operation_id=new.operation_id, action=new.action,
+        fingerprint=new.fingerprint, state=final, intent=new.intent, effect=new.effect,
+        tier=new.tier, reason=new.reason, policy_version=new.policy_version, venue_id=None,
+        detail=held, created_at=now, updated_at=now,
+        submitted_at=now if final is State.SUBMITTED else None, version=1)
+    return Journal(row, True, verdict, tripped)
+
+
+def dispatch_row(tx: SharedTx, row: Operation | None, scope: str, operation_id: str,
+                 guard: DispatchGuard | None, audit: Mapping[str, object] | None, *,
+                 now: float) -> Journal:
+    """``validated -> submitted`` of a row ``tx`` holds, after the controls' verdict: sent,
+    shadowed instead, or left ``validated`` with the hold's reason."""
+    if row is None:
+        raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
+    if row.state is not State.VALIDATED:
+        raise StaleState(f"operation {operation_id!r} is {row.state.value!r}, not 'validated'")
+    verdict = dispatch_verdict(tx, tx.controls(row.action), guard, now=now, op_key=row.op_key)
+    if verdict.held:
+        tx.write("UPDATE operations SET detail = ?, updated_at = ? WHERE scope = ? AND "
+                 "operation_id = ?", (verdict.reason, now, scope, operation_id))
+        tx.audit("dispatch_held", {"reason": verdict.reason}, now, scope, operation_id)
+        return Journal(replace(row, detail=verdict.reason, updated_at=now), False, verdict)
+    target = State.SUBMITTED
+    submitted_at: float | None = now
+    if verdict.kind is VerdictKind.SHADOW:
+        target, submitted_at = State.SHADOWED, None
+        request = shadow_request(row.op_key, row.action, row.effect)
+        tx.record_shadow(scope, operation_id, row.action,
+                         (guard.correlation_id if guard else None) or operation_id,
+                         request, row.fingerprint, now)
+        audit = {**(audit or {}), "request": request}
+    tx.audit("transition", transition_event(State.VALIDATED, target, audit=audit), now, scope,
+             operation_id)
+    changed = tx.cas(scope, operation_id, State.VALIDATED, target, now=now,
+                     submitted_at=submitted_at)
+    if changed is None:  # unreachable: the transaction holds the row
+        raise StaleState(f"operation {operation_id!r} changed under its lock")
+    return Journal(moved(row, target, now, changed), False, verdict)
+
+
+def move_locked(tx: SharedTx, row: Operation, target: State, now: float, detail: str | None,
+                audit: Mapping[str, object]) -> Operation:
+    """Compare-and-set ``row.state -> target`` on a row ``tx`` holds, with its audit entry."""
+    check_transition(row.state, target)
+    tx.audit("transition", transition_event(row.state, target, detail=detail, audit=audit),
+             now, row.scope, row.operation_id)
+    changed = tx.cas(row.scope, row.operation_id, row.state, target, now=now, detail=detail)
+    if changed is None:
+        raise StaleState(f"operation {row.operation_id!r} moved concurrently")
+    return moved(row, target, now, changed)
+
+
+def approval_request_args(new: NewOperation, guard: DispatchGuard | None,
+                          now: float) -> tuple[Any, ...]:
+    """The approval request of a row journalled as ``awaiting_approval`` (INSERT_REQUEST)."""
+    required = 1 if new.tier == Tier.APPROVE.value else max(
+        2, guard.approvals_required if guard else 2)
+    ttl = guard.approval_ttl if guard else 86400.0
+    return (new.scope, new.operation_id, new.fingerprint, required, now + ttl,
+            dumps(list(guard.proposers) if guard else []))
 
 
 def path_audit(new: NewOperation, path: list[State], audit: Mapping[str, object] | None,
@@ -326,37 +372,6 @@ def path_audit(new: NewOperation, path: list[State], audit: Mapping[str, object]
         out.append(("dispatch_held", {"reason": held}))
     return out
 
-class ControlChanges:
-    """The operator's switches, written once for both dialects over ``_change_controls``.
-
-    Each dialect's controls mixin supplies ``_change_controls``: one transaction that replaces
-    the class's control row, optionally clears its breaker signals, and audits the change.
-    """
-
-    def _change_controls(self, action: str, *, operator: str, now: float, kind: str,
-                         detail: Mapping[str, object], reset_signals: bool = False,
-                         **changes: Any) -> ClassControls:
-        raise NotImplementedError
-
-    def set_kill(self, action: str, on: bool, *, operator: str, reason: str | None,
-                 now: float) -> ClassControls:
-        return self._change_controls(action, operator=operator, now=now,
-                                     kind="kill_switch_on" if on else "kill_switch_off",
-                                     detail={"reason": reason}, killed=on,
-                                     kill_reason=reason if on else None)
-
-    def reset_breaker(self, action: str, *, operator: str, reason: str | None,
-                      now: float) -> ClassControls:
-        return self._change_controls(action, operator=operator, now=now, kind="breaker_reset",
-                                     detail={"reason": reason}, reset_signals=True,
-                                     breaker_open=False, breaker_reason=None)
-
-    def set_shadow(self, action: str, on: bool, *, operator: str, now: float) -> ClassControls:
-        return self._change_controls(action, operator=operator, now=now,
-                                     kind="shadow_on" if on else "shadow_off", detail={},
-                                     shadow=on)
-
-
 def check_approval(row: Operation | None, request: Sequence[Any] | None, *, scope: str,
                    operation_id: str, approver: str,
                    fingerprint: str) -> tuple[Operation, int, float]:
@@ -384,29 +399,3 @@ def check_approval(row: Operation | None, request: Sequence[Any] | None, *, scop
         raise ApprovalError(f"{approver!r} proposed operation {operation_id!r} and "
                             "cannot approve it", reason="self_approval")
     return row, required, expires_at
-
-
-# The control row's and an authority step's columns, in the order the decoders below read.
-CONTROL_COLUMNS = ("killed, kill_reason, breaker_open, breaker_reason, shadow, envelope, "
-                   "envelope_version, updated_by, updated_at")
-STEP_COLUMNS = ("id, action, axis, old, new, evidence, reverse_on, operator, at, kind, "
-                "reverses, active")
-
-
-def controls_from_row(action: str, row: Sequence[Any] | None) -> ClassControls:
-    """A class's controls from its CONTROL_COLUMNS row; the defaults when it has none."""
-    if row is None:
-        return ClassControls(action=action)
-    return ClassControls(action=action, killed=bool(row[0]), kill_reason=row[1],
-                         breaker_open=bool(row[2]), breaker_reason=row[3], shadow=bool(row[4]),
-                         envelope=Envelope.from_json(json.loads(row[5]), version=int(row[6])),
-                         updated_by=row[7], updated_at=row[8])
-
-
-def step_from_row(r: Sequence[Any]) -> AuthorityStep:
-    """An authority step from its STEP_COLUMNS row."""
-    return AuthorityStep(id=int(r[0]), action=r[1], axis=r[2], old=json.loads(r[3]),
-                         new=json.loads(r[4]), evidence=json.loads(r[5]), reverse_on=r[6],
-                         operator=r[7], at=r[8], kind=r[9],
-                         reverses=int(r[10]) if r[10] is not None else None,
-                         active=bool(r[11]))

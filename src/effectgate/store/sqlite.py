@@ -2,200 +2,127 @@
 
 Several processes may share one file: ``BEGIN IMMEDIATE`` serialises writers, the primary key on
 ``(scope, operation_id)`` makes the first insert win, and every transition is a conditional
-``UPDATE ... WHERE state = ?`` whose row count is checked.
+``UPDATE ... WHERE state = ?`` whose row count is checked. Only what is SQLite's own lives
+here: the connections, the hot path's statements (a journal or receipt records its audit
+entry's ``(seq, hash)`` in the operations row, migration 4), the lease and sweep-lock tables and
+the recorded audit heads. The ledger logic is :class:`~effectgate.store.ledger.SQLStore`.
 """
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
-from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from effectgate.core.controls import DispatchGuard
-from effectgate.core.states import State, check_transition
-from effectgate.errors import OperationNotFound, StaleState, StoreError
+from effectgate.core.states import State
+from effectgate.errors import StoreError
+from effectgate.store import sql
 from effectgate.store.base import (
-    AuditEvent,
-    Divergence,
+    Journal,
     LedgerEntry,
     Move,
     NewOperation,
     Operation,
     check_moves,
-    check_path,
-    conflict,
     dumps,
-    move_event,
     moved,
-    operation_filters,
-    refuse_newer_schema,
+    transition_event,
 )
-from effectgate.store.guard import (
-    CONTROL_COLUMNS,
-    SHADOW,
-    controls_from_row,
-    dispatch_verdict,
-    guard_new_row,
-    path_audit,
-    shadow_request,
-)
-from effectgate.store.sqlite_controls import (
-    MIGRATION_ANCHORS,
-    MIGRATION_CONTROLS,
-    MIGRATION_HEAD_TRIGGER,
-    SQLiteControlsMixin,
-    SQLiteControlTx,
+from effectgate.store.guard import journal_new
+from effectgate.store.ledger import SQLStore, Work
+from effectgate.store.sqlite_schema import (
     advance_head,
-    backfill_chain,
     chained_audit,
+    migrate,
     register_chain_function,
-    request_approval,
 )
-from effectgate.store.sqlite_reads import SQLiteReadsMixin
 from effectgate.store.sqlite_tx import TxGate, store_error
+from effectgate.store.tx import SharedTx
 
 __all__ = ["SQLiteStore"]
 
-# One ordered list per dialect; index + 1 is the schema version.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE operations (
-        scope TEXT NOT NULL,
-        operation_id TEXT NOT NULL,
-        op_key TEXT NOT NULL UNIQUE,
-        action TEXT NOT NULL,
-        fingerprint TEXT NOT NULL,
-        state TEXT NOT NULL,
-        intent TEXT NOT NULL,
-        effect TEXT NOT NULL,
-        tier TEXT, reason TEXT, policy_version TEXT,
-        venue_id TEXT, detail TEXT,
-        created_at REAL NOT NULL, updated_at REAL NOT NULL, submitted_at REAL,
-        version INTEGER NOT NULL DEFAULT 1,
-        lease_owner TEXT, lease_until REAL,
-        PRIMARY KEY (scope, operation_id)
-    ) WITHOUT ROWID;
-    CREATE INDEX operations_uncertain ON operations (op_key) WHERE state = 'submitted';
-    CREATE TABLE audit_log (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        at REAL NOT NULL, scope TEXT, operation_id TEXT,
-        kind TEXT NOT NULL, detail TEXT NOT NULL
-    );
-    CREATE TABLE divergences (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        kind TEXT NOT NULL, op_key TEXT NOT NULL, venue_ids TEXT NOT NULL,
-        ledger_state TEXT, first_seen REAL NOT NULL,
-        UNIQUE (kind, op_key, venue_ids)
-    );
-    CREATE TABLE locks (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL);
-    """,
-    # 2: operational controls and the hash-chained audit log (store/sqlite_controls.py).
-    MIGRATION_CONTROLS,
-    # 3: no AUTOINCREMENT on the two tables the hot path appends to. Their keys are assigned
-    # by us (audit seq = chain head + 1) or never referenced (dispatch_log.id), and
-    # AUTOINCREMENT rewrote a `sqlite_sequence` row (one more page per commit) on every insert.
-    # SQLite cannot drop it in place: rebuild, copy, swap, re-index. (The audit head trigger
-    # is created right after, in _AFTER_MIGRATION.)
-    """
-    CREATE TABLE audit_log_v3 (
-        seq INTEGER PRIMARY KEY,
-        at REAL NOT NULL, scope TEXT, operation_id TEXT,
-        kind TEXT NOT NULL, detail TEXT NOT NULL,
-        lane INTEGER NOT NULL DEFAULT 0, prev_hash TEXT, hash TEXT
-    );
-    INSERT INTO audit_log_v3 (seq, at, scope, operation_id, kind, detail, lane, prev_hash, hash)
-        SELECT seq, at, scope, operation_id, kind, detail, lane, prev_hash, hash FROM audit_log;
-    DROP TABLE audit_log;
-    ALTER TABLE audit_log_v3 RENAME TO audit_log;
-    CREATE INDEX audit_by_operation ON audit_log (scope, operation_id, seq);
-    -- dispatch_log is only ever read by (action, at) window: clustered on that key, one
-    -- B-tree instead of a table plus an index (one page less per journal commit). A row is
-    -- dispatched once, so (action, at, op_key) is unique.
-    CREATE TABLE dispatch_log_v3 (
-        action TEXT NOT NULL, at REAL NOT NULL, op_key TEXT NOT NULL, value_micros INTEGER,
-        PRIMARY KEY (action, at, op_key)
-    ) WITHOUT ROWID;
-    INSERT OR IGNORE INTO dispatch_log_v3 SELECT action, at, op_key, value_micros
-        FROM dispatch_log;
-    DROP TABLE dispatch_log;
-    ALTER TABLE dispatch_log_v3 RENAME TO dispatch_log
-    """,
-    # 4: journal and receipt entries are anchored in their operations row, not audit_heads
-    # (store/sqlite_controls.py, MIGRATION_ANCHORS).
-    MIGRATION_ANCHORS,
-]
+T = TypeVar("T")
 
-
-def _head_trigger(conn: sqlite3.Connection) -> None:
-    # Migration 3, continued: the audit head advances in the statement that appends an
-    # entry (one statement per entry instead of three). Its body holds ';', so it is not
-    # part of the ';'-split script above.
-    conn.execute(MIGRATION_HEAD_TRIGGER)
-
-
-# Python steps that run right after a migration, in its transaction.
-_AFTER_MIGRATION = {2: backfill_chain, 3: _head_trigger}
-
-_OP_COLUMNS = ("scope, operation_id, action, fingerprint, state, intent, effect, tier, reason, "
-               "policy_version, venue_id, detail, created_at, updated_at, submitted_at, version")
-_ENTRY_COLUMNS = "op_key, action, state, venue_id, submitted_at, updated_at"
-
-# The compare-and-set. It hands back only what it changed: the caller (or the same
-# transaction's read) already holds the snapshot, so nothing is re-read or re-decoded.
+# The compare-and-set. It hands back only what it changed: the caller already holds the
+# snapshot. It also records the transaction's latest audit entry (migration 4), when given.
 _CAS = ("UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
         "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), "
-        "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, lease_until = NULL "
+        "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, lease_until = NULL, "
+        "audit_seq = coalesce(?, audit_seq), audit_hash = coalesce(?, audit_hash) "
         "WHERE scope = ? AND operation_id = ? AND state = ? "
         "RETURNING version, venue_id, detail, submitted_at")
-# The receipt's compare-and-set, also recording its audit entry's (seq, hash) (migration 4).
-_CAS_ANCHORED = ("UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
-                 "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), "
-                 "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, "
-                 "lease_until = NULL, audit_seq = ?, audit_hash = ? "
-                 "WHERE scope = ? AND operation_id = ? AND state = ? "
-                 "RETURNING version, venue_id, detail, submitted_at")
 _INSERT = ("INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
            "intent, effect, tier, reason, policy_version, detail, created_at, updated_at, "
            "submitted_at, audit_seq, audit_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
-_SELECT = f"SELECT {_OP_COLUMNS} FROM operations WHERE scope = ? AND operation_id = ?"
 # The journal's first read: the row if it exists and, beside it, the class's controls (which
 # the controls checks would read next), in one statement.
+_N_OP = len(sql.OP_COLUMNS.split(","))
 _SELECT_WITH_CONTROLS = (
-    "SELECT " + ", ".join(f"o.{c.strip()}" for c in _OP_COLUMNS.split(",")) + ", c.action, "
-    + ", ".join(f"c.{c.strip()}" for c in CONTROL_COLUMNS.split(","))
+    "SELECT " + ", ".join(f"o.{c.strip()}" for c in sql.OP_COLUMNS.split(",")) + ", c.action, "
+    + ", ".join(f"c.{c.strip()}" for c in sql.CONTROL_COLUMNS.split(","))
     + " FROM (SELECT 1) LEFT JOIN operations o ON o.scope = ? AND o.operation_id = ? "
     "LEFT JOIN class_controls c ON c.action = ?")
-_N_OP = len(_OP_COLUMNS.split(","))
-def _row_to_operation(row: Sequence[Any]) -> Operation:
-    return Operation(
-        scope=row[0], operation_id=row[1], action=row[2], fingerprint=row[3], state=State(row[4]),
-        intent=json.loads(row[5]), effect=json.loads(row[6]), tier=row[7], reason=row[8],
-        policy_version=row[9], venue_id=row[10], detail=row[11], created_at=row[12],
-        updated_at=row[13], submitted_at=row[14], version=row[15])
 
 
-def _row_to_entry(row: Sequence[Any]) -> LedgerEntry:
-    return LedgerEntry(op_key=row[0], action=row[1], state=State(row[2]), venue_id=row[3],
-                       submitted_at=row[4], updated_at=row[5])
+class _Miss(Exception):
+    """A compare-and-set found the row elsewhere: roll back its audit entry with it."""
 
 
-# --- inner functions: take a connection, run SQL, own no transaction ---------------------------
+class SQLiteTx(SharedTx):
+    """:class:`~effectgate.store.tx.SharedTx` over the write connection, inside ``BEGIN
+    IMMEDIATE``: statements run at once, and each audit entry is chained as it is written.
 
-def _select(conn: sqlite3.Connection, scope: str, operation_id: str) -> Operation | None:
-    row = conn.execute(_SELECT, (scope, operation_id)).fetchone()
-    return None if row is None else _row_to_operation(row)
+    The last entry of a transaction is recorded as the chain's head: in the operations row a
+    compare-and-set or insert writes anyway (no extra page), otherwise by :meth:`finish`.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        super().__init__()
+        self.conn = conn
+        self._last: tuple[int, str] | None = None
+        self._anchored: tuple[int, str] | None = None
+
+    def rows(self, query: str, args: Sequence[Any] = ()) -> list[Sequence[Any]]:
+        return self.conn.execute(query, args).fetchall()
+
+    def write(self, query: str, args: Sequence[Any] = ()) -> None:
+        self.conn.execute(query, args)
+
+    def audit(self, kind: str, detail: Mapping[str, object], at: float,
+              scope: str | None = None, operation_id: str | None = None) -> None:
+        self._last = chained_audit(self.conn, at, scope, operation_id, kind, detail,
+                                   advance_head=False)
+
+    def _anchor(self) -> tuple[int | None, str | None]:
+        self._anchored = self._last
+        return self._last if self._last is not None else (None, None)
+
+    def cas(self, scope: str, operation_id: str, expected: State, target: State, *,
+            now: float, venue_id: str | None = None, detail: str | None = None,
+            submitted_at: float | None = None) -> Sequence[Any] | None:
+        # fetchall() runs the UPDATE to completion before COMMIT.
+        changed = self.conn.execute(_CAS, (target.value, now, venue_id, detail, submitted_at,
+                                           *self._anchor(), scope, operation_id,
+                                           expected.value)).fetchall()
+        return changed[0] if changed else None
+
+    def insert_row(self, new: NewOperation, state: State, held: str | None, now: float,
+                   intent_text: str) -> None:
+        self.conn.execute(_INSERT, (
+            new.scope, new.operation_id, new.op_key, new.action, new.fingerprint, state.value,
+            intent_text, dumps(new.effect), new.tier, new.reason, new.policy_version, held, now,
+            now, now if state is State.SUBMITTED else None, *self._anchor()))
+
+    def finish(self) -> None:
+        """Record the transaction's last entry as the head unless a row records it."""
+        if self._last is not None and self._last != self._anchored:
+            advance_head(self.conn, *self._last)
 
 
-def _audit(conn: sqlite3.Connection, now: float, scope: str | None, operation_id: str | None,
-           kind: str, detail: Mapping[str, object]) -> None:
-    chained_audit(conn, now, scope, operation_id, kind, detail)
-
-
-class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
-    """The :class:`~effectgate.store.base.Store` on one SQLite file.
+class SQLiteStore(SQLStore):
+    """The :class:`~effectgate.store.roles.Store` on one SQLite file.
 
     ``synchronous`` is ``FULL`` by default: a commit that returned survives power loss. ``NORMAL``
     or ``OFF`` trade that away and exist for benchmarks and throwaway ledgers.
@@ -259,218 +186,88 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
             except sqlite3.Error as exc:
                 raise store_error("read failed", exc) from exc
 
-    # --- schema -------------------------------------------------------------------------------
+    # --- the hooks of SQLStore ------------------------------------------------------------
 
-    def migrate(self) -> None:
-        with self._tx() as conn:
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
-                         "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
-            done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
-            refuse_newer_schema(done, len(MIGRATIONS))
-            for version, script in enumerate(MIGRATIONS, start=1):
-                if version in done:
-                    continue
-                for statement in filter(str.strip, script.split(";")):
-                    conn.execute(statement)
-                after = _AFTER_MIGRATION.get(version)
-                if after is not None:
-                    after(conn)
-                conn.execute("INSERT INTO schema_migrations VALUES (?, julianday('now'))",
-                             (version,))
-
-    def schema_version(self) -> int:
+    def _rows(self, query: str, args: Sequence[Any] = (),
+              what: str = "read") -> list[Sequence[Any]]:
         with self._read() as conn:
-            row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
-        return int(row[0] or 0)
+            return conn.execute(query, args).fetchall()
 
-    # --- operations ---------------------------------------------------------------------------
+    def _run(self, work: Work[T], what: str, *, key: tuple[str | None, str | None] = (None, None),
+             shared_class: str | None = None, exclusive_class: str | None = None,
+             row: tuple[str, str] | None = None) -> T:
+        # BEGIN IMMEDIATE holds the only write lock: it orders classes, rows and the chain.
+        with self._tx() as conn:
+            tx = SQLiteTx(conn)
+            found = tx.rows(sql.SELECT_OP, row) if row is not None else []
+            result = work(tx, sql.operation_from_row(found[0]) if found else None)
+            tx.finish()
+            return result
 
-    def insert_operation(self, new: NewOperation, path: Sequence[State], *, now: float,
-                         audit: Mapping[str, object] | None = None,
-                         guard: DispatchGuard | None = None) -> tuple[Operation, bool]:
-        check_path(path)
+    def _journal(self, new: NewOperation, path: list[State], now: float,
+                 audit: Mapping[str, object] | None, guard: DispatchGuard | None) -> Journal:
         with self._tx() as conn:
             both = conn.execute(_SELECT_WITH_CONTROLS,
                                 (new.scope, new.operation_id, new.action)).fetchone()
-            existing = None if both[0] is None else _row_to_operation(both[:_N_OP])
-            if existing is None:
-                # BEGIN IMMEDIATE holds the write lock: nobody can insert between the read
-                # above and the insert below, and the controls are read under the same lock.
-                tx = SQLiteControlTx(conn)
-                tx.seed(controls_from_row(new.action, None if both[_N_OP] is None
+            if both[0] is not None:
+                return Journal(sql.operation_from_row(both[:_N_OP]), False)
+            # BEGIN IMMEDIATE holds the write lock: nobody can insert between the read above
+            # and the insert, and the controls are read under the same lock.
+            tx = SQLiteTx(conn)
+            tx.seed(sql.controls_from_row(new.action, None if both[_N_OP] is None
                                           else both[_N_OP + 1:]))
-                new, steps, held = guard_new_row(tx, new, list(path), guard, now=now)
-                return self._insert_new(conn, new, steps, held, now, audit, guard), True
-        if existing.fingerprint != new.fingerprint:
-            err = conflict(existing, new.fingerprint)
-            self.append_audit("idempotency_conflict", {"offered_fingerprint": new.fingerprint,
-                              "stored_fingerprint": existing.fingerprint}, now=now,
-                              scope=new.scope, operation_id=new.operation_id)
-            raise err
-        return existing, False
+            done = journal_new(tx, new, path, guard, audit, now=now)
+            tx.finish()
+            return done
 
-    def _insert_new(self, conn: sqlite3.Connection, new: NewOperation, path: list[State],
-                    held: str | None, now: float, audit: Mapping[str, object] | None,
-                    guard: DispatchGuard | None) -> Operation:
-        final = path[-1]
-        submitted_at = now if final is State.SUBMITTED else None
-        intent = dumps(new.intent)
-        # The entries first: the row records the last one's (seq, hash) as the chain's head.
-        anchor: tuple[int | None, str | None] = (None, None)
-        for kind, detail in path_audit(new, path, audit, held, intent_text=intent):
-            anchor = chained_audit(conn, now, new.scope, new.operation_id, kind, detail,
-                                   advance_head=False)
-        conn.execute(
-            _INSERT,
-            (new.scope, new.operation_id, new.op_key, new.action, new.fingerprint,
-             final.value, intent, dumps(new.effect), new.tier, new.reason,
-             new.policy_version, held, now, now, submitted_at, *anchor))
-        if final is State.AWAITING_APPROVAL:
-            request_approval(conn, new.scope, new.operation_id, new.fingerprint,
-                             new.tier, guard, now)
-        return Operation(
-            scope=new.scope, operation_id=new.operation_id, action=new.action,
-            fingerprint=new.fingerprint, state=final, intent=new.intent,
-            effect=new.effect, tier=new.tier, reason=new.reason,
-            policy_version=new.policy_version, venue_id=None, detail=held,
-            created_at=now, updated_at=now, submitted_at=submitted_at, version=1)
-
-    def transition(self, scope: str, operation_id: str, expected: State, target: State, *,
-                   now: float, venue_id: str | None = None, detail: str | None = None,
-                   audit: Mapping[str, object] | None = None,
-                   guard: DispatchGuard | None = None,
-                   current: Operation | None = None) -> Operation:
-        target = check_transition(expected, target)
-        submitted_at = now if target is State.SUBMITTED else None
-        known = current if (current is not None and current.scope == scope
-                            and current.operation_id == operation_id) else None
-        with self._tx() as conn:
-            if target is State.SUBMITTED:
-                # The kill switch, breaker, shadow flag and envelope are read in the very
-                # transaction that would write `submitted` (invariant 7).
-                known = _select(conn, scope, operation_id)
+    def _transition(self, scope: str, operation_id: str, expected: State, target: State,
+                    now: float, venue_id: str | None, detail: str | None,
+                    event: Mapping[str, object], known: Operation | None) -> Operation | None:
+        try:
+            with self._tx() as conn:
+                tx = SQLiteTx(conn)
+                # The entry first, so the compare-and-set records it as the chain's head.
+                tx.audit("transition", event, now, scope, operation_id)
+                changed = tx.cas(scope, operation_id, expected, target, now=now,
+                                 venue_id=venue_id, detail=detail)
+                if changed is None:
+                    raise _Miss  # rolls the entry back with the transaction
                 if known is None:
-                    raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
-                if known.state is not expected:
-                    raise StaleState(f"operation {operation_id!r} is {known.state.value!r}, "
-                                     f"not {expected.value!r}")
-                tx = SQLiteControlTx(conn)
-                verdict = dispatch_verdict(tx, tx.controls(known.action), guard, now=now,
-                                           op_key=known.op_key)
-                if verdict == SHADOW:
-                    target, submitted_at = State.SHADOWED, None
-                    request = shadow_request(known.op_key, known.action, known.effect)
-                    tx.record_shadow(scope, operation_id, known.action,
-                                     (guard.correlation_id if guard else None) or operation_id,
-                                     request, known.fingerprint, now)
-                    audit = {**(audit or {}), "request": request}
-                    if guard is not None:
-                        guard.report.shadowed = True
-                elif verdict is not None:
-                    if guard is not None:
-                        guard.report.held_by = verdict
-                    conn.execute("UPDATE operations SET detail = ?, updated_at = ? WHERE scope = ? "
-                                 "AND operation_id = ?", (verdict, now, scope, operation_id))
-                    _audit(conn, now, scope, operation_id, "dispatch_held", {"reason": verdict})
-                    return replace(known, detail=verdict, updated_at=now)
-            event: dict[str, object] = {"from": expected.value, "state": target.value}
-            if venue_id is not None:
-                event["venue_id"] = venue_id
-            if detail is not None:
-                event["detail"] = detail
-            if audit:
-                event.update(audit)
-            # The entry first, so the compare-and-set records it as the chain's head; a miss
-            # raises below and the rollback takes the entry with it.
-            seq, entry_hash = chained_audit(conn, now, scope, operation_id, "transition", event,
-                                            advance_head=False)
-            # fetchall() runs the UPDATE to completion before COMMIT.
-            changed = conn.execute(_CAS_ANCHORED, (
-                target.value, now, venue_id, detail, submitted_at, seq, entry_hash, scope,
-                operation_id, expected.value)).fetchall()
-            if len(changed) != 1:
-                row = _select(conn, scope, operation_id)
-                if row is None:
-                    raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
-                raise StaleState(f"operation {operation_id!r} is {row.state.value!r}, "
-                                 f"not {expected.value!r}")
-            if known is None:
-                # No copy of the row to build on: read it back, inside the transaction.
-                known = _select(conn, scope, operation_id)
-                if known is None:  # unreachable: updated inside this transaction
-                    raise StoreError("row vanished inside its own transaction")
-                return known
-        return moved(known, target, now, changed[0])
+                    # No copy of the row to build on: read it back, inside the transaction.
+                    return sql.operation_from_row(tx.one(sql.SELECT_OP, (scope, operation_id)))
+        except _Miss:
+            return None
+        return moved(known, target, now, changed)
 
     def transition_many(self, moves: Sequence[Move], *, now: float) -> list[bool]:
         check_moves(moves)
         if not moves:
             return []
         applied: list[bool] = []
-        head = (0, "")
         with self._tx() as conn:
+            tx = SQLiteTx(conn)
             for m in moves:
-                # The same compare-and-set and audit entry as transition(), in one transaction.
+                # The compare-and-set first: a stale move writes no entry. The head is
+                # recorded once, after the batch.
                 changed = conn.execute(_CAS, (m.target.value, now, m.venue_id, m.detail, None,
-                                              m.scope, m.operation_id,
+                                              None, None, m.scope, m.operation_id,
                                               m.expected.value)).fetchall()
-                applied.append(len(changed) == 1)
+                applied.append(bool(changed))
                 if changed:
-                    head = chained_audit(conn, now, m.scope, m.operation_id, "transition",
-                                         move_event(m), advance_head=False)
-            if any(applied):
-                advance_head(conn, *head)  # once per batch: the last entry is the head
+                    tx.audit("transition", transition_event(
+                        m.expected, m.target, venue_id=m.venue_id, detail=m.detail,
+                        audit=m.audit), now, m.scope, m.operation_id)
+            tx.finish()
         return applied
 
-    def _move(self, conn: sqlite3.Connection, row: Operation, target: State, now: float,
-              detail: str | None, audit: Mapping[str, object]) -> Operation:
-        """Compare-and-set ``row.state -> target`` inside the caller's transaction."""
-        check_transition(row.state, target)
-        cur = conn.execute("UPDATE operations SET state = ?, updated_at = ?, version = version + 1,"
-                           " detail = coalesce(?, detail) WHERE scope = ? AND operation_id = ? "
-                           "AND state = ?", (target.value, now, detail, row.scope,
-                                             row.operation_id, row.state.value))
-        if cur.rowcount != 1:
-            raise StaleState(f"operation {row.operation_id!r} moved concurrently")
-        _audit(conn, now, row.scope, row.operation_id, "transition",
-               {"from": row.state.value, "state": target.value, **audit})
-        moved = _select(conn, row.scope, row.operation_id)
-        if moved is None:  # unreachable: updated inside this transaction
-            raise StoreError("row vanished inside its own transaction")
-        return moved
+    # --- schema, leases, locks, heads: SQLite's own -----------------------------------------
 
-    def get(self, scope: str, operation_id: str) -> Operation | None:
-        with self._read() as conn:
-            return _select(conn, scope, operation_id)
+    def migrate(self) -> None:
+        with self._tx() as conn:
+            migrate(conn)
 
-    def list_operations(self, *, state: State | None = None, action: str | None = None,
-                        scope: str | None = None, older_than: float | None = None,
-                        limit: int = 100) -> list[Operation]:
-        where, args = operation_filters("?", state=state, action=action, scope=scope,
-                                        older_than=older_than)
-        with self._read() as conn:
-            rows = conn.execute(f"SELECT {_OP_COLUMNS} FROM operations {where} "
-                                "ORDER BY updated_at DESC LIMIT ?", (*args, limit)).fetchall()
-        return [_row_to_operation(r) for r in rows]
-
-    def count_by_state(self) -> dict[tuple[str, str], int]:
-        with self._read() as conn:
-            rows = conn.execute(
-                "SELECT action, state, count(*) FROM operations GROUP BY action, state").fetchall()
-        return {(r[0], r[1]): int(r[2]) for r in rows}
-
-    # --- reconciliation -------------------------------------------------------------------
-
-    def page_entries(self, after: str | None, limit: int,
-                     actions: Sequence[str] | None = None) -> list[LedgerEntry]:
-        sql = f"SELECT {_ENTRY_COLUMNS} FROM operations WHERE op_key > ?"
-        args: list[Any] = [after or ""]
-        if actions is not None:
-            sql += f" AND action IN ({','.join('?' * len(actions))})"
-            args.extend(actions)
-        with self._read() as conn:
-            rows = conn.execute(sql + " ORDER BY op_key LIMIT ?", (*args, limit)).fetchall()
-        return [_row_to_entry(r) for r in rows]
+    def schema_version(self) -> int:
+        return int(self._rows("SELECT max(version) FROM schema_migrations")[0][0] or 0)
 
     def lease_uncertain(self, owner: str, *, now: float, lease_seconds: float,
                         limit: int) -> list[LedgerEntry]:
@@ -479,29 +276,9 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
                 "UPDATE operations SET lease_owner = ?, lease_until = ? WHERE op_key IN ("
                 " SELECT op_key FROM operations WHERE state = 'submitted'"
                 " AND (lease_until IS NULL OR lease_until < ?) ORDER BY op_key LIMIT ?)"
-                f" RETURNING {_ENTRY_COLUMNS}",
+                f" RETURNING {sql.ENTRY_COLUMNS}",
                 (owner, now + lease_seconds, now, limit)).fetchall()
-        return sorted((_row_to_entry(r) for r in rows), key=lambda e: e.op_key)
-
-    def record_divergence(self, kind: str, op_key: str, venue_ids: Sequence[str],
-                          ledger_state: str | None, *, now: float) -> bool:
-        with self._tx() as conn:
-            cur = conn.execute(
-                "INSERT INTO divergences (kind, op_key, venue_ids, ledger_state, first_seen) "
-                "VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING",
-                (kind, op_key, dumps(list(venue_ids)), ledger_state, now))
-            created = cur.rowcount == 1
-            if created:
-                scope, _, operation_id = op_key.partition(":")
-                _audit(conn, now, scope or None, operation_id or None, "divergence",
-                       {"kind": kind, "venue_ids": list(venue_ids), "ledger_state": ledger_state})
-        return created
-
-    def list_divergences(self, limit: int = 1000) -> list[Divergence]:
-        with self._read() as conn:
-            rows = conn.execute("SELECT kind, op_key, venue_ids, ledger_state, first_seen FROM "
-                                "divergences ORDER BY id LIMIT ?", (limit,)).fetchall()
-        return [Divergence(r[0], r[1], tuple(json.loads(r[2])), r[3], r[4]) for r in rows]
+        return sorted((sql.entry_from_row(r) for r in rows), key=lambda e: e.op_key)
 
     @contextmanager
     def _sweep_lock(self, holder: str, now: float, ttl: float) -> Iterator[bool]:
@@ -528,25 +305,35 @@ class SQLiteStore(SQLiteControlsMixin, SQLiteReadsMixin):
     def sweep_lock(self, holder: str, *, now: float, ttl: float) -> AbstractContextManager[bool]:
         return self._sweep_lock(holder, now, ttl)
 
-    # --- audit ------------------------------------------------------------------------------
+    def audit_anchor_mismatches(self) -> list[tuple[int, str]]:
+        """Operations rows and the audit_heads row whose recorded entry is gone or differs.
 
-    def append_audit(self, kind: str, detail: Mapping[str, object], *, now: float,
-                     scope: str | None = None, operation_id: str | None = None) -> None:
-        with self._tx() as conn:
-            _audit(conn, now, scope, operation_id, kind, detail)
+        Appends chain from the log's last entry, so after entries are cut off the tail, later
+        appends re-use their seqs and the chain itself reads as whole again; the recorded
+        (seq, hash) pairs do not move and keep saying what was there (migration 4).
+        """
+        rows = self._rows(
+            "SELECT o.audit_seq, o.scope || ':' || o.operation_id, a.hash IS NULL "
+            "FROM operations o LEFT JOIN audit_log a ON a.seq = o.audit_seq "
+            "WHERE o.audit_seq IS NOT NULL AND (a.hash IS NULL OR a.hash <> o.audit_hash) "
+            "UNION ALL SELECT h.seq, 'the audit head', a.hash IS NULL FROM audit_heads h "
+            "LEFT JOIN audit_log a ON a.seq = h.seq "
+            "WHERE a.hash IS NULL OR a.hash <> h.hash ORDER BY 1")
+        return [(int(seq), f"{who} records audit seq {seq}, which the log "
+                 f"{'no longer has' if missing else 'holds with another hash'}: entries were "
+                 "deleted or rewritten") for seq, who, missing in rows]
 
-    def iter_audit(self, after_seq: int = 0) -> Iterator[AuditEvent]:
-        last = after_seq
-        while True:
-            with self._read() as conn:
-                rows = conn.execute("SELECT seq, at, scope, operation_id, kind, detail FROM "
-                                    "audit_log WHERE seq > ? ORDER BY seq LIMIT 1000",
-                                    (last,)).fetchall()
-            for r in rows:
-                yield AuditEvent(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]))
-            if len(rows) < 1000:
-                return
-            last = rows[-1][0]
+    def audit_heads(self) -> dict[int, tuple[int, str]]:
+        """The recorded head: the later of audit_heads and the newest operations-row anchor.
+
+        The anchors have no index (one would cost the page they save), so this scans the
+        operations table: verification reads every entry anyway.
+        """
+        rows = self._rows(
+            "SELECT seq, hash FROM (SELECT seq, hash FROM audit_heads WHERE lane = 0 "
+            "UNION ALL SELECT audit_seq, audit_hash FROM operations "
+            "WHERE audit_seq IS NOT NULL) ORDER BY seq DESC LIMIT 1")
+        return {0: (int(rows[0][0]), str(rows[0][1]))} if rows else {}
 
     def close(self) -> None:
         self._gate.close()

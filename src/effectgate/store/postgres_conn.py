@@ -1,0 +1,320 @@
+"""PostgreSQL connections for the shared ledger: psycopg 3, a ``psycopg_pool`` pool, and how a
+write is classified by whether its ``COMMIT`` may have been sent.
+
+Many executor processes on many hosts share one schema. The primary key on
+``(scope, operation_id)`` makes the first insert win (``INSERT ... ON CONFLICT DO NOTHING``),
+every transition is ``UPDATE ... WHERE state = expected`` with its row count checked, and a
+row's audit lines are written by the same statement (data-modifying CTEs), so they commit or
+vanish together.
+
+Every write is an explicit transaction, classified by whether ``COMMIT`` may have been sent: a
+failure before it changed nothing (:class:`StoreError`, retried once on a fresh connection when
+the connection itself failed); a lost connection once ``COMMIT`` may be in flight may or may not
+have committed (:class:`IndeterminateCommit`), and callers treat the operation as uncertain
+instead of guessing. The hot path (journalling a new row, a receipt's compare-and-set) sends
+its statements in ONE round trip, as the implicit transaction the server commits at the
+pipeline's Sync, or a single autocommit statement (:meth:`_write_one_trip`): a server error
+aborts it, so nothing is written; a lost connection in flight is indeterminate. Writes whose
+statement result decides further writes keep two round trips (:meth:`_write`): ``BEGIN`` +
+statement, then ``COMMIT``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from effectgate.errors import ConfigError, IndeterminateCommit, StoreError
+
+__all__ = ["DEFAULT_SCHEMA", "PgConnections", "check_schema_name", "drop_schema",
+           "first_line", "lock_key_sql", "log", "split_schema"]
+
+log = logging.getLogger("effectgate.store.postgres")
+
+T = TypeVar("T")
+Conn = psycopg.Connection[Any]
+Cur = psycopg.Cursor[Any]
+
+DEFAULT_SCHEMA = "effectgate"
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+# "off" lets a commit return before its WAL is flushed: for benchmarks and throwaway ledgers only,
+# like SQLite's synchronous=OFF. Anything but "on" (or a replica-waiting level) breaks invariant 3.
+_SYNC_COMMIT = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
+
+
+def check_schema_name(schema: str) -> str:
+    """Schema names are plain identifiers: they end up in DDL and in the search path."""
+    if not isinstance(schema, str) or not _IDENTIFIER.fullmatch(schema):
+        raise ConfigError(f"schema {schema!r} must match {_IDENTIFIER.pattern}")
+    return schema
+
+
+def split_schema(url: str) -> tuple[str, str | None]:
+    """Strip a ``schema=NAME`` query parameter (ours, not libpq's) from a PostgreSQL URL."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return url, None
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in query if k == "schema"]
+    if len(schemas) > 1:
+        raise ConfigError("the store URL names more than one schema")
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), (schemas[0] if schemas else None)
+
+
+_IDLE = psycopg.pq.TransactionStatus.IDLE
+
+
+def _connection_lost(exc: BaseException, conn: Conn | None) -> bool:
+    """True when the failure is the connection (or the server going away), not a SQL answer."""
+    if conn is not None and conn.broken:
+        return True
+    state = getattr(exc, "sqlstate", None)
+    # No SQLSTATE: the client lost the socket. 08xxx: connection exception. 57P0x: the server is
+    # shutting down or crashed (``pg_ctl stop -m immediate`` sends 57P01/57P02 mid-statement).
+    return state is None or state.startswith(("08", "57P"))
+
+
+def lock_key_sql(purpose: str, schema: str) -> sql.Composed:
+    # 64-bit keys derived from the schema name, so ledgers in one database never share a lock.
+    return sql.SQL("hashtextextended({}, 0)").format(sql.Literal(f"effectgate.{purpose}:{schema}"))
+
+
+class PgConnections:
+    """A PostgreSQL schema's connections: the pool, its sessions' settings, and the three ways
+    a call uses them (see the module docstring).
+
+    ``statement_timeout_ms`` and ``lock_timeout_ms`` bound every statement on the server;
+    ``pool_timeout`` bounds the wait for a pooled connection and ``connect_timeout`` a new one,
+    so a stuck or unreachable database fails a call (StoreError) instead of hanging it.
+    ``synchronous_commit`` is ``on`` by default: a commit that returned survives a crash.
+    """
+
+    def __init__(self, url: str, *, schema: str | None = None, min_size: int = 1,
+                 max_size: int = 4, statement_timeout_ms: int = 5000,
+                 lock_timeout_ms: int = 2000, idle_in_transaction_timeout_ms: int = 30_000,
+                 connect_timeout: float = 5.0, pool_timeout: float = 5.0,
+                 synchronous_commit: str = "on", migrate: bool = True) -> None:
+        conninfo, url_schema = split_schema(url)
+        if schema is not None and url_schema is not None and schema != url_schema:
+            raise ConfigError(f"schema {schema!r} given twice with different values "
+                              f"({url_schema!r} in the URL)")
+        self.schema = check_schema_name(schema or url_schema or DEFAULT_SCHEMA)
+        for name, value in (("statement_timeout_ms", statement_timeout_ms),
+                            ("lock_timeout_ms", lock_timeout_ms),
+                            ("idle_in_transaction_timeout_ms", idle_in_transaction_timeout_ms)):
+            if not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name} must be a non-negative integer")
+        if synchronous_commit not in _SYNC_COMMIT:
+            raise ConfigError(f"synchronous_commit must be one of {sorted(_SYNC_COMMIT)}")
+        if not 1 <= min_size <= max_size:
+            raise ConfigError("pool sizes need 1 <= min_size <= max_size")
+        if not (connect_timeout > 0 and pool_timeout > 0):
+            raise ConfigError("connect_timeout and pool_timeout must be positive")
+        self._settings = {
+            "search_path": sql.Identifier(self.schema).as_string(None),
+            "statement_timeout": str(statement_timeout_ms),
+            "lock_timeout": str(lock_timeout_ms),
+            "idle_in_transaction_session_timeout": str(idle_in_transaction_timeout_ms),
+            "synchronous_commit": synchronous_commit,
+            # Each statement of a transaction takes a fresh snapshot: a statement queued after
+            # an advisory lock sees what committed while the lock was awaited (the controls
+            # checks rely on it), whatever the server's default isolation is.
+            "default_transaction_isolation": "read committed",
+        }
+        self._pool_timeout = float(pool_timeout)
+        self._connect_kwargs: dict[str, Any] = {
+            "autocommit": True,  # transactions are explicit: see _write
+            "connect_timeout": max(1, round(connect_timeout)),
+            # Keepalives notice a vanished server or host that statement_timeout cannot.
+            "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+            "keepalives_count": 3,
+        }
+        self._conninfo = conninfo
+        self._sweep_mutex = threading.Lock()
+        self._lock_conn: Conn | None = None
+        self._pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size,
+                                    kwargs=self._connect_kwargs, configure=self._configure,
+                                    timeout=self._pool_timeout, open=False,
+                                    name=f"effectgate-{self.schema}")
+        try:
+            self._pool.open(wait=True, timeout=connect_timeout + self._pool_timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise StoreError(f"cannot connect to PostgreSQL for schema {self.schema!r}") from exc
+        if migrate:
+            self.migrate()
+
+    def migrate(self) -> None:
+        raise NotImplementedError
+
+    def _configure(self, conn: Conn) -> None:
+        """Session settings for every new pooled connection (one round trip, at connect)."""
+        names = list(self._settings)
+        conn.execute("SELECT " + ", ".join("set_config(%s, %s, false)" for _ in names),
+                     [v for n in names for v in (n, self._settings[n])])
+
+    # --- transactions -------------------------------------------------------------------
+
+    def _write(self, first: Callable[[Conn], Cur], then: Callable[[Conn, Cur], T],
+               what: str) -> T:
+        """Run one explicit transaction; classify failures by whether COMMIT was sent.
+
+        ``first`` queues the main statement in pipeline mode, so ``BEGIN`` and it travel in one
+        round trip; ``then`` reads its result (and may run more statements, off the hot path);
+        ``COMMIT`` follows as its own message. A connection failure before COMMIT changed
+        nothing and is retried once on a fresh connection: every statement here is idempotent
+        or compare-and-set, so the retry cannot double anything.
+        """
+        for attempt in (1, 2):
+            conn: Conn | None = None
+            try:
+                with self._pool.connection(timeout=self._pool_timeout) as conn:
+                    with conn.pipeline():
+                        conn.execute("BEGIN")
+                        cur = first(conn)
+                    result = then(conn, cur)
+                    self._commit(conn, what)
+                    return result
+            except PoolTimeout as exc:
+                raise StoreError(f"{what}: no database connection within "
+                                 f"{self._pool_timeout:g}s") from exc
+            except psycopg.Error as exc:
+                if attempt == 1 and _connection_lost(exc, conn):
+                    log.warning("%s: connection failed before COMMIT (%s); retrying once",
+                                what, type(exc).__name__)
+                    continue
+                raise StoreError(f"{what} failed before commit, nothing written: "
+                                 f"{type(exc).__name__}: {first_line(exc)}") from exc
+        raise StoreError(f"{what}: unreachable")  # the loop returns or raises
+
+    @staticmethod
+    def _commit(conn: Conn, what: str) -> None:
+        try:
+            conn.execute("COMMIT")
+        except psycopg.Error as exc:
+            if _connection_lost(exc, conn):
+                raise IndeterminateCommit(
+                    f"{what}: connection lost while COMMIT was in flight; the write may or may "
+                    f"not be durable ({type(exc).__name__})") from exc
+            # The server answered COMMIT with an error: the transaction was rolled back.
+            raise StoreError(f"{what}: COMMIT refused, nothing written: "
+                             f"{first_line(exc)}") from exc
+
+    def _write_one_trip(self, first: Callable[[Conn], Cur], what: str, *,
+                        single: bool = False) -> Cur:
+        """The statements ``first`` queues, as ONE transaction in one pipelined round trip.
+
+        No ``BEGIN`` or ``COMMIT`` travel: on an autocommit connection, the extended-protocol
+        messages up to the pipeline's single Sync run as one implicit transaction, which the
+        server commits at the Sync (PostgreSQL protocol docs, "Pipelining"). Each statement
+        still takes its own snapshot, so one queued after an advisory lock sees what committed
+        while the lock was awaited. Two fewer messages than ``BEGIN ... COMMIT``, and fewer
+        executes: psycopg's per-execute client cost was more than the round trip.
+
+        ``single``: ``first`` runs exactly one statement, sent without a pipeline (it is its
+        own implicit transaction), which saves the pipeline's client overhead.
+
+        Only for statements that are the whole write: the result is read (from the returned
+        cursor) after the commit, and any follow-up a caller needs is a read or a separate
+        transaction. A server error aborts the implicit transaction (later statements are
+        skipped, nothing is written): :class:`StoreError`. A lost connection may have come
+        after the server committed at the Sync: :class:`IndeterminateCommit`, never a retry.
+        """
+        conn: Conn | None = None
+        try:
+            with self._pool.connection(timeout=self._pool_timeout) as conn:
+                # The implicit transaction needs an autocommit connection outside any
+                # transaction: inside one, the Sync would commit nothing.
+                if not conn.autocommit or conn.info.transaction_status != _IDLE:
+                    raise StoreError(f"{what}: pooled connection is not idle in autocommit "
+                                     "mode; nothing written")
+                if single:
+                    # One statement is its own implicit transaction: no pipeline needed.
+                    cur = first(conn)
+                else:
+                    # psycopg sends the Sync on leaving the block even if ``first`` raised, so
+                    # whatever it queued before raising commits: ``first`` queues the write
+                    # last, after statements that write nothing (the locks).
+                    with conn.pipeline():
+                        cur = first(conn)
+        except PoolTimeout as exc:
+            raise StoreError(f"{what}: no database connection within "
+                             f"{self._pool_timeout:g}s") from exc
+        except psycopg.Error as exc:
+            if _connection_lost(exc, conn):
+                raise IndeterminateCommit(
+                    f"{what}: connection lost while the statements and their commit were in "
+                    f"flight; the write may or may not be durable ({type(exc).__name__})"
+                ) from exc
+            raise StoreError(f"{what} failed and was rolled back, nothing written: "
+                             f"{type(exc).__name__}: {first_line(exc)}") from exc
+        return cur
+
+    def _read(self, work: Callable[[Conn], T], what: str) -> T:
+        """One autocommit read; a connection failure is retried once (reads change nothing)."""
+        for attempt in (1, 2):
+            conn: Conn | None = None
+            try:
+                with self._pool.connection(timeout=self._pool_timeout) as conn:
+                    return work(conn)
+            except PoolTimeout as exc:
+                raise StoreError(f"{what}: no database connection within "
+                                 f"{self._pool_timeout:g}s") from exc
+            except psycopg.Error as exc:
+                if attempt == 1 and _connection_lost(exc, conn):
+                    continue
+                raise StoreError(f"{what} failed: {type(exc).__name__}: "
+                                 f"{first_line(exc)}") from exc
+        raise StoreError(f"{what}: unreachable")
+
+    def _unlock(self, conn: Conn, key: sql.Composed) -> None:
+        try:
+            conn.execute(sql.SQL("SELECT pg_advisory_unlock({})").format(key))
+        except psycopg.Error as exc:
+            # The session is gone, and a session lock dies with its session: nothing is held.
+            # Dropping the connection guarantees that even if the error was something else.
+            log.warning("sweep unlock failed (%s); closing the lock connection",
+                        type(exc).__name__)
+            self._drop_lock_connection()
+
+    def _lock_connection(self) -> Conn:
+        """A connection outside the pool: a session lock must never leak into pooled sessions."""
+        conn = self._lock_conn
+        if conn is None or conn.closed or conn.broken:
+            try:
+                conn = psycopg.connect(self._conninfo, **self._connect_kwargs)
+            except psycopg.Error as exc:
+                raise StoreError(f"sweep lock: cannot connect: {type(exc).__name__}") from exc
+            self._lock_conn = conn
+        return conn
+
+    def _drop_lock_connection(self) -> None:
+        conn, self._lock_conn = self._lock_conn, None
+        if conn is not None:
+            conn.close()
+
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0][:300]
+
+
+def drop_schema(url: str, schema: str) -> None:
+    """Drop a ledger schema and everything in it (tests, demos, decommissioning)."""
+    conninfo, _ = split_schema(url)
+    ident = sql.Identifier(check_schema_name(schema))
+    try:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(ident))
+    except psycopg.Error as exc:
+        raise StoreError(f"drop schema {schema!r}: {type(exc).__name__}: "
+                         f"{first_line(exc)}") from exc

@@ -1,0 +1,244 @@
+"""The store's contract, one protocol per role; :class:`Store` is all of them.
+
+Every method is its own transaction unless stated. A capability that holds state adds a role:
+a protocol here, one implementation over the dialect hooks (:mod:`effectgate.store.ledger`
+shows the pattern: SQL written once with ``?`` placeholders, run through ``_rows`` for reads
+and ``_run`` for one write transaction), DDL in each dialect's migrations, and the same
+contract tests on both stores. Only connections and transactions, DDL, the hot path's
+statements, locks and leases, and error classification are written per dialect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from effectgate.core.states import State
+from effectgate.store.base import (
+    AuditEvent,
+    Divergence,
+    Journal,
+    LedgerEntry,
+    Move,
+    NewOperation,
+    Operation,
+)
+
+if TYPE_CHECKING:
+    from effectgate.audit import ChainEntry
+    from effectgate.core.controls import (
+        Alert,
+        ApprovalOutcome,
+        ApprovalRecord,
+        ApprovalRequest,
+        AuthorityStep,
+        ClassControls,
+        DispatchGuard,
+        ShadowPair,
+    )
+
+__all__ = ["Alerts", "Approvals", "AuditLog", "Controls", "LedgerReads", "LedgerWrites",
+           "Store", "Sweep"]
+
+
+@runtime_checkable
+class LedgerWrites(Protocol):
+    """Journalling, dispatching and settling operations: the hot path."""
+
+    def journal(self, new: NewOperation, path: Sequence[State], *, now: float,
+                audit: Mapping[str, object] | None = None,
+                guard: DispatchGuard | None = None) -> Journal:
+        """Journal a new row that walked ``path`` in one transaction, or return the existing one.
+
+        An existing row with another fingerprint raises :class:`IdempotencyConflict`. A path
+        ending in ``submitted`` is durable when this returns. In the same transaction the
+        class's controls apply (:mod:`effectgate.store.guard`): the row may end ``rejected``
+        (envelope), ``shadowed``, or stay ``validated`` held; the returned verdict says which.
+        """
+
+    def insert_operation(self, new: NewOperation, path: Sequence[State], *, now: float,
+                         audit: Mapping[str, object] | None = None,
+                         guard: DispatchGuard | None = None) -> tuple[Operation, bool]:
+        """:meth:`journal` as ``(row, created)``."""
+
+    def dispatch(self, scope: str, operation_id: str, *, now: float,
+                 guard: DispatchGuard | None = None,
+                 audit: Mapping[str, object] | None = None) -> Journal:
+        """``validated -> submitted`` with the controls checked in the same transaction.
+
+        The verdict may instead shadow the row (``shadowed``) or hold it (still ``validated``,
+        ``detail`` says why). Raises StaleState/OperationNotFound when the row is not
+        ``validated``.
+        """
+
+    def transition(self, scope: str, operation_id: str, expected: State, target: State, *,
+                   now: float, venue_id: str | None = None, detail: str | None = None,
+                   audit: Mapping[str, object] | None = None,
+                   guard: DispatchGuard | None = None,
+                   current: Operation | None = None) -> Operation:
+        """Compare-and-set ``expected -> target``; raise StaleState/OperationNotFound otherwise.
+
+        A move to ``submitted`` is :meth:`dispatch`. ``current``: the caller's copy of the row
+        (as it was at ``expected``); when given, the returned row is built from it plus the
+        columns the update changed instead of reading it back (the receipt path).
+        """
+
+    def transition_many(self, moves: Sequence[Move], *, now: float) -> list[bool]:
+        """Apply each move as its own compare-and-set, all in ONE transaction.
+
+        Returns, per move, whether it applied; a stale move is skipped, not an error. Each
+        applied move writes the same row update and chained audit entry as :meth:`transition`.
+        An invalid move (state table, or a move to ``submitted``) raises before any write.
+        """
+
+
+@runtime_checkable
+class LedgerReads(Protocol):
+    """Reads of the operations ledger (one statement each)."""
+
+    def get(self, scope: str, operation_id: str) -> Operation | None: ...
+
+    def list_operations(self, *, state: State | None = None, action: str | None = None,
+                        scope: str | None = None, older_than: float | None = None,
+                        limit: int = 100) -> list[Operation]: ...
+
+    def count_by_state(self) -> dict[tuple[str, str], int]:
+        """``{(action, state): n}`` for metrics and the demo."""
+
+    def oldest_submitted_at(self) -> float | None:
+        """When the oldest ``submitted`` (uncertain) row was journalled; None when there is none."""
+
+    def count_held(self) -> dict[str, int]:
+        """``{action: n}`` of ``validated`` rows a control is holding (``detail`` ``held:...``)."""
+
+    def list_held(self, *, action: str | None = None, scope: str | None = None,
+                  limit: int = 1000) -> list[Operation]:
+        """Held ``validated`` rows, most recently updated first, filtered before LIMIT."""
+
+
+@runtime_checkable
+class Sweep(Protocol):
+    """What the reconciler pages, leases, locks and records."""
+
+    def page_entries(self, after: str | None, limit: int,
+                     actions: Sequence[str] | None = None) -> list[LedgerEntry]:
+        """Ledger entries with ``op_key > after`` in key order (the sweep's side of the merge)."""
+
+    def lease_uncertain(self, owner: str, *, now: float, lease_seconds: float,
+                        limit: int) -> list[LedgerEntry]:
+        """Claim up to ``limit`` ``submitted`` rows no other live lease holds (replicas share)."""
+
+    def sweep_lock(self, holder: str, *, now: float,
+                   ttl: float) -> AbstractContextManager[bool]:
+        """Hold the single-sweeper lock for the block; yields False when another holds it."""
+
+    def record_divergence(self, kind: str, op_key: str, venue_ids: Sequence[str],
+                          ledger_state: str | None, *, now: float) -> bool:
+        """Store a divergence once; True only the first time it is seen (alarm once)."""
+
+    def list_divergences(self, limit: int = 1000) -> list[Divergence]: ...
+
+    def list_divergences_in(self, scope: str | None = None, *,
+                            limit: int = 1000) -> list[Divergence]:
+        """Divergences of one scope's operation keys (all when None), filtered before LIMIT."""
+
+    def count_divergences(self) -> dict[str, int]:
+        """``{kind: n}`` over every divergence recorded."""
+
+
+@runtime_checkable
+class Controls(Protocol):
+    """Operators' switches, breakers, envelopes and shadow mode (each call one audited
+    transaction)."""
+
+    def controls(self, action: str) -> ClassControls: ...
+
+    def list_controls(self) -> list[ClassControls]: ...
+
+    def set_kill(self, action: str, on: bool, *, operator: str, reason: str | None,
+                 now: float) -> ClassControls: ...
+
+    def reset_breaker(self, action: str, *, operator: str, reason: str | None,
+                      now: float) -> ClassControls: ...
+
+    def set_shadow(self, action: str, on: bool, *, operator: str,
+                   now: float) -> ClassControls: ...
+
+    def apply_authority_step(self, action: str, axis: str, new: object, *,
+                             evidence: Mapping[str, object], reverse_on: str, operator: str,
+                             now: float) -> AuthorityStep: ...
+
+    def authority_history(self, action: str | None = None) -> list[AuthorityStep]: ...
+
+    def record_incumbent(self, correlation_id: str, action: str, fingerprint: str | None,
+                         effect: Mapping[str, object] | None, *, source: str,
+                         now: float) -> None: ...
+
+    def shadow_pairs(self, action: str | None = None) -> list[ShadowPair]: ...
+
+
+@runtime_checkable
+class Approvals(Protocol):
+    """Approval requests and answers."""
+
+    def approval_request(self, scope: str, operation_id: str) -> ApprovalRequest | None: ...
+
+    def list_approvals(self, scope: str, operation_id: str) -> list[ApprovalRecord]: ...
+
+    def decide_approval(self, scope: str, operation_id: str, *, approver: str, fingerprint: str,
+                        approve: bool, reason: str | None, now: float) -> ApprovalOutcome:
+        """One approver's answer to exactly this payload; releases or denies the row."""
+
+    def expire_approvals(self, *, now: float) -> list[Operation]: ...
+
+
+@runtime_checkable
+class AuditLog(Protocol):
+    """The append-only, hash-chained audit log."""
+
+    def append_audit(self, kind: str, detail: Mapping[str, object], *, now: float,
+                     scope: str | None = None, operation_id: str | None = None) -> None: ...
+
+    def iter_audit(self, after_seq: int = 0) -> Iterator[AuditEvent]: ...
+
+    def audit_entries(self, *, after_seq: int = 0, until_seq: int | None = None,
+                      lane: int | None = None, scope: str | None = None,
+                      operation_id: str | None = None, limit: int = 1000) -> list[ChainEntry]:
+        """Audit entries with their chain fields, in seq order."""
+
+    def audit_heads(self) -> dict[int, tuple[int, str]]:
+        """The last ``(seq, hash)`` of each audit lane."""
+
+    def audit_anchor_mismatches(self) -> list[tuple[int, str]]:
+        """Every other recorded ``(seq, hash)`` the log no longer carries: ``(seq, why)``.
+
+        Beyond the heads, a store may record where its entries were (SQLite: each operations
+        row names its latest journal or receipt entry). One whose entry is gone or different
+        means entries were deleted or rewritten, even if later appends re-used their seqs.
+        """
+
+
+@runtime_checkable
+class Alerts(Protocol):
+    """Alerts, stored once per ``(kind, subject)``."""
+
+    def record_alert(self, alert: Alert) -> bool:
+        """Store an alert once per ``(kind, subject)``; True only the first time."""
+
+    def list_alerts(self, limit: int = 1000) -> list[Alert]: ...
+
+    def list_alerts_in(self, scope: str | None = None, *, limit: int = 1000) -> list[Alert]:
+        """Alerts whose subject is one of the scope's operation keys (all when None)."""
+
+
+@runtime_checkable
+class Store(LedgerWrites, LedgerReads, Sweep, Controls, Approvals, AuditLog, Alerts, Protocol):
+    """Every role: what :func:`effectgate.store.open_store` returns."""
+
+    def migrate(self) -> None:
+        """Apply pending schema migrations (idempotent, safe from several processes)."""
+
+    def schema_version(self) -> int: ...
+
+    def close(self) -> None: ...
