@@ -150,6 +150,15 @@ class NewOperation:
     def op_key(self) -> str:
         return make_op_key(self.scope, self.operation_id)
 
+    def journalled(self, state: State, now: float, detail: str | None = None) -> Operation:
+        """The row this transaction journalled at ``now`` in ``state`` (version 1)."""
+        return Operation(
+            scope=self.scope, operation_id=self.operation_id, action=self.action,
+            fingerprint=self.fingerprint, state=state, intent=self.intent, effect=self.effect,
+            tier=self.tier, reason=self.reason, policy_version=self.policy_version,
+            venue_id=None, detail=detail, created_at=now, updated_at=now,
+            submitted_at=now if state is State.SUBMITTED else None, version=1)
+
 
 @dataclass(frozen=True, slots=True)
 class Operation:
@@ -232,6 +241,11 @@ class Move:
     venue_id: str | None = None
     detail: str | None = None
     audit: Mapping[str, object] | None = None
+
+    def event(self) -> dict[str, object]:
+        """Its ``transition`` audit detail, as a single transition writes it."""
+        return transition_event(self.expected, self.target, venue_id=self.venue_id,
+                                detail=self.detail, audit=self.audit)
 
 
 @dataclass(frozen=True, slots=True)

@@ -279,13 +279,7 @@ def journal_new(tx: SharedTx, new: NewOperation, path: list[State],
     if final is State.AWAITING_APPROVAL:
         tx.write(INSERT_REQUEST, approval_request_args(new, guard, now))
     tx.insert_row(new, final, held, now, intent)
-    row = Operation(
-        scope=new.scope, operation_id=new.operation_id, action=new.action,
-        fingerprint=new.fingerprint, state=final, intent=new.intent, effect=new.effect,
-        tier=new.tier, reason=new.reason, policy_version=new.policy_version, venue_id=None,
-        detail=held, created_at=now, updated_at=now,
-        submitted_at=now if final is State.SUBMITTED else None, version=1)
-    return Journal(row, True, verdict, tripped)
+    return Journal(new.journalled(final, now, held), True, verdict, tripped)
 
 
 def dispatch_row(tx: SharedTx, row: Operation | None, scope: str, operation_id: str,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
 
@@ -154,6 +155,10 @@ class SQLStore:
             raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
         return row
 
+    def schema_version(self) -> int:
+        rows = self._rows("SELECT max(version) FROM schema_migrations", (), "schema_version")
+        return int(rows[0][0] or 0) if rows else 0
+
     # --- ledger reads -------------------------------------------------------------------
 
     def get(self, scope: str, operation_id: str) -> Operation | None:
@@ -202,6 +207,42 @@ class SQLStore:
             args.extend(actions)
         return [sql.entry_from_row(r) for r in self._rows(
             query + " ORDER BY op_key LIMIT ?", (*args, limit), "page_entries")]
+
+    def lease_uncertain(self, owner: str, *, now: float, lease_seconds: float,
+                        limit: int) -> list[LedgerEntry]:
+        """Claim rows with one conditional update (a dialect whose writers are serialised
+        needs nothing more; PostgreSQL skips rows other replicas have locked instead)."""
+        rows = self._run(lambda tx, _: tx.rows(
+            "UPDATE operations SET lease_owner = ?, lease_until = ? WHERE op_key IN ("
+            "SELECT op_key FROM operations WHERE state = 'submitted' AND (lease_until IS NULL "
+            f"OR lease_until < ?) ORDER BY op_key LIMIT ?) RETURNING {sql.ENTRY_COLUMNS}",
+            (owner, now + lease_seconds, now, limit)), "lease_uncertain")
+        return sorted((sql.entry_from_row(r) for r in rows), key=lambda e: e.op_key)
+
+    def sweep_lock(self, holder: str, *, now: float, ttl: float) -> AbstractContextManager[bool]:
+        """The single-sweeper lock as a row with an expiry (a dialect with session locks
+        overrides it: PostgreSQL's dies with its holder's connection)."""
+        return self._table_lock("sweep", holder, now, ttl)
+
+    @contextmanager
+    def _table_lock(self, name: str, holder: str, now: float, ttl: float) -> Iterator[bool]:
+        # Not re-entrant, not even for the same holder: two sweeps of one service (the
+        # standing reconciler and an admin "reconcile now") must not run at once, and the
+        # first to finish would otherwise delete the lock the other still relies on.
+        acquired = bool(self._run(lambda tx, _: tx.rows(
+            "INSERT INTO locks (name, holder, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) "
+            "DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at "
+            "WHERE locks.expires_at < ? RETURNING 1", (name, holder, now + ttl, now)),
+            f"lock {name}"))
+        try:
+            yield acquired
+        finally:
+            if acquired:
+                # Only this acquisition's lock: if it expired and was taken over meanwhile,
+                # the new holder's row (another expiry) stays.
+                self._run(lambda tx, _: tx.write(
+                    "DELETE FROM locks WHERE name = ? AND holder = ? AND expires_at = ?",
+                    (name, holder, now + ttl)), f"unlock {name}")
 
     def record_divergence(self, kind: str, op_key: str, venue_ids: Sequence[str],
                           ledger_state: str | None, *, now: float) -> bool:
@@ -260,6 +301,15 @@ class SQLStore:
         return [sql.chain_entry_from_row(r) for r in self._rows(
             f"SELECT {sql.CHAIN_COLUMNS} FROM audit_log {clause} ORDER BY seq LIMIT ?",
             (*args, limit), "audit_entries")]
+
+    def audit_heads(self) -> dict[int, tuple[int, str]]:
+        return {int(r[0]): (int(r[1]), str(r[2])) for r in self._rows(
+            "SELECT lane, seq, hash FROM audit_heads WHERE seq > 0", (), "audit_heads")}
+
+    def audit_anchor_mismatches(self) -> list[tuple[int, str]]:
+        """None beyond the heads, where every append advances its lane's head row and chains
+        from it, so a cut-off tail stays a broken link (SQLite records more: it overrides)."""
+        return []
 
     # --- controls -----------------------------------------------------------------------
 

@@ -33,8 +33,6 @@ from effectgate.store.base import (
     check_moves,
     dumps,
     moved,
-    refuse_newer_schema,
-    transition_event,
 )
 from effectgate.store.guard import SEND, approval_request_args, journal_new, path_audit
 from effectgate.store.ledger import SQLStore, Work
@@ -46,17 +44,19 @@ from effectgate.store.postgres_conn import (
     lock_key_sql,
     split_schema,
 )
-from effectgate.store.postgres_schema import AFTER_MIGRATION, LANES, MIGRATIONS
+from effectgate.store.postgres_schema import LANES, MIGRATIONS
 from effectgate.store.postgres_tx import (
     CHANGED_COLUMNS,
     PgTx,
     audit_params,
+    cas_params,
     cas_sql,
     chain_ctes,
     lock_key,
     pg_sql,
     row_params,
 )
+from effectgate.store.schema import apply_migrations, backfill_chain
 
 __all__ = ["MIGRATIONS", "PostgresStore", "check_schema_name", "drop_schema", "split_schema"]
 
@@ -176,8 +176,6 @@ class PostgresStore(PgConnections, SQLStore):
 
     def _journal(self, new: NewOperation, path: list[State], now: float,
                  audit: Mapping[str, object] | None, guard: DispatchGuard | None) -> Journal:
-        what = f"insert {new.op_key}"
-
         def locks(conn: Conn) -> None:
             # The class's shared lock (a flip waits for us, and we see any flip committed
             # before us), then this key's lock; both are released by the commit. One
@@ -208,7 +206,7 @@ class PostgresStore(PgConnections, SQLStore):
             tx.flush()
             return done
 
-        return self._write(first_full, then, what)
+        return self._write(first_full, then, f"insert {new.op_key}")
 
     def _journal_fast(self, new: NewOperation, path: list[State], now: float,
                       audit: Mapping[str, object] | None, guard: DispatchGuard | None,
@@ -234,16 +232,10 @@ class PostgresStore(PgConnections, SQLStore):
             locks(conn)
             return conn.execute(_FAST_INSERT, params)
 
-        what = f"insert {new.op_key}"
-        inserted, active = self._write_one_trip(first, what).fetchone() or (0, 0)
+        inserted, active = self._write_one_trip(first, f"insert {new.op_key}").fetchone() or (0, 0)
         if inserted:
-            row = Operation(
-                scope=new.scope, operation_id=new.operation_id, action=new.action,
-                fingerprint=new.fingerprint, state=final, intent=new.intent, effect=new.effect,
-                tier=new.tier, reason=new.reason, policy_version=new.policy_version,
-                venue_id=None, detail=None, created_at=now, updated_at=now,
-                submitted_at=now if final is State.SUBMITTED else None, version=1)
-            return Journal(row, True, SEND if final is State.SUBMITTED else None)
+            return Journal(new.journalled(final, now), True,
+                           SEND if final is State.SUBMITTED else None)
         if active:
             return None
         # The insert conflicted: the winner had committed (ON CONFLICT waits for it), so a
@@ -258,9 +250,7 @@ class PostgresStore(PgConnections, SQLStore):
                     event: Mapping[str, object], known: Operation | None) -> Operation | None:
         """Compare-and-set plus its chained audit entry in one statement (the receipt path)."""
         params = {
-            "target": target.value, "now": now, "venue_id": venue_id, "detail": detail,
-            "submitted_at": None, "scope": scope, "operation_id": operation_id,
-            "expected": expected.value,
+            **cas_params(scope, operation_id, expected, target, now, venue_id, detail),
             **audit_params(lane_for(scope, operation_id, LANES), now, scope, operation_id,
                            "transition", event),
         }
@@ -287,11 +277,9 @@ class PostgresStore(PgConnections, SQLStore):
         holder: dict[str, list[Cur]] = {}
 
         def first(conn: Conn) -> Cur:
-            curs = holder["curs"] = [conn.execute(_CAS_ONE, {
-                "target": moves[i].target.value, "now": now, "venue_id": moves[i].venue_id,
-                "detail": moves[i].detail, "submitted_at": None, "scope": moves[i].scope,
-                "operation_id": moves[i].operation_id, "expected": moves[i].expected.value})
-                for i in order]
+            curs = holder["curs"] = [conn.execute(_CAS_ONE, cas_params(
+                moves[i].scope, moves[i].operation_id, moves[i].expected, moves[i].target, now,
+                moves[i].venue_id, moves[i].detail)) for i in order]
             return curs[-1]
 
         def then(conn: Conn, _: Cur) -> list[bool]:
@@ -310,9 +298,7 @@ class PostgresStore(PgConnections, SQLStore):
                 # In the caller's order within the lane, as N single transitions would be.
                 for i in sorted(lanes[lane]):
                     m = moves[i]
-                    tx.audit("transition", transition_event(
-                        m.expected, m.target, venue_id=m.venue_id, detail=m.detail,
-                        audit=m.audit), now, m.scope, m.operation_id)
+                    tx.audit("transition", m.event(), now, m.scope, m.operation_id)
                 tx.flush()
             return applied
 
@@ -334,26 +320,16 @@ class PostgresStore(PgConnections, SQLStore):
                 "CREATE TABLE IF NOT EXISTS {}.schema_migrations (version integer PRIMARY KEY, "
                 "applied_at timestamptz NOT NULL DEFAULT now())").format(ident))
             cur = conn.execute(psql.SQL("SELECT version FROM {}.schema_migrations").format(ident))
-            done = {r[0] for r in cur.fetchall()}
-            refuse_newer_schema(done, len(MIGRATIONS))
-            for version, script in enumerate(MIGRATIONS, start=1):
-                if version in done:
-                    continue
-                for statement in filter(str.strip, script.split(";")):
-                    conn.execute(statement.encode())
-                after = AFTER_MIGRATION.get(version)
-                if after is not None:
-                    after(conn)
-                conn.execute(psql.SQL("INSERT INTO {}.schema_migrations (version) VALUES (%s)")
-                             .format(ident), (version,))
+            apply_migrations(
+                {r[0] for r in cur.fetchall()}, MIGRATIONS, lambda ddl: conn.execute(ddl.encode()),
+                {2: lambda: backfill_chain(
+                    lambda q, args=(): conn.execute(pg_sql(q), args),
+                    "UPDATE audit_heads SET seq = ?, hash = ? WHERE lane = 0")},
+                lambda version: conn.execute(psql.SQL(
+                    "INSERT INTO {}.schema_migrations (version) VALUES (%s)").format(ident),
+                    (version,)))
 
         self._write(first, then, "migrate")
-
-    def schema_version(self) -> int:
-        def work(conn: Conn) -> int:
-            row = conn.execute("SELECT max(version) FROM schema_migrations").fetchone()
-            return int(row[0] or 0) if row else 0
-        return self._read(work, "schema_version")
 
     def lease_uncertain(self, owner: str, *, now: float, lease_seconds: float,
                         limit: int) -> list[LedgerEntry]:
@@ -391,15 +367,6 @@ class PostgresStore(PgConnections, SQLStore):
         # ``holder``, ``now`` and ``ttl`` serve stores that emulate the lock with a table; a
         # session lock needs no expiry: it is released when its holder's connection ends.
         return self._sweep_lock()
-
-    def audit_heads(self) -> dict[int, tuple[int, str]]:
-        return {int(r[0]): (int(r[1]), str(r[2])) for r in self._rows(
-            "SELECT lane, seq, hash FROM audit_heads WHERE seq > 0", (), "audit_heads")}
-
-    def audit_anchor_mismatches(self) -> list[tuple[int, str]]:
-        """None beyond the lane heads: every PostgreSQL append advances its lane's head row,
-        and appends chain from that row, so a cut-off tail stays a broken link."""
-        return []
 
     def close(self) -> None:
         with self._sweep_mutex:

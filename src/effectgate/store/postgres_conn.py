@@ -1,12 +1,6 @@
 """PostgreSQL connections for the shared ledger: psycopg 3, a ``psycopg_pool`` pool, and how a
 write is classified by whether its ``COMMIT`` may have been sent.
 
-Many executor processes on many hosts share one schema. The primary key on
-``(scope, operation_id)`` makes the first insert win (``INSERT ... ON CONFLICT DO NOTHING``),
-every transition is ``UPDATE ... WHERE state = expected`` with its row count checked, and a
-row's audit lines are written by the same statement (data-modifying CTEs), so they commit or
-vanish together.
-
 Every write is an explicit transaction, classified by whether ``COMMIT`` may have been sent: a
 failure before it changed nothing (:class:`StoreError`, retried once on a fresh connection when
 the connection itself failed); a lost connection once ``COMMIT`` may be in flight may or may not
@@ -89,14 +83,8 @@ def lock_key_sql(purpose: str, schema: str) -> sql.Composed:
 
 
 class PgConnections:
-    """A PostgreSQL schema's connections: the pool, its sessions' settings, and the three ways
-    a call uses them (see the module docstring).
-
-    ``statement_timeout_ms`` and ``lock_timeout_ms`` bound every statement on the server;
-    ``pool_timeout`` bounds the wait for a pooled connection and ``connect_timeout`` a new one,
-    so a stuck or unreachable database fails a call (StoreError) instead of hanging it.
-    ``synchronous_commit`` is ``on`` by default: a commit that returned survives a crash.
-    """
+    """A PostgreSQL schema's pool, its sessions' settings, and the three ways a call uses a
+    connection (see the module docstring); the options are :class:`PostgresStore`'s."""
 
     def __init__(self, url: str, *, schema: str | None = None, min_size: int = 1,
                  max_size: int = 4, statement_timeout_ms: int = 5000,

@@ -32,6 +32,7 @@ from effectgate.store.tx import SharedTx
 __all__ = [
     "PgTx",
     "audit_params",
+    "cas_params",
     "cas_sql",
     "chain_ctes",
     "class_lock",
@@ -131,6 +132,15 @@ UPDATE operations SET state = %(target)s, updated_at = %(now)s, version = versio
     lease_owner = NULL, lease_until = NULL
 WHERE scope = %(scope)s AND operation_id = %(operation_id)s AND state = %(expected)s
 RETURNING {returning}"""
+
+
+def cas_params(scope: str, operation_id: str, expected: State, target: State, now: float,
+               venue_id: str | None = None, detail: str | None = None,
+               submitted_at: float | None = None) -> dict[str, Any]:
+    """The named parameters of :func:`cas_sql`."""
+    return {"target": target.value, "now": now, "venue_id": venue_id, "detail": detail,
+            "submitted_at": submitted_at, "scope": scope, "operation_id": operation_id,
+            "expected": expected.value}
 
 
 CHANGED_COLUMNS = "version, venue_id, detail, submitted_at"
@@ -261,10 +271,8 @@ class PgTx(SharedTx):
     def cas(self, scope: str, operation_id: str, expected: State, target: State, *,
             now: float, venue_id: str | None = None, detail: str | None = None,
             submitted_at: float | None = None) -> Sequence[Any] | None:
-        cur = self.flush(main=(_CAS_CHANGED, {
-            "target": target.value, "now": now, "venue_id": venue_id, "detail": detail,
-            "submitted_at": submitted_at, "scope": scope, "operation_id": operation_id,
-            "expected": expected.value}))
+        cur = self.flush(main=(_CAS_CHANGED, cas_params(
+            scope, operation_id, expected, target, now, venue_id, detail, submitted_at)))
         return cur.fetchone() if cur is not None else None
 
     def insert_row(self, new: NewOperation, state: State, held: str | None, now: float,

@@ -21,14 +21,12 @@ from effectgate.errors import StoreError
 from effectgate.store import sql
 from effectgate.store.base import (
     Journal,
-    LedgerEntry,
     Move,
     NewOperation,
     Operation,
     check_moves,
     dumps,
     moved,
-    transition_event,
 )
 from effectgate.store.guard import journal_new
 from effectgate.store.ledger import SQLStore, Work
@@ -121,6 +119,16 @@ class SQLiteTx(SharedTx):
             advance_head(self.conn, *self._last)
 
 
+def _connect(path: str, busy_timeout_ms: int, *pragmas: str) -> sqlite3.Connection:
+    # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes the
+    # write lock up front instead of failing to upgrade it half-way through.
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
+                           timeout=busy_timeout_ms / 1000)
+    for pragma in (f"PRAGMA busy_timeout = {int(busy_timeout_ms)}", *pragmas):
+        conn.execute(pragma)
+    return conn
+
+
 class SQLiteStore(SQLStore):
     """The :class:`~effectgate.store.roles.Store` on one SQLite file.
 
@@ -134,26 +142,16 @@ class SQLiteStore(SQLStore):
             raise StoreError(f"synchronous must be FULL, EXTRA, NORMAL or OFF, not {synchronous!r}")
         self.path = path
         try:
-            # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes
-            # the write lock up front instead of failing to upgrade it half-way through.
-            self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                                         timeout=busy_timeout_ms / 1000)
-            self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            on_disk = path not in (":memory:", "")  # "" is SQLite's private temporary file
+            self._conn = _connect(path, busy_timeout_ms)
             wal = False
-            if on_disk:
+            if path not in (":memory:", ""):  # "" is SQLite's private temporary file
                 mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
                 wal = bool(mode) and str(mode[0]).lower() == "wal"
             self._conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
             register_chain_function(self._conn)
-            reader = None
-            if wal:
-                # Reads on their own connection: committed rows only, beside the writer (WAL
-                # only: in rollback-journal mode a reader would block the writer's COMMIT).
-                reader = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                                         timeout=busy_timeout_ms / 1000)
-                reader.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-                reader.execute("PRAGMA query_only = 1")
+            # Reads on their own connection: committed rows only, beside the writer (WAL only:
+            # in rollback-journal mode a reader would block the writer's COMMIT).
+            reader = _connect(path, busy_timeout_ms, "PRAGMA query_only = 1") if wal else None
             self._gate = TxGate(self._conn, reader)
         except sqlite3.Error as exc:
             with suppress(Exception):
@@ -166,16 +164,8 @@ class SQLiteStore(SQLStore):
         return f"SQLiteStore({self.path!r})"
 
     def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
-        """One write transaction body; every ``sqlite3`` error leaves as StoreError.
-
-        Bodies from several threads may share one SQLite transaction and its commit (group
-        commit, :mod:`effectgate.store.sqlite_tx`); the caller returns only once the commit
-        covering its body is durable. Before COMMIT nothing is durable: a failed body is rolled
-        back (alone) and is a :class:`StoreError`, nothing written. A COMMIT that fails because
-        another process held the lock wrote nothing (StoreError); any other COMMIT failure (an
-        I/O error while the WAL frames were written) may have reached the file:
-        :class:`IndeterminateCommit`.
-        """
+        """One write transaction body, durable when the block returns (group commit and how
+        its failures are classified: :mod:`effectgate.store.sqlite_tx`)."""
         return self._gate.transaction()
 
     @contextmanager
@@ -193,39 +183,38 @@ class SQLiteStore(SQLStore):
         with self._read() as conn:
             return conn.execute(query, args).fetchall()
 
+    @contextmanager
+    def _shared_tx(self) -> Iterator[SQLiteTx]:
+        with self._tx() as conn:
+            tx = SQLiteTx(conn)
+            yield tx
+            tx.finish()  # not after an error: the body is rolled back
+
     def _run(self, work: Work[T], what: str, *, key: tuple[str | None, str | None] = (None, None),
              shared_class: str | None = None, exclusive_class: str | None = None,
              row: tuple[str, str] | None = None) -> T:
         # BEGIN IMMEDIATE holds the only write lock: it orders classes, rows and the chain.
-        with self._tx() as conn:
-            tx = SQLiteTx(conn)
+        with self._shared_tx() as tx:
             found = tx.rows(sql.SELECT_OP, row) if row is not None else []
-            result = work(tx, sql.operation_from_row(found[0]) if found else None)
-            tx.finish()
-            return result
+            return work(tx, sql.operation_from_row(found[0]) if found else None)
 
     def _journal(self, new: NewOperation, path: list[State], now: float,
                  audit: Mapping[str, object] | None, guard: DispatchGuard | None) -> Journal:
-        with self._tx() as conn:
-            both = conn.execute(_SELECT_WITH_CONTROLS,
-                                (new.scope, new.operation_id, new.action)).fetchone()
+        with self._shared_tx() as tx:
+            both = tx.one(_SELECT_WITH_CONTROLS, (new.scope, new.operation_id, new.action))
             if both[0] is not None:
                 return Journal(sql.operation_from_row(both[:_N_OP]), False)
             # BEGIN IMMEDIATE holds the write lock: nobody can insert between the read above
             # and the insert, and the controls are read under the same lock.
-            tx = SQLiteTx(conn)
             tx.seed(sql.controls_from_row(new.action, None if both[_N_OP] is None
                                           else both[_N_OP + 1:]))
-            done = journal_new(tx, new, path, guard, audit, now=now)
-            tx.finish()
-            return done
+            return journal_new(tx, new, path, guard, audit, now=now)
 
     def _transition(self, scope: str, operation_id: str, expected: State, target: State,
                     now: float, venue_id: str | None, detail: str | None,
                     event: Mapping[str, object], known: Operation | None) -> Operation | None:
         try:
-            with self._tx() as conn:
-                tx = SQLiteTx(conn)
+            with self._shared_tx() as tx:
                 # The entry first, so the compare-and-set records it as the chain's head.
                 tx.audit("transition", event, now, scope, operation_id)
                 changed = tx.cas(scope, operation_id, expected, target, now=now,
@@ -244,20 +233,15 @@ class SQLiteStore(SQLStore):
         if not moves:
             return []
         applied: list[bool] = []
-        with self._tx() as conn:
-            tx = SQLiteTx(conn)
+        with self._shared_tx() as tx:
             for m in moves:
                 # The compare-and-set first: a stale move writes no entry. The head is
                 # recorded once, after the batch.
-                changed = conn.execute(_CAS, (m.target.value, now, m.venue_id, m.detail, None,
-                                              None, None, m.scope, m.operation_id,
-                                              m.expected.value)).fetchall()
+                changed = tx.rows(_CAS, (m.target.value, now, m.venue_id, m.detail, None, None,
+                                         None, m.scope, m.operation_id, m.expected.value))
                 applied.append(bool(changed))
                 if changed:
-                    tx.audit("transition", transition_event(
-                        m.expected, m.target, venue_id=m.venue_id, detail=m.detail,
-                        audit=m.audit), now, m.scope, m.operation_id)
-            tx.finish()
+                    tx.audit("transition", m.event(), now, m.scope, m.operation_id)
         return applied
 
     # --- schema, leases, locks, heads: SQLite's own -----------------------------------------
@@ -266,52 +250,9 @@ class SQLiteStore(SQLStore):
         with self._tx() as conn:
             migrate(conn)
 
-    def schema_version(self) -> int:
-        return int(self._rows("SELECT max(version) FROM schema_migrations")[0][0] or 0)
-
-    def lease_uncertain(self, owner: str, *, now: float, lease_seconds: float,
-                        limit: int) -> list[LedgerEntry]:
-        with self._tx() as conn:
-            rows = conn.execute(
-                "UPDATE operations SET lease_owner = ?, lease_until = ? WHERE op_key IN ("
-                " SELECT op_key FROM operations WHERE state = 'submitted'"
-                " AND (lease_until IS NULL OR lease_until < ?) ORDER BY op_key LIMIT ?)"
-                f" RETURNING {sql.ENTRY_COLUMNS}",
-                (owner, now + lease_seconds, now, limit)).fetchall()
-        return sorted((sql.entry_from_row(r) for r in rows), key=lambda e: e.op_key)
-
-    @contextmanager
-    def _sweep_lock(self, holder: str, now: float, ttl: float) -> Iterator[bool]:
-        with self._tx() as conn:
-            cur = conn.execute(
-                "INSERT INTO locks (name, holder, expires_at) VALUES ('sweep', ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, "
-                "expires_at = excluded.expires_at WHERE locks.expires_at < ?",
-                (holder, now + ttl, now))
-            # Not re-entrant, not even for the same holder: two sweeps of one service (the
-            # standing reconciler and an admin "reconcile now") must not run at once, and the
-            # first to finish would otherwise delete the lock the other still relies on.
-            acquired = cur.rowcount == 1
-        try:
-            yield acquired
-        finally:
-            if acquired:
-                with self._tx() as conn:
-                    # Only this acquisition's lock: if it expired and was taken over
-                    # meanwhile, the new holder's row (another expiry) stays.
-                    conn.execute("DELETE FROM locks WHERE name = 'sweep' AND holder = ? "
-                                 "AND expires_at = ?", (holder, now + ttl))
-
-    def sweep_lock(self, holder: str, *, now: float, ttl: float) -> AbstractContextManager[bool]:
-        return self._sweep_lock(holder, now, ttl)
-
     def audit_anchor_mismatches(self) -> list[tuple[int, str]]:
-        """Operations rows and the audit_heads row whose recorded entry is gone or differs.
-
-        Appends chain from the log's last entry, so after entries are cut off the tail, later
-        appends re-use their seqs and the chain itself reads as whole again; the recorded
-        (seq, hash) pairs do not move and keep saying what was there (migration 4).
-        """
+        """Operations rows and the audit_heads row whose recorded entry is gone or differs
+        (appends re-use the seqs of a cut tail; the recorded pairs keep what was there)."""
         rows = self._rows(
             "SELECT o.audit_seq, o.scope || ':' || o.operation_id, a.hash IS NULL "
             "FROM operations o LEFT JOIN audit_log a ON a.seq = o.audit_seq "

@@ -10,10 +10,21 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 
-from effectgate.audit import GENESIS, chain_hash, content_digest, rechain
-from effectgate.store.base import dumps, refuse_newer_schema
+from effectgate.audit import GENESIS, chain_hash, content_digest
+from effectgate.store.base import dumps
+from effectgate.store.schema import (
+    Types,
+    apply_migrations,
+    backfill_chain,
+    controls_tables,
+    ledger_tables,
+)
 
 __all__ = ["MIGRATIONS", "advance_head", "chained_audit", "migrate", "register_chain_function"]
+
+_TYPES = Types(text="TEXT", real="REAL", int="INTEGER", bigint="INTEGER", bool="INTEGER",
+               false="0", serial="INTEGER PRIMARY KEY AUTOINCREMENT", clustered=" WITHOUT ROWID",
+               key="TEXT")
 
 MIGRATION_CONTROLS = """
 ALTER TABLE audit_log ADD COLUMN lane INTEGER NOT NULL DEFAULT 0;
@@ -21,61 +32,7 @@ ALTER TABLE audit_log ADD COLUMN prev_hash TEXT;
 ALTER TABLE audit_log ADD COLUMN hash TEXT;
 CREATE INDEX audit_by_operation ON audit_log (scope, operation_id, seq);
 CREATE TABLE audit_heads (lane INTEGER PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL);
-CREATE TABLE class_controls (
-    action TEXT PRIMARY KEY, killed INTEGER NOT NULL DEFAULT 0, kill_reason TEXT,
-    breaker_open INTEGER NOT NULL DEFAULT 0, breaker_reason TEXT,
-    shadow INTEGER NOT NULL DEFAULT 0, envelope TEXT NOT NULL DEFAULT '{}',
-    envelope_version INTEGER NOT NULL DEFAULT 0, updated_by TEXT, updated_at REAL
-);
-CREATE TABLE control_signals (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, action TEXT NOT NULL, at REAL NOT NULL,
-    op_key TEXT NOT NULL, fingerprint TEXT NOT NULL, value_micros INTEGER,
-    rejected INTEGER NOT NULL, new_target INTEGER NOT NULL
-);
-CREATE INDEX control_signals_window ON control_signals (action, at);
-CREATE INDEX control_signals_fingerprint ON control_signals (action, fingerprint, at);
-CREATE TABLE known_targets (
-    action TEXT NOT NULL, target TEXT NOT NULL, first_seen REAL NOT NULL,
-    PRIMARY KEY (action, target)
-) WITHOUT ROWID;
-CREATE TABLE dispatch_log (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, action TEXT NOT NULL, at REAL NOT NULL,
-    op_key TEXT NOT NULL, value_micros INTEGER
-);
-CREATE INDEX dispatch_log_window ON dispatch_log (action, at);
-CREATE TABLE authority_steps (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, action TEXT NOT NULL, axis TEXT NOT NULL,
-    old TEXT NOT NULL, new TEXT NOT NULL, evidence TEXT NOT NULL, reverse_on TEXT NOT NULL,
-    operator TEXT NOT NULL, at REAL NOT NULL, kind TEXT NOT NULL, reverses INTEGER,
-    active INTEGER NOT NULL
-);
-CREATE INDEX authority_steps_by_action ON authority_steps (action, id);
-CREATE TABLE approval_requests (
-    scope TEXT NOT NULL, operation_id TEXT NOT NULL, fingerprint TEXT NOT NULL,
-    required INTEGER NOT NULL, expires_at REAL NOT NULL, proposers TEXT NOT NULL,
-    PRIMARY KEY (scope, operation_id)
-) WITHOUT ROWID;
-CREATE TABLE approvals (
-    scope TEXT NOT NULL, operation_id TEXT NOT NULL, approver TEXT NOT NULL,
-    verdict TEXT NOT NULL, fingerprint TEXT NOT NULL, reason TEXT, at REAL NOT NULL,
-    PRIMARY KEY (scope, operation_id, approver)
-) WITHOUT ROWID;
-CREATE TABLE shadow_records (
-    scope TEXT NOT NULL, operation_id TEXT NOT NULL, action TEXT NOT NULL,
-    correlation_id TEXT NOT NULL, fingerprint TEXT NOT NULL, request TEXT NOT NULL,
-    at REAL NOT NULL, PRIMARY KEY (scope, operation_id)
-) WITHOUT ROWID;
-CREATE INDEX shadow_by_correlation ON shadow_records (correlation_id);
-CREATE TABLE incumbent_outcomes (
-    correlation_id TEXT PRIMARY KEY, action TEXT NOT NULL, fingerprint TEXT, effect TEXT,
-    source TEXT NOT NULL, at REAL NOT NULL
-);
-CREATE TABLE alerts (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, subject TEXT NOT NULL,
-    action TEXT, message TEXT NOT NULL, detail TEXT NOT NULL, at REAL NOT NULL,
-    UNIQUE (kind, subject)
-)
-"""
+""" + controls_tables(_TYPES)
 
 #: The SQL function the chained insert calls: ``sha256(prev_hash || digest)`` in Python
 #: (:func:`effectgate.audit.chain_hash`), registered on every store connection.
@@ -143,50 +100,9 @@ def advance_head(conn: sqlite3.Connection, seq: int, entry_hash: str) -> None:
     conn.execute(_ADVANCE_HEAD, (seq, entry_hash))
 
 
-def _backfill_chain(conn: sqlite3.Connection) -> None:
-    """Chain entries written before the audit log was hash-chained (runs once, in migration)."""
-    rows = conn.execute("SELECT seq, at, scope, operation_id, kind, detail FROM audit_log "
-                        "ORDER BY seq").fetchall()
-    last: tuple[int, str] | None = None
-    for seq, prev, entry_hash in rechain(rows):
-        conn.execute("UPDATE audit_log SET prev_hash = ?, hash = ? WHERE seq = ?",
-                     (prev, entry_hash, seq))
-        last = (seq, entry_hash)
-    if last is not None:
-        conn.execute("INSERT INTO audit_heads VALUES (0, ?, ?)", last)
-
-
 MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE operations (
-        scope TEXT NOT NULL,
-        operation_id TEXT NOT NULL,
-        op_key TEXT NOT NULL UNIQUE,
-        action TEXT NOT NULL,
-        fingerprint TEXT NOT NULL,
-        state TEXT NOT NULL,
-        intent TEXT NOT NULL,
-        effect TEXT NOT NULL,
-        tier TEXT, reason TEXT, policy_version TEXT,
-        venue_id TEXT, detail TEXT,
-        created_at REAL NOT NULL, updated_at REAL NOT NULL, submitted_at REAL,
-        version INTEGER NOT NULL DEFAULT 1,
-        lease_owner TEXT, lease_until REAL,
-        PRIMARY KEY (scope, operation_id)
-    ) WITHOUT ROWID;
-    CREATE INDEX operations_uncertain ON operations (op_key) WHERE state = 'submitted';
-    CREATE TABLE audit_log (
-        seq INTEGER PRIMARY KEY AUTOINCREMENT,
-        at REAL NOT NULL, scope TEXT, operation_id TEXT,
-        kind TEXT NOT NULL, detail TEXT NOT NULL
-    );
-    CREATE TABLE divergences (
-        id INTEGER PRIMARY KEY AUTOINCREMENT,
-        kind TEXT NOT NULL, op_key TEXT NOT NULL, venue_ids TEXT NOT NULL,
-        ledger_state TEXT, first_seen REAL NOT NULL,
-        UNIQUE (kind, op_key, venue_ids)
-    );
-    CREATE TABLE locks (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL);
+    ledger_tables(_TYPES) + """;
+    CREATE TABLE locks (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL)
     """,
     # 2: operational controls and the hash-chained audit log (store/sqlite_controls.py).
     MIGRATION_CONTROLS,
@@ -230,22 +146,14 @@ def _head_trigger(conn: sqlite3.Connection) -> None:
     conn.execute(MIGRATION_HEAD_TRIGGER)
 
 
-# Python steps that run right after a migration, in its transaction.
-_AFTER_MIGRATION = {2: _backfill_chain, 3: _head_trigger}
-
-
 def migrate(conn: sqlite3.Connection) -> None:
     """Apply pending migrations in the caller's write transaction."""
     conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
                  "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
-    done = {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}
-    refuse_newer_schema(done, len(MIGRATIONS))
-    for version, script in enumerate(MIGRATIONS, start=1):
-        if version in done:
-            continue
-        for statement in filter(str.strip, script.split(";")):
-            conn.execute(statement)
-        after = _AFTER_MIGRATION.get(version)
-        if after is not None:
-            after(conn)
-        conn.execute("INSERT INTO schema_migrations VALUES (?, julianday('now'))", (version,))
+    apply_migrations(
+        {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}, MIGRATIONS,
+        conn.execute,
+        {2: lambda: backfill_chain(conn.execute, "INSERT INTO audit_heads VALUES (0, ?, ?)"),
+         3: lambda: _head_trigger(conn)},
+        lambda version: conn.execute("INSERT INTO schema_migrations VALUES "
+                                     "(?, julianday('now'))", (version,)))
