@@ -346,3 +346,18 @@ class TestLostJournalCommit:
         gate = self._gate(world, self.Flaky(world.store, wrote=True))
         row = gate.submit("submit_order", "op-1", INTENT)
         assert row.state is State.SUBMITTED and world.adapter.execute_calls == 0
+
+
+class TestPrincipalNames:
+    """Invariant 6: a caller can never act under a name effectgate keeps for itself."""
+
+    @pytest.mark.parametrize("principal", ["system:breaker", "system:expiry", "", "a b"])
+    def test_reserved_or_malformed_principal_is_refused_and_writes_no_row(
+            self, world: World, principal: str) -> None:
+        with pytest.raises(IntentError):
+            world.gate.submit("submit_order", "op-p", INTENT, principal=principal)
+        assert world.store.get("default", "op-p") is None
+
+    def test_a_principal_may_carry_a_colon(self, world: World) -> None:
+        row = world.gate.submit("submit_order", "op-p", INTENT, principal="tenant-a:agent-7")
+        assert row.state is State.ACKNOWLEDGED

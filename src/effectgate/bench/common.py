@@ -15,7 +15,7 @@ import shutil
 import sqlite3
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -29,7 +29,6 @@ from effectgate.execute.adapter import Adapter
 from effectgate.execute.executor import Gate
 from effectgate.store.base import parse_store_url
 from effectgate.store.roles import Store
-from effectgate.store.sqlite import SQLiteStore
 
 __all__ = [
     "INTENT_BODY",
@@ -232,13 +231,3 @@ class Target:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
-
-
-def open_sqlite(path: str, synchronous: str) -> SQLiteStore:
-    return SQLiteStore(path, synchronous=synchronous)
-
-
-def timed(fn: Callable[[], object], clock: Callable[[], float]) -> float:
-    start = clock()
-    fn()
-    return clock() - start

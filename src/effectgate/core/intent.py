@@ -55,7 +55,6 @@ _NOT_EFFECT: Final = AUDIT_FIELDS | {"intent_version"}
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
 _FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _DECIMAL_PATTERN: Final = r"^-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?$"
-_BAD_CHAR = re.compile("[\x00\ud800-\udfff]")
 
 
 class EffectClass(StrEnum):

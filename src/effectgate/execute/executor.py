@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping
 
@@ -31,7 +30,14 @@ from effectgate.errors import (
 from effectgate.execute.adapter import Adapter, OutboundRequest, Outcome, Receipt
 from effectgate.execute.alerts import AlertSink, deliver
 from effectgate.execute.crashpoints import crashpoint
-from effectgate.store.base import Journal, NewOperation, Operation, validate_identity
+from effectgate.store.base import (
+    IDENTITY_PATTERN,
+    SYSTEM_PREFIX,
+    Journal,
+    NewOperation,
+    Operation,
+    validate_identity,
+)
 from effectgate.store.roles import Store
 
 __all__ = ["Gate"]
@@ -87,8 +93,10 @@ class Gate:
         saying why; one in shadow mode comes back ``shadowed``.
         """
         parsed = self._parse(action, operation_id, intent, scope)
-        if principal is not None and not _PRINCIPAL.fullmatch(principal):
-            raise IntentError(f"principal {principal!r} must match {_PRINCIPAL.pattern}",
+        if principal is not None and (not IDENTITY_PATTERN.fullmatch(principal)
+                                      or principal.startswith(SYSTEM_PREFIX)):
+            raise IntentError(f"principal {principal!r} must match {IDENTITY_PATTERN.pattern} "
+                              f"and not start with {SYSTEM_PREFIX!r}",
                               field="principal", reason="invalid_principal")
         action_class = self.registry.get(action)
         decision = self.policy.decide(action_class, parsed)
@@ -285,7 +293,6 @@ def _path_for(decision: Decision, dispatch: bool) -> list[State]:
     return [State.PROPOSED, State.VALIDATED]
 
 
-_PRINCIPAL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}")
 
 
 def _proposers(principal: str | None, proposed_by: object) -> tuple[str, ...]:

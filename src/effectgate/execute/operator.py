@@ -8,7 +8,6 @@ the same transaction as the change.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -26,12 +25,11 @@ from effectgate.core.intent import ActionClass, Registry
 from effectgate.core.states import State
 from effectgate.errors import ApprovalError, ControlError
 from effectgate.execute.alerts import AlertSink
-from effectgate.store.base import Operation, validate_identity
+from effectgate.store.base import IDENTITY_PATTERN, SYSTEM_PREFIX, Operation, validate_identity
 from effectgate.store.roles import Store
 
 __all__ = ["BlastRadius", "Operator", "ShadowReport"]
 
-_IDENTITY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
 #: Rows held by a control carry a ``detail`` starting with this.
 HELD_PREFIX = "held:"
 
@@ -102,9 +100,11 @@ class Operator:
 
     @staticmethod
     def _who(operator: str) -> str:
-        if not isinstance(operator, str) or not _IDENTITY.fullmatch(operator):
+        if not isinstance(operator, str) or not IDENTITY_PATTERN.fullmatch(operator) \
+                or operator.startswith(SYSTEM_PREFIX):
             raise ControlError(f"operator identity {operator!r} must match "
-                               f"{_IDENTITY.pattern}", field="operator")
+                               f"{IDENTITY_PATTERN.pattern} and not start with "
+                               f"{SYSTEM_PREFIX!r}", field="operator")
         return operator
 
     # --- kill switch ------------------------------------------------------------------------
@@ -232,9 +232,9 @@ class Operator:
         left out), so the comparison is by fingerprint of the canonical effect. Returns it.
         """
         ac = self._class(action)
-        if not isinstance(correlation_id, str) or not _IDENTITY.fullmatch(correlation_id):
+        if not isinstance(correlation_id, str) or not IDENTITY_PATTERN.fullmatch(correlation_id):
             raise ControlError(f"correlation id {correlation_id!r} must match "
-                               f"{_IDENTITY.pattern}", field="correlation_id")
+                               f"{IDENTITY_PATTERN.pattern}", field="correlation_id")
         fingerprint: str | None = None
         effect: dict[str, Any] | None = None
         if intent is not None:

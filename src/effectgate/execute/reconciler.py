@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from enum import Enum
 from itertools import groupby
 
 from effectgate.core.intent import Registry
@@ -39,7 +40,7 @@ from effectgate.execute.maintenance import DIVERGENCE_ALERTS, check_maintenance,
 from effectgate.store.base import LedgerEntry, Move
 from effectgate.store.roles import Store
 
-__all__ = ["ReconcileReport", "Reconciler"]
+__all__ = ["ReconcileReport", "Reconciler", "Tally"]
 
 log = logging.getLogger("effectgate.reconciler")
 
@@ -62,9 +63,6 @@ class ReconcileReport:
         default_factory=list)
     divergences_seen: int = 0
     repaired: list[tuple[str, str]] = field(default_factory=list)
-    # Repairs decided but not yet written: (move, op_key, note, counter), at most flush_every.
-    _pending: list[tuple[Move, str, str, str | None]] = field(
-        default_factory=list, repr=False, compare=False)
 
     @property
     def alarms(self) -> dict[str, int]:
@@ -73,13 +71,31 @@ class ReconcileReport:
             out[kind] = out.get(kind, 0) + 1
         return out
 
-    def merge(self, other: ReconcileReport) -> None:
-        for name in ("ledger_rows", "venue_records", "confirmed", "written_off",
-                     "still_uncertain", "quarantined", "probe_errors", "divergences_seen"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-        self.swept = self.swept or other.swept
-        self.new_divergences.extend(other.new_divergences)
-        self.repaired.extend(other.repaired)
+    def tally(self, kind: Tally) -> None:
+        """Count one applied repair."""
+        if kind is Tally.CONFIRMED:
+            self.confirmed += 1
+        elif kind is Tally.WRITTEN_OFF:
+            self.written_off += 1
+        else:
+            self.quarantined += 1
+
+
+class Tally(Enum):
+    """Which count an applied repair adds to."""
+
+    CONFIRMED = "confirmed"
+    WRITTEN_OFF = "written_off"
+    QUARANTINED = "quarantined"
+
+
+@dataclass
+class _Pass:
+    """One pass's work: the report it fills, and the repairs decided but not yet written
+    (``(move, op_key, note, tally)``, at most ``flush_every``)."""
+
+    report: ReconcileReport
+    pending: list[tuple[Move, str, str, Tally | None]] = field(default_factory=list)
 
 
 class Reconciler:
@@ -134,14 +150,14 @@ class Reconciler:
 
     def sweep(self) -> ReconcileReport:
         """Merge-join every adapter's venue records with the ledger rows of its classes."""
-        report = ReconcileReport(swept=True)
+        run = _Pass(ReconcileReport(swept=True))
         by_adapter: dict[str, list[str]] = {}
         for name in self.registry.names():
             by_adapter.setdefault(self.registry.get(name).adapter, []).append(name)
-        with self._batched(report):
+        with self._batched(run):
             for adapter_name, actions in sorted(by_adapter.items()):
-                self._sweep_one(self.adapters[adapter_name], sorted(actions), report)
-        return report
+                self._sweep_one(self.adapters[adapter_name], sorted(actions), run)
+        return run.report
 
     def _ledger(self, actions: list[str]) -> Iterator[LedgerEntry]:
         after: str | None = None
@@ -156,7 +172,7 @@ class Reconciler:
                 return
             after = page[-1].op_key
 
-    def _sweep_one(self, adapter: Adapter, actions: list[str], report: ReconcileReport) -> None:
+    def _sweep_one(self, adapter: Adapter, actions: list[str], run: _Pass) -> None:
         venue: Iterator[tuple[str, Iterator[VenueRecord]]] = groupby(
             iter_records(adapter, self.page_size), key=lambda r: r.operation_key)
         ledger = self._ledger(actions)
@@ -164,69 +180,69 @@ class Reconciler:
         group = next(venue, None)
         while entry is not None or group is not None:
             if entry is not None and (group is None or entry.op_key < group[0]):
-                report.ledger_rows += 1
-                self._absent(entry, report)
+                run.report.ledger_rows += 1
+                self._absent(entry, run)
                 entry = next(ledger, None)
                 continue
             if group is None:  # unreachable: the loop condition and the branch above exclude it
                 break
             key, records = group[0], [r.venue_id for r in group[1]]
-            report.venue_records += len(records)
+            run.report.venue_records += len(records)
             if entry is None or entry.op_key > key:
-                self._unmatched(key, records, report)
+                self._unmatched(key, records, run)
             else:
-                report.ledger_rows += 1
-                self._present(entry, records, report)
+                run.report.ledger_rows += 1
+                self._present(entry, records, run)
                 entry = next(ledger, None)
             group = next(venue, None)
 
-    def _absent(self, entry: LedgerEntry, report: ReconcileReport) -> None:
+    def _absent(self, entry: LedgerEntry, run: _Pass) -> None:
         """A ledger row with no venue record visible now."""
         horizon = self.registry.get(entry.action).visibility_horizon
         now = self.clock()
         if entry.state is State.SUBMITTED:
             if entry.submitted_at is not None and now - entry.submitted_at >= horizon:
-                self._move(entry, State.FAILED, report, "absent-past-horizon",
+                self._move(entry, State.FAILED, run, "absent-past-horizon",
                            detail=f"absent at the venue {horizon:g}s after submission",
-                           count="written_off")
+                           tally=Tally.WRITTEN_OFF)
             else:
-                report.still_uncertain += 1
-                self._note(report, entry.op_key, "still-uncertain-inside-horizon")
+                run.report.still_uncertain += 1
+                self._note(run, entry.op_key, "still-uncertain-inside-horizon")
         elif entry.state is State.ACKNOWLEDGED and now - entry.updated_at >= horizon:
-            self._diverge("missing-at-venue", entry.op_key, [], entry.state.value, report)
+            self._diverge("missing-at-venue", entry.op_key, [], entry.state.value, run)
 
     def _present(self, entry: LedgerEntry, venue_ids: list[str],
-                 report: ReconcileReport) -> None:
+                 run: _Pass) -> None:
         """A ledger row with one or more venue records."""
         if len(venue_ids) > 1:
-            self._diverge("duplicate-effect", entry.op_key, venue_ids, entry.state.value, report)
+            self._diverge("duplicate-effect", entry.op_key, venue_ids, entry.state.value, run)
             if entry.state not in (State.ACKNOWLEDGED, State.FAILED, State.QUARANTINED):
-                self._move(entry, State.QUARANTINED, report, "duplicate-effect",
+                self._move(entry, State.QUARANTINED, run, "duplicate-effect",
                            detail=f"{len(venue_ids)} venue records under one operation key",
-                           count="quarantined")
+                           tally=Tally.QUARANTINED)
             return
         if entry.state is State.SUBMITTED:
-            self._move(entry, State.ACKNOWLEDGED, report, "confirmed", venue_id=venue_ids[0],
-                       count="confirmed")
+            self._move(entry, State.ACKNOWLEDGED, run, "confirmed", venue_id=venue_ids[0],
+                       tally=Tally.CONFIRMED)
         elif entry.state is not State.ACKNOWLEDGED or entry.venue_id != venue_ids[0]:
             fresh = self._fresh(entry.op_key)
             if fresh is not None and fresh.state is not entry.state:
                 # The row moved after its page was read (dispatched, receipted): judge the
                 # row as it is now, not the snapshot, or live traffic raises false alarms.
-                self._present(fresh, venue_ids, report)
+                self._present(fresh, venue_ids, run)
                 return
             self._diverge(f"ledger-says-{entry.state.value}", entry.op_key, venue_ids,
-                          entry.state.value, report)
+                          entry.state.value, run)
 
-    def _unmatched(self, key: str, venue_ids: list[str], report: ReconcileReport) -> None:
+    def _unmatched(self, key: str, venue_ids: list[str], run: _Pass) -> None:
         """Venue records whose key the ledger page did not hold: an orphan, or a row too new."""
         fresh = self._fresh(key)
         if fresh is None:
-            self._diverge("orphan", key, venue_ids, None, report)
+            self._diverge("orphan", key, venue_ids, None, run)
             return
         # Journalled (always before the venue call) after the sweep read that ledger page.
-        report.ledger_rows += 1
-        self._present(fresh, venue_ids, report)
+        run.report.ledger_rows += 1
+        self._present(fresh, venue_ids, run)
 
     def _fresh(self, op_key: str) -> LedgerEntry | None:
         """The row under ``op_key`` as it stands now (None: no row, or not a ledger key)."""
@@ -244,75 +260,70 @@ class Reconciler:
 
     def repair(self, limit: int | None = None) -> ReconcileReport:
         """Probe leased uncertain rows individually (shared between replicas)."""
-        report = ReconcileReport()
+        run = _Pass(ReconcileReport())
         batch = self.page_size if limit is None else min(limit, self.page_size)
         seen: set[str] = set()
-        with self._batched(report):
+        with self._batched(run):
             while True:
                 entries = self.store.lease_uncertain(self.owner, now=self.clock(),
                                                      lease_seconds=self.lease_seconds,
                                                      limit=batch)
                 fresh = [e for e in entries if e.op_key not in seen]
                 if not fresh:
-                    return report
+                    return run.report
                 for entry in fresh:
                     seen.add(entry.op_key)
-                    self._repair_one(entry, report)
+                    self._repair_one(entry, run)
                 # The leased batch's repairs are written before the next lease is taken.
-                self._flush(report)
+                self._flush(run)
                 if limit is not None and len(seen) >= limit:
-                    return report
-        return report  # unreachable: the loop returns
+                    return run.report
+        return run.report  # unreachable: the loop returns
 
-    def repair_one(self, entry: LedgerEntry, report: ReconcileReport) -> None:
-        """Probe one row and write its repair (if any) before returning."""
-        with self._batched(report):
-            self._repair_one(entry, report)
-
-    def _repair_one(self, entry: LedgerEntry, report: ReconcileReport) -> None:
+    def _repair_one(self, entry: LedgerEntry, run: _Pass) -> None:
         adapter = self.adapters[self.registry.get(entry.action).adapter]
-        report.ledger_rows += 1
+        run.report.ledger_rows += 1
         try:
             venue_ids = adapter.probe(entry.op_key)
         except AdapterError as exc:
-            report.probe_errors += 1
+            run.report.probe_errors += 1
             log.warning("probe of %s failed: %s", entry.op_key, exc)
             return
-        report.venue_records += len(venue_ids)
+        run.report.venue_records += len(venue_ids)
         if venue_ids:
-            self._present(entry, venue_ids, report)
+            self._present(entry, venue_ids, run)
         else:
-            self._absent(entry, report)
+            self._absent(entry, run)
 
     # --- helpers --------------------------------------------------------------------------
 
-    def _move(self, entry: LedgerEntry, target: State, report: ReconcileReport, note: str, *,
+    def _move(self, entry: LedgerEntry, target: State, run: _Pass, note: str, *,
               venue_id: str | None = None, detail: str | None = None,
-              count: str | None = None) -> None:
+              tally: Tally | None = None) -> None:
         """Buffer one compare-and-set; written (and counted) by :meth:`_flush`."""
         scope, _, operation_id = entry.op_key.partition(":")
         move = Move(scope, operation_id, entry.state, target, venue_id=venue_id, detail=detail,
                     audit={"by": "reconciler", "owner": self.owner, "note": note})
-        report._pending.append((move, entry.op_key, note, count))
-        if len(report._pending) >= self.flush_every:
-            self._flush(report)
+        run.pending.append((move, entry.op_key, note, tally))
+        if len(run.pending) >= self.flush_every:
+            self._flush(run)
 
-    def _flush(self, report: ReconcileReport) -> None:
+    def _flush(self, run: _Pass) -> None:
         """Write the buffered moves in one transaction; count and note those that applied."""
-        if not report._pending:
+        if not run.pending:
             return
-        pending, report._pending = report._pending, []
+        pending, run.pending = run.pending, []
         applied = self.store.transition_many([p[0] for p in pending], now=self.clock())
-        for (_, op_key, note, count), done in zip(pending, applied, strict=True):
+        for (_, op_key, note, tally), done in zip(pending, applied, strict=True):
             if not done:
                 # Someone else (a replica, a late receipt) settled it first: not ours to repeat.
                 continue
-            if count is not None:
-                setattr(report, count, getattr(report, count) + 1)
-            self._note(report, op_key, note)
+            if tally is not None:
+                run.report.tally(tally)
+            self._note(run, op_key, note)
 
     @contextmanager
-    def _batched(self, report: ReconcileReport) -> Iterator[None]:
+    def _batched(self, run: _Pass) -> Iterator[None]:
         """Write the pass's buffered moves when the block ends, however it ends.
 
         Moves decided before an error are still written (as they were when each was its own
@@ -322,23 +333,23 @@ class Reconciler:
             yield
         except BaseException:
             try:
-                self._flush(report)
+                self._flush(run)
             except Exception as exc:  # the original error is the one to raise
                 log.warning("buffered repairs not written after an aborted pass: %s", exc)
             finally:
-                report._pending.clear()
+                run.pending.clear()
             raise
-        self._flush(report)
+        self._flush(run)
 
-    def _note(self, report: ReconcileReport, op_key: str, note: str) -> None:
+    def _note(self, run: _Pass, op_key: str, note: str) -> None:
         if self.keep_repaired:
-            report.repaired.append((op_key, note))
+            run.report.repaired.append((op_key, note))
 
     def _diverge(self, kind: str, op_key: str, venue_ids: list[str], ledger_state: str | None,
-                 report: ReconcileReport) -> None:
-        report.divergences_seen += 1
+                 run: _Pass) -> None:
+        run.report.divergences_seen += 1
         if self.store.record_divergence(kind, op_key, venue_ids, ledger_state, now=self.clock()):
-            report.new_divergences.append((kind, op_key, tuple(venue_ids), ledger_state))
+            run.report.new_divergences.append((kind, op_key, tuple(venue_ids), ledger_state))
             level = logging.ERROR if kind in ALARM_KINDS or kind.startswith("ledger-says") \
                 else logging.WARNING
             log.log(level, "divergence %s: key=%s venue_ids=%s ledger_state=%s", kind, op_key,

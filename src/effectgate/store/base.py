@@ -21,8 +21,10 @@ from effectgate.core.states import State, check_transition
 from effectgate.errors import ConfigError, IdempotencyConflict, StoreError
 
 __all__ = [
+    "IDENTITY_PATTERN",
     "OPERATION_ID_PATTERN",
     "SCOPE_PATTERN",
+    "SYSTEM_PREFIX",
     "AuditEvent",
     "Divergence",
     "Journal",
@@ -47,6 +49,10 @@ __all__ = [
 
 SCOPE_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 OPERATION_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
+#: Who acts: a principal, an operator, an approver, an incumbent source.
+IDENTITY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}")
+#: Names effectgate acts under itself (``system:breaker``, ``system:expiry``): never a caller's.
+SYSTEM_PREFIX = "system:"
 
 
 def validate_identity(scope: str, operation_id: str) -> None:
