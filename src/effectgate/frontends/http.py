@@ -12,6 +12,9 @@ Agent API (agent bearer token; one tenant scope per token):
   payload.
 * ``GET /v1/operations/{operation_id}``: the operation, in the caller's scope only.
 
+Before any route sees a body, :class:`~effectgate.frontends._http_body.BodyGate` authenticates
+the caller and checks the body's type and size (401, 415, 413).
+
 Errors are ``application/problem+json`` (RFC 9457) with a stable ``code``. The Gate is
 synchronous, so it runs in the threadpool; the event loop never waits on the ledger or a venue.
 """
@@ -35,7 +38,7 @@ from starlette.routing import Route
 from effectgate import __version__
 from effectgate.errors import BadRequest, EffectgateError
 from effectgate.frontends._http_admin import admin_router
-from effectgate.frontends._http_body import read_capped, refuse_deep
+from effectgate.frontends._http_body import PROBLEM_JSON, BodyGate, refuse_deep
 from effectgate.frontends._models import OperationOut, Problem, operation_out, problem_for
 from effectgate.service import Principal, Service
 from effectgate.service._metrics import CONTENT_TYPE
@@ -45,7 +48,6 @@ __all__ = ["PROBLEM_JSON", "create_app"]
 
 log = logging.getLogger("effectgate.http")
 
-PROBLEM_JSON = "application/problem+json"
 _KEY_PATTERN = f'^"?{OPERATION_ID_PATTERN.pattern}"?$'
 _bearer = HTTPBearer(auto_error=False, description="An agent or operator token")
 
@@ -63,13 +65,16 @@ def _problem(status: int, code: str, detail: str) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
+_PROBLEM_CONTENT = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": Problem, "description": text,
-             "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+    status: {"model": Problem, "description": text, "content": _PROBLEM_CONTENT}
     for status, text in ((400, "Missing key or malformed body"), (401, "No valid token"),
                          (403, "Wrong role for this endpoint"), (404, "Not found"),
-                         (409, "Same key still in flight"), (413, "Body too large"),
+                         (409, "Same key still in flight"),
                          (422, "Key reused with a different payload"), (429, "Rate limited"))}
+#: BodyGate's answers, declared by _openapi on every operation that takes a body.
+_BODY_ERRORS = {"413": "Body larger than max_body_bytes",
+                "415": "Body is not Content-Type: application/json"}
 
 
 def create_app(service: Service, *, mcp_http: bool | None = None,
@@ -96,6 +101,8 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
                   docs_url=None, redoc_url=None,
                   description="The boundary between an agent's proposed action and its effect.")
     _install_errors(app)
+    app.add_middleware(BodyGate, tokens=service.tokens, cap=settings.max_body_bytes,
+                       skip=("/mcp",) if mount is not None else ())
 
     def principal(role: str) -> Callable[..., Coroutine[Any, Any, Principal]]:
         async def dependency(
@@ -174,7 +181,7 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
         if not OPERATION_ID_PATTERN.fullmatch(key):
             raise BadRequest(f"Idempotency-Key must match {OPERATION_ID_PATTERN.pattern}",
                              code="invalid_idempotency_key")
-        raw = await read_capped(request, settings.max_body_bytes)
+        raw = await request.body()  # authenticated, JSON-typed and capped by BodyGate
         refuse_deep(raw, settings.max_depth)
         op = await run_in_threadpool(service.propose, who, name, key, raw)
         return _operation_response(op, 200 if op.replayed else 201)
@@ -244,5 +251,10 @@ def _openapi(app: FastAPI, service: Service) -> dict[str, Any]:
         for param in path.get("post", {}).get("parameters", []):
             if param.get("name") == "Idempotency-Key":
                 param["required"] = True
+        for operation in path.values():
+            if "requestBody" in operation:
+                for status, text in _BODY_ERRORS.items():
+                    operation["responses"].setdefault(
+                        status, {"description": text, "content": _PROBLEM_CONTENT})
     app.openapi_schema = doc
     return doc
