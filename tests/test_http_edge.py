@@ -1,6 +1,7 @@
 """The HTTP edge (issue 11, item 3), against a real uvicorn on a loopback port: what happens to
 a request before any handler sees its body. Authentication first, then the media type, then
-the byte cap while reading. Bad input: every refusal is problem+json and writes nothing."""
+the byte cap while reading; one
+Idempotency-Key per request. Bad input: every refusal is problem+json and writes nothing."""
 
 from __future__ import annotations
 
@@ -329,6 +330,25 @@ class TestMcpDoor:
                                                  "Content-Length": str(HUGE)})
             reply = send_until_answered(int(urlsplit(url).port or 0), head, spaces(HUGE))
             assert reply.status == 401 and not reply.finished
+
+
+class TestIdempotencyKeyHeader:
+    @pytest.mark.parametrize("keys", [["edge-k1", "edge-k2"], ["edge-k3", "edge-k3"]])
+    def test_two_idempotency_key_headers_are_400(self, clean: Live, keys: list[str]) -> None:
+        """One request, one operation id: two headers (even equal) are refused, not 'the
+        first one wins'."""
+        headers = [("Authorization", f"Bearer {AGENT_A}"), ("Content-Type", "application/json")]
+        headers += [("Idempotency-Key", k) for k in keys]
+        r = httpx.post(f"{clean.url}/v1/actions/submit_order", content=json.dumps(ORDER),
+                       headers=headers)
+        doc = assert_problem(r, 400, "invalid_idempotency_key")
+        assert "one Idempotency-Key" in str(doc["detail"])
+
+    def test_a_combined_list_is_not_a_key(self, clean: Live) -> None:
+        """The folded form a proxy makes of two headers is refused the same way."""
+        r = httpx.post(f"{clean.url}/v1/actions/submit_order", content=json.dumps(ORDER),
+                       headers=bearer(AGENT_A, **JSON, **{"Idempotency-Key": "a-1, a-2"}))
+        assert_problem(r, 400, "invalid_idempotency_key")
 
 
 class TestOpenApi:

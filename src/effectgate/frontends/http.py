@@ -172,6 +172,10 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
                           description="The operation id: minted once per deliberate action, "
                           "sent again unchanged on every retry",
                           json_schema_extra={"pattern": _KEY_PATTERN})] = None) -> JSONResponse:
+        if len(request.headers.getlist("idempotency-key")) > 1:
+            # One request is one operation: picking one of several ids would be a guess.
+            raise BadRequest("send exactly one Idempotency-Key header: one request is one "
+                             "operation", code="invalid_idempotency_key")
         if idempotency_key is None:
             raise BadRequest("the Idempotency-Key header is required: send the operation id",
                              code="idempotency_key_missing")
