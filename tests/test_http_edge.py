@@ -1,6 +1,6 @@
 """The HTTP edge (issue 11, item 3), against a real uvicorn on a loopback port: what happens to
 a request before any handler sees its body. Authentication first, then the media type, then
-the byte cap while reading; one
+the byte cap while reading; no redirects; one
 Idempotency-Key per request. Bad input: every refusal is problem+json and writes nothing."""
 
 from __future__ import annotations
@@ -349,6 +349,28 @@ class TestIdempotencyKeyHeader:
         r = httpx.post(f"{clean.url}/v1/actions/submit_order", content=json.dumps(ORDER),
                        headers=bearer(AGENT_A, **JSON, **{"Idempotency-Key": "a-1, a-2"}))
         assert_problem(r, 400, "invalid_idempotency_key")
+
+
+class TestNoRedirects:
+    @pytest.mark.parametrize(("method", "path"), [
+        ("POST", "/v1/actions/submit_order/"), ("GET", "/v1/actions/"),
+        ("GET", "/v1/operations/op-1/"), ("GET", "/healthz/"), ("GET", "/v1/admin/kill/"),
+        ("PUT", "/v1/admin/kill/submit_order/"), ("GET", "/openapi.json/")])
+    def test_trailing_slash_is_404_and_never_echoes_the_host(self, clean: Live, method: str,
+                                                             path: str) -> None:
+        """No redirect is built from the client's Host header (before: 307 with
+        Location: http://<Host>/...)."""
+        headers = bearer(OPERATOR if "/admin/" in path else AGENT_A, **JSON, **{
+            "Host": "attacker.example", "Idempotency-Key": "edge-slash"})
+        r = httpx.request(method, f"{clean.url}{path}", headers=headers,
+                          content=json.dumps(ORDER) if method != "GET" else None,
+                          follow_redirects=False)
+        assert_problem(r, 404, "not_found")
+        assert "location" not in r.headers and "attacker.example" not in r.text
+
+    def test_unknown_path_is_problem_404(self, clean: Live) -> None:
+        r = httpx.get(f"{clean.url}/v2/nothing", headers=bearer(AGENT_A))
+        assert_problem(r, 404, "not_found")
 
 
 class TestOpenApi:

@@ -13,7 +13,9 @@ Agent API (agent bearer token; one tenant scope per token):
 * ``GET /v1/operations/{operation_id}``: the operation, in the caller's scope only.
 
 Before any route sees a body, :class:`~effectgate.frontends._http_body.BodyGate` authenticates
-the caller and checks the body's type and size (401, 415, 413).
+the caller and checks the body's type and size (401, 415, 413). No redirects: a path with a
+trailing slash is 404 like any unknown path, so no URL is ever built from the client's
+``Host``.
 
 Errors are ``application/problem+json`` (RFC 9457) with a stable ``code``. The Gate is
 synchronous, so it runs in the threadpool; the event loop never waits on the ledger or a venue.
@@ -97,8 +99,9 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
                 service.start_reconciler()
             yield
 
+    # No redirect_slashes: its 307 builds the Location from the client's Host header.
     app = FastAPI(title="effectgate", version=__version__, lifespan=lifespan,
-                  docs_url=None, redoc_url=None,
+                  docs_url=None, redoc_url=None, redirect_slashes=False,
                   description="The boundary between an agent's proposed action and its effect.")
     _install_errors(app)
     app.add_middleware(BodyGate, tokens=service.tokens, cap=settings.max_body_bytes,
