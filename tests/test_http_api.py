@@ -217,7 +217,8 @@ class TestProblemDetails:
 
     def test_unknown_route_and_action_are_problem_404(self, client: TestClient) -> None:
         r = post(client, "op-x", action="launch_rocket")
-        assert r.status_code == 404 and r.json()["code"] == "not_found"
+        assert r.status_code == 404 and r.json()["code"] == "unknown_action_class"
+        assert client.get("/v2/nothing").json()["code"] == "not_found"
 
     def test_framework_validation_errors_are_400(self, client: TestClient) -> None:
         """Request-validation errors are 400, not FastAPI's default 422."""

@@ -1,6 +1,6 @@
 """The HTTP edge (issue 11, item 3), against a real uvicorn on a loopback port: what happens to
 a request before any handler sees its body. Authentication first, then the media type, then
-the byte cap while reading; no redirects; one
+the byte cap while reading; no redirects; an unknown action names the ones that exist; one
 Idempotency-Key per request. Bad input: every refusal is problem+json and writes nothing."""
 
 from __future__ import annotations
@@ -371,6 +371,35 @@ class TestNoRedirects:
     def test_unknown_path_is_problem_404(self, clean: Live) -> None:
         r = httpx.get(f"{clean.url}/v2/nothing", headers=bearer(AGENT_A))
         assert_problem(r, 404, "not_found")
+
+
+class TestUnknownAction:
+    def test_unknown_action_lists_the_actions_that_exist(self, clean: Live) -> None:
+        """A caller that misnamed the action learns which names exist (before: a bare 'Not
+        Found')."""
+        r = httpx.post(f"{clean.url}/v1/actions/no_such_thing", content=json.dumps(ORDER),
+                       headers=bearer(AGENT_A, **JSON, **{"Idempotency-Key": "edge-u"}))
+        doc = assert_problem(r, 404, "unknown_action_class")
+        assert doc["actions"] == ["cancel_order", "submit_order"]
+        assert "no_such_thing" in str(doc["detail"])
+        assert "cancel_order" in str(doc["detail"]) and "submit_order" in str(doc["detail"])
+
+    def test_the_list_is_for_authenticated_agents_only(self, clean: Live) -> None:
+        """Action names are not told to anonymous callers, nor to operator tokens."""
+        r = httpx.post(f"{clean.url}/v1/actions/no_such_thing", content=b"{}",
+                       headers={**JSON, "Idempotency-Key": "edge-u"})
+        assert_problem(r, 401, "unauthenticated")
+        assert "submit_order" not in r.text
+        r = httpx.post(f"{clean.url}/v1/actions/no_such_thing", content=b"{}",
+                       headers=bearer(OPERATOR, **JSON, **{"Idempotency-Key": "edge-u"}))
+        assert_problem(r, 403, "forbidden")
+        assert "submit_order" not in r.text
+
+
+    def test_the_catch_all_route_is_not_published(self, live: Live) -> None:
+        """The contract lists the real actions only; the catch-all is an error path."""
+        paths = httpx.get(f"{live.url}/openapi.json").json()["paths"]
+        assert "/v1/actions/{action}" not in paths and "/v1/actions/submit_order" in paths
 
 
 class TestOpenApi:

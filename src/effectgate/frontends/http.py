@@ -15,7 +15,7 @@ Agent API (agent bearer token; one tenant scope per token):
 Before any route sees a body, :class:`~effectgate.frontends._http_body.BodyGate` authenticates
 the caller and checks the body's type and size (401, 415, 413). No redirects: a path with a
 trailing slash is 404 like any unknown path, so no URL is ever built from the client's
-``Host``.
+``Host``. An unknown action is 404 ``unknown_action_class`` naming the actions that exist.
 
 Errors are ``application/problem+json`` (RFC 9457) with a stable ``code``. The Gate is
 synchronous, so it runs in the threadpool; the event loop never waits on the ledger or a venue.
@@ -38,7 +38,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from effectgate import __version__
-from effectgate.errors import BadRequest, EffectgateError
+from effectgate.errors import BadRequest, EffectgateError, UnknownActionClass
 from effectgate.frontends._http_admin import admin_router
 from effectgate.frontends._http_body import PROBLEM_JSON, BodyGate, refuse_deep
 from effectgate.frontends._models import OperationOut, Problem, operation_out, problem_for
@@ -122,6 +122,16 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
 
     for name in service.config.registry.names():
         _add_action_route(app, service, name, agent)
+
+    # After the registered actions, so only a name that is none of them lands here.
+    @app.post("/v1/actions/{action}", include_in_schema=False)
+    async def unknown_action(action: str, who: agent) -> JSONResponse:
+        names = sorted(service.config.registry.names())
+        exc = UnknownActionClass(f"no action class named {action[:64]!r}; this service "
+                                 f"accepts: {', '.join(names)} (GET /v1/actions for schemas)")
+        status, body, headers = problem_for(exc)
+        body["actions"] = names
+        return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
     @app.get("/v1/operations/{operation_id}", response_model=OperationOut, responses=_ERRORS,
              tags=["agent"], summary="Look up an operation in your scope")
