@@ -69,7 +69,7 @@ def write_config(tmp_path: Path, venue_url: str) -> Path:
 
 def propose(url: str, key: str | None, body: dict | None = None, token: str = AGENT_A,
             timeout: float = 10) -> httpx.Response:
-    headers = bearer(token)
+    headers = bearer(token, **{"Content-Type": "application/json"})
     if key is not None:
         headers["Idempotency-Key"] = key
     return httpx.post(f"{url}/v1/actions/submit_order", content=json.dumps(body or ORDER),

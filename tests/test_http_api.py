@@ -82,7 +82,7 @@ def client(service: Service) -> Iterator[TestClient]:
 
 def post(client: TestClient, key: str | None, body: bytes = BODY, token: str = AGENT_A,
          action: str = "submit_order", **headers: str):
-    h = bearer(token, **headers)
+    h = {"Content-Type": "application/json", **bearer(token, **headers)}
     if key is not None:
         h["Idempotency-Key"] = key
     return client.post(f"/v1/actions/{action}", content=body, headers=h)
@@ -133,7 +133,8 @@ class TestIdempotencyKey:
     def test_malformed_key_is_400(self, client: TestClient, key: str) -> None:
         """Operation ids are ASCII identifiers: anything else is refused, never normalised."""
         r = client.post("/v1/actions/submit_order", content=BODY,
-                        headers={**bearer(AGENT_A), "Idempotency-Key": key.encode()})
+                        headers={**bearer(AGENT_A), "Idempotency-Key": key.encode(),
+                                 "Content-Type": "application/json"})
         assert r.status_code == 400
 
     def test_quoted_key_is_the_same_key(self, client: TestClient) -> None:
@@ -217,7 +218,8 @@ class TestProblemDetails:
 
     def test_unknown_route_and_action_are_problem_404(self, client: TestClient) -> None:
         r = post(client, "op-x", action="launch_rocket")
-        assert r.status_code == 404 and r.json()["code"] == "not_found"
+        assert r.status_code == 404 and r.json()["code"] == "unknown_action_class"
+        assert client.get("/v2/nothing").json()["code"] == "not_found"
 
     def test_framework_validation_errors_are_400(self, client: TestClient) -> None:
         """Request-validation errors are 400, not FastAPI's default 422."""
@@ -332,7 +334,8 @@ class TestLimits:
                 yield b" " * 1000
 
         chunked = client.post("/v1/actions/submit_order", content=chunks(),
-                              headers=bearer(AGENT_A, **{"Idempotency-Key": "big2"}))
+                              headers=bearer(AGENT_A, **{"Idempotency-Key": "big2",
+                                                         "Content-Type": "application/json"}))
         assert chunked.status_code == 413
         assert calls == []
 

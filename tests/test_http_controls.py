@@ -56,7 +56,8 @@ def client(service: Service) -> Iterator[TestClient]:
 def propose(client: TestClient, key: str, data: bytes | None = None, token: str = AGENT_A,
             action: str = "submit_order"):
     return client.post(f"/v1/actions/{action}", content=data or body(),
-                       headers=bearer(token, **{"Idempotency-Key": key}))
+                       headers=bearer(token, **{"Idempotency-Key": key,
+                                                "Content-Type": "application/json"}))
 
 
 def admin(client: TestClient, method: str, path: str, token: str = OPERATOR, **kw: object):
@@ -356,7 +357,8 @@ class TestLiveServer:
         try:
             with uvicorn_thread(create_app(svc, mcp_http=False)) as url, \
                     httpx.Client(base_url=url, timeout=10) as http:
-                ops, agent = bearer(OPERATOR), bearer(AGENT_A)
+                ops = bearer(OPERATOR)
+                agent = bearer(AGENT_A, **{"Content-Type": "application/json"})
                 assert http.put("/v1/admin/kill/submit_order", headers=ops).status_code == 200
                 held = http.post("/v1/actions/submit_order", content=body(),
                                  headers={**agent, "Idempotency-Key": "live-1"})

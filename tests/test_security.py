@@ -40,7 +40,9 @@ class Rig:
     def propose(self, key: str, body: dict[str, Any] | bytes, **headers: str) -> httpx.Response:
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
         return self.call("POST", "/v1/actions/submit_order", content=raw,
-                         headers=bearer(AGENT_A, **{"Idempotency-Key": key}, **headers))
+                         headers=bearer(AGENT_A, **{"Idempotency-Key": key,
+                                                    "Content-Type": "application/json"},
+                                        **headers))
 
 
 @pytest.fixture

@@ -12,6 +12,11 @@ Agent API (agent bearer token; one tenant scope per token):
   payload.
 * ``GET /v1/operations/{operation_id}``: the operation, in the caller's scope only.
 
+Before any route sees a body, :class:`~effectgate.frontends._http_body.BodyGate` authenticates
+the caller and checks the body's type and size (401, 415, 413). No redirects: a path with a
+trailing slash is 404 like any unknown path, so no URL is ever built from the client's
+``Host``. An unknown action is 404 ``unknown_action_class`` naming the actions that exist.
+
 Errors are ``application/problem+json`` (RFC 9457) with a stable ``code``. The Gate is
 synchronous, so it runs in the threadpool; the event loop never waits on the ledger or a venue.
 """
@@ -33,9 +38,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from effectgate import __version__
-from effectgate.errors import BadRequest, EffectgateError
+from effectgate.errors import BadRequest, EffectgateError, UnknownActionClass
 from effectgate.frontends._http_admin import admin_router
-from effectgate.frontends._http_body import read_capped, refuse_deep
+from effectgate.frontends._http_body import PROBLEM_JSON, BodyGate, refuse_deep
 from effectgate.frontends._models import OperationOut, Problem, operation_out, problem_for
 from effectgate.service import Principal, Service
 from effectgate.service._metrics import CONTENT_TYPE
@@ -45,7 +50,6 @@ __all__ = ["PROBLEM_JSON", "create_app"]
 
 log = logging.getLogger("effectgate.http")
 
-PROBLEM_JSON = "application/problem+json"
 _KEY_PATTERN = f'^"?{OPERATION_ID_PATTERN.pattern}"?$'
 _bearer = HTTPBearer(auto_error=False, description="An agent or operator token")
 
@@ -63,13 +67,16 @@ def _problem(status: int, code: str, detail: str) -> JSONResponse:
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
+_PROBLEM_CONTENT = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": Problem, "description": text,
-             "content": {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}}
+    status: {"model": Problem, "description": text, "content": _PROBLEM_CONTENT}
     for status, text in ((400, "Missing key or malformed body"), (401, "No valid token"),
                          (403, "Wrong role for this endpoint"), (404, "Not found"),
-                         (409, "Same key still in flight"), (413, "Body too large"),
+                         (409, "Same key still in flight"),
                          (422, "Key reused with a different payload"), (429, "Rate limited"))}
+#: BodyGate's answers, declared by _openapi on every operation that takes a body.
+_BODY_ERRORS = {"413": "Body larger than max_body_bytes",
+                "415": "Body is not Content-Type: application/json"}
 
 
 def create_app(service: Service, *, mcp_http: bool | None = None,
@@ -92,10 +99,13 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
                 service.start_reconciler()
             yield
 
+    # No redirect_slashes: its 307 builds the Location from the client's Host header.
     app = FastAPI(title="effectgate", version=__version__, lifespan=lifespan,
-                  docs_url=None, redoc_url=None,
+                  docs_url=None, redoc_url=None, redirect_slashes=False,
                   description="The boundary between an agent's proposed action and its effect.")
     _install_errors(app)
+    app.add_middleware(BodyGate, tokens=service.tokens, cap=settings.max_body_bytes,
+                       skip=("/mcp",) if mount is not None else ())
 
     def principal(role: str) -> Callable[..., Coroutine[Any, Any, Principal]]:
         async def dependency(
@@ -112,6 +122,16 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
 
     for name in service.config.registry.names():
         _add_action_route(app, service, name, agent)
+
+    # After the registered actions, so only a name that is none of them lands here.
+    @app.post("/v1/actions/{action}", include_in_schema=False)
+    async def unknown_action(action: str, who: agent) -> JSONResponse:
+        names = sorted(service.config.registry.names())
+        exc = UnknownActionClass(f"no action class named {action[:64]!r}; this service "
+                                 f"accepts: {', '.join(names)} (GET /v1/actions for schemas)")
+        status, body, headers = problem_for(exc)
+        body["actions"] = names
+        return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
     @app.get("/v1/operations/{operation_id}", response_model=OperationOut, responses=_ERRORS,
              tags=["agent"], summary="Look up an operation in your scope")
@@ -165,6 +185,10 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
                           description="The operation id: minted once per deliberate action, "
                           "sent again unchanged on every retry",
                           json_schema_extra={"pattern": _KEY_PATTERN})] = None) -> JSONResponse:
+        if len(request.headers.getlist("idempotency-key")) > 1:
+            # One request is one operation: picking one of several ids would be a guess.
+            raise BadRequest("send exactly one Idempotency-Key header: one request is one "
+                             "operation", code="invalid_idempotency_key")
         if idempotency_key is None:
             raise BadRequest("the Idempotency-Key header is required: send the operation id",
                              code="idempotency_key_missing")
@@ -174,7 +198,7 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
         if not OPERATION_ID_PATTERN.fullmatch(key):
             raise BadRequest(f"Idempotency-Key must match {OPERATION_ID_PATTERN.pattern}",
                              code="invalid_idempotency_key")
-        raw = await read_capped(request, settings.max_body_bytes)
+        raw = await request.body()  # authenticated, JSON-typed and capped by BodyGate
         refuse_deep(raw, settings.max_depth)
         op = await run_in_threadpool(service.propose, who, name, key, raw)
         return _operation_response(op, 200 if op.replayed else 201)
@@ -244,5 +268,10 @@ def _openapi(app: FastAPI, service: Service) -> dict[str, Any]:
         for param in path.get("post", {}).get("parameters", []):
             if param.get("name") == "Idempotency-Key":
                 param["required"] = True
+        for operation in path.values():
+            if "requestBody" in operation:
+                for status, text in _BODY_ERRORS.items():
+                    operation["responses"].setdefault(
+                        status, {"description": text, "content": _PROBLEM_CONTENT})
     app.openapi_schema = doc
     return doc
