@@ -454,7 +454,8 @@ class TestApprovals:
 
 class TestAlerts:
     def test_orphans_and_duplicates_alert_separately(self, store: Store) -> None:
-        """Maintenance rules: orphans > 0 and duplicate effects > 0 each page (once)."""
+        """Maintenance rules: orphans > 0 and duplicate effects > 0 each page (once); the
+        duplicate also trips the class's breaker, which pages once too."""
         clock = ManualClock()
         venue = PaperVenue(clock=clock, honour_key=False)
         alerts: list[Alert] = []
@@ -468,8 +469,9 @@ class TestAlerts:
                          clock=clock, alerts=alerts.append)
         rec.run_once()
         rec.run_once()
-        assert sorted(a.kind for a in alerts) == ["duplicate-effect", "orphan"]
-        assert sorted(a.kind for a in store.list_alerts()) == ["duplicate-effect", "orphan"]
+        assert sorted(a.kind for a in alerts) == ["breaker-tripped", "duplicate-effect", "orphan"]
+        assert sorted(a.kind for a in store.list_alerts()) == ["breaker-tripped",
+                                                               "duplicate-effect", "orphan"]
 
     def test_uncertain_past_settlement_window_alerts(self, store: Store) -> None:
         from effectgate.execute.maintenance import check_maintenance

@@ -21,14 +21,25 @@ from effectgate.store.roles import Store
 
 __all__ = ["DIVERGENCE_ALERTS", "check_maintenance", "divergence_alert"]
 
-#: Divergence kinds that page, each under its own alert kind.
-DIVERGENCE_ALERTS = frozenset({"orphan", "duplicate-effect"})
+#: Divergence kinds that page, each under its own alert kind: effects made outside the boundary
+#: (orphans, and records under keys the boundary never dispatched), keys the venue did not
+#: honour, and written-off rows that appeared after all.
+DIVERGENCE_ALERTS = frozenset({"orphan", "duplicate-effect", "ledger-says-failed"} | {
+    f"ledger-says-{s}" for s in ("proposed", "awaiting_approval", "validated", "rejected",
+                                 "denied", "shadowed")})
 
 
 def divergence_alert(kind: str, op_key: str, venue_ids: tuple[str, ...] | list[str],
                      ledger_state: str | None, *, at: float) -> Alert:
-    what = ("an effect made outside the boundary" if kind == "orphan"
-            else "the venue did not honour the operation key")
+    if kind == "duplicate-effect":
+        what = "the venue did not honour the operation key"
+    elif kind == "ledger-says-failed":
+        what = "a row written off as failed has an effect at the venue after all"
+    elif kind == "orphan":
+        what = "an effect made outside the boundary"
+    else:
+        what = (f"an effect under the key of an operation that was never dispatched (the "
+                f"ledger says {ledger_state}): made outside the boundary")
     return Alert(kind, f"{op_key}|{','.join(venue_ids)}", None,
                  f"{kind} at {op_key} (venue ids {', '.join(venue_ids) or '-'}): {what}",
                  {"op_key": op_key, "venue_ids": list(venue_ids), "ledger_state": ledger_state},

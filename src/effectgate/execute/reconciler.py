@@ -31,20 +31,30 @@ from dataclasses import dataclass, field
 from enum import Enum
 from itertools import groupby
 
+from effectgate.core.controls import Alert
 from effectgate.core.intent import Registry
-from effectgate.core.states import State
-from effectgate.errors import AdapterError
+from effectgate.core.states import State, check_transition
+from effectgate.errors import AdapterError, InvalidTransition
 from effectgate.execute.adapter import Adapter, VenueRecord, iter_records
-from effectgate.execute.alerts import AlertSink, raise_alert
+from effectgate.execute.alerts import AlertSink, deliver, raise_alert
 from effectgate.execute.maintenance import DIVERGENCE_ALERTS, check_maintenance, divergence_alert
 from effectgate.store.base import LedgerEntry, Move
 from effectgate.store.roles import Store
 
-__all__ = ["ReconcileReport", "Reconciler", "Tally"]
+__all__ = ["ALARM_KINDS", "NEVER_DISPATCHED", "ReconcileReport", "Reconciler", "Tally"]
 
 log = logging.getLogger("effectgate.reconciler")
 
-ALARM_KINDS = frozenset({"duplicate-effect", "orphan", "missing-at-venue"})
+#: States of a row that was never dispatched: a venue record under its key is an effect made
+#: outside the boundary, an alarm exactly like an orphan.
+NEVER_DISPATCHED = frozenset({State.PROPOSED, State.AWAITING_APPROVAL, State.VALIDATED,
+                              State.REJECTED, State.DENIED, State.SHADOWED})
+#: Divergences that page (and make ``effectgate reconcile`` exit 3): an effect outside the
+#: boundary, a key the venue did not honour, an acknowledged effect gone, a written-off row
+#: that appeared after all.
+ALARM_KINDS = frozenset({"duplicate-effect", "orphan", "missing-at-venue",
+                         "ledger-says-failed"} | {f"ledger-says-{s.value}"
+                                                  for s in NEVER_DISPATCHED})
 
 
 @dataclass
@@ -66,6 +76,8 @@ class ReconcileReport:
 
     @property
     def alarms(self) -> dict[str, int]:
+        """``{kind: n}`` of the new divergences (``effectgate reconcile`` exits 3 on any); those
+        in ``DIVERGENCE_ALERTS`` also page through the alert sink."""
         out: dict[str, int] = {}
         for kind, *_ in self.new_divergences:
             out[kind] = out.get(kind, 0) + 1
@@ -105,7 +117,8 @@ class Reconciler:
                  clock: Callable[[], float] = time.time, page_size: int = 1000,
                  owner: str | None = None, sweep_ttl: float = 3600.0,
                  lease_seconds: float = 60.0, keep_repaired: bool = True,
-                 alerts: AlertSink | None = None, flush_every: int = 500) -> None:
+                 alerts: AlertSink | None = None, flush_every: int = 500,
+                 trip_on_duplicate: bool = True) -> None:
         self.store = store
         self.registry = registry
         self.adapters = dict(adapters)
@@ -126,6 +139,9 @@ class Reconciler:
             raise ValueError("flush_every must be at least 1")
         #: Buffered repairs are written once this many are pending (and at every pass's end).
         self.flush_every = flush_every
+        #: A duplicate effect means the venue did not honour the key, which invalidates the
+        #: execute-once guarantee for the class: open its breaker until an operator looks.
+        self.trip_on_duplicate = trip_on_duplicate
 
     def run_once(self) -> ReconcileReport:
         """Sweep if no other replica is sweeping; otherwise take a share of the repairs."""
@@ -215,7 +231,13 @@ class Reconciler:
                  run: _Pass) -> None:
         """A ledger row with one or more venue records."""
         if len(venue_ids) > 1:
-            self._diverge("duplicate-effect", entry.op_key, venue_ids, entry.state.value, run)
+            if self._diverge("duplicate-effect", entry.op_key, venue_ids, entry.state.value,
+                             run) and self.trip_on_duplicate:
+                self._trip(entry, venue_ids)
+            if entry.state in NEVER_DISPATCHED:
+                # Effects under a key the boundary never sent: alarm as such too.
+                self._diverge(f"ledger-says-{entry.state.value}", entry.op_key, venue_ids,
+                              entry.state.value, run)
             if entry.state not in (State.ACKNOWLEDGED, State.FAILED, State.QUARANTINED):
                 self._move(entry, State.QUARANTINED, run, "duplicate-effect",
                            detail=f"{len(venue_ids)} venue records under one operation key",
@@ -300,7 +322,19 @@ class Reconciler:
     def _move(self, entry: LedgerEntry, target: State, run: _Pass, note: str, *,
               venue_id: str | None = None, detail: str | None = None,
               tally: Tally | None = None) -> None:
-        """Buffer one compare-and-set; written (and counted) by :meth:`_flush`."""
+        """Buffer one compare-and-set; written (and counted) by :meth:`_flush`.
+
+        A move the state table refuses (a terminal row cannot be quarantined) is recorded as an
+        ``unapplied-<target>`` divergence instead: one row never aborts a pass, nor the repairs
+        buffered beside it.
+        """
+        try:
+            check_transition(entry.state, target)
+        except InvalidTransition as exc:
+            log.error("cannot move %s %s -> %s (%s); recorded as a divergence", entry.op_key,
+                      entry.state.value, target.value, exc)
+            self._diverge(f"unapplied-{target.value}", entry.op_key, [], entry.state.value, run)
+            return
         scope, _, operation_id = entry.op_key.partition(":")
         move = Move(scope, operation_id, entry.state, target, venue_id=venue_id, detail=detail,
                     audit={"by": "reconciler", "owner": self.owner, "note": note})
@@ -346,14 +380,30 @@ class Reconciler:
             run.report.repaired.append((op_key, note))
 
     def _diverge(self, kind: str, op_key: str, venue_ids: list[str], ledger_state: str | None,
-                 run: _Pass) -> None:
+                 run: _Pass) -> bool:
+        """Record a divergence; True the first time it is seen (it alarmed then)."""
         run.report.divergences_seen += 1
-        if self.store.record_divergence(kind, op_key, venue_ids, ledger_state, now=self.clock()):
-            run.report.new_divergences.append((kind, op_key, tuple(venue_ids), ledger_state))
-            level = logging.ERROR if kind in ALARM_KINDS or kind.startswith("ledger-says") \
-                else logging.WARNING
-            log.log(level, "divergence %s: key=%s venue_ids=%s ledger_state=%s", kind, op_key,
-                    venue_ids, ledger_state)
-            if self.alerts is not None and kind in DIVERGENCE_ALERTS:
-                raise_alert(self.store, self.alerts, divergence_alert(
-                    kind, op_key, venue_ids, ledger_state, at=self.clock()))
+        if not self.store.record_divergence(kind, op_key, venue_ids, ledger_state,
+                                            now=self.clock()):
+            return False
+        run.report.new_divergences.append((kind, op_key, tuple(venue_ids), ledger_state))
+        level = logging.ERROR if kind in ALARM_KINDS or kind.startswith("unapplied") \
+            else logging.WARNING
+        log.log(level, "divergence %s: key=%s venue_ids=%s ledger_state=%s", kind, op_key,
+                venue_ids, ledger_state)
+        if self.alerts is not None and kind in DIVERGENCE_ALERTS:
+            raise_alert(self.store, self.alerts, divergence_alert(
+                kind, op_key, venue_ids, ledger_state, at=self.clock()))
+        return True
+
+    def _trip(self, entry: LedgerEntry, venue_ids: list[str]) -> None:
+        """Open the class's breaker after a duplicate effect (paged by the store's alert)."""
+        why = f"{len(venue_ids)} venue records under {entry.op_key}: the key was not honoured"
+        now = self.clock()
+        if self.store.trip_breaker(entry.action, [("duplicate-effect", why)], now=now,
+                                   trigger=entry.op_key):
+            # Recorded by the trip's transaction; delivered once it has committed.
+            deliver(self.alerts, Alert(
+                "breaker-tripped", f"{entry.action}@{now!r}", entry.action,
+                f"breaker for {entry.action} tripped: duplicate-effect: {why}",
+                {"signals": ["duplicate-effect"], "trigger": entry.op_key}, now))

@@ -355,6 +355,19 @@ class SQLStore:
                                      kind="shadow_on" if on else "shadow_off", detail={},
                                      shadow=on)
 
+    def trip_breaker(self, action: str, signals: Sequence[tuple[str, str]], *, now: float,
+                     trigger: str | None = None) -> bool:
+        """Open ``action``'s breaker for ``signals`` (``(name, why)``), reversing the steps
+        conditioned on it and recording its alert; False if it was open already."""
+        def work(tx: SharedTx, _: Operation | None) -> bool:
+            ctl = tx.controls(action)
+            if ctl.breaker_open:
+                return False
+            g.trip_breaker(tx, ctl, list(signals), now=now, op_key=trigger)
+            return True
+
+        return self._run(work, f"trip breaker {action}", exclusive_class=action)
+
     def apply_authority_step(self, action: str, axis: str, new: object, *,
                              evidence: Mapping[str, object], reverse_on: str, operator: str,
                              now: float) -> AuthorityStep:

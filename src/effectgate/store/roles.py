@@ -165,6 +165,11 @@ class Controls(Protocol):
     def set_shadow(self, action: str, on: bool, *, operator: str,
                    now: float) -> ClassControls: ...
 
+    def trip_breaker(self, action: str, signals: Sequence[tuple[str, str]], *, now: float,
+                     trigger: str | None = None) -> bool:
+        """Open the breaker for ``signals`` (``(name, why)``) as the system, not an operator;
+        False when it was open already. Only an operator's reset closes it."""
+
     def apply_authority_step(self, action: str, axis: str, new: object, *,
                              evidence: Mapping[str, object], reverse_on: str, operator: str,
                              now: float) -> AuthorityStep: ...
