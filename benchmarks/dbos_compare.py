@@ -38,7 +38,7 @@ def _child_effectgate(url: str, n: int) -> dict[str, Any]:
     from effectgate.bench.common import INTENT_BODY, bench_gate
     from effectgate.store import open_store
 
-    store = open_store(url)
+    store = open_store(url, create=True)
     gate = bench_gate(store, PaperAdapter(PaperVenue()))
     for i in range(100):  # warm-up
         gate.submit("submit_order", f"w{i}", INTENT_BODY)

@@ -29,7 +29,7 @@ def worker(args: tuple[str | None, str, int, str, str]) -> tuple[int, float, flo
     from effectgate.examples import EXAMPLE_ORDER, default_registry
     from effectgate.store import open_store
 
-    store = open_store(url)
+    store = open_store(url, create=True)
     kw: dict[str, object] = {}
     if mode == "breaker":
         from effectgate import BreakerConfig
@@ -68,7 +68,7 @@ def main() -> None:
         from effectgate.examples import default_registry
         from effectgate.store import open_store
 
-        store = open_store(a.url)
+        store = open_store(a.url, create=True)
         Operator(store=store, registry=default_registry()).step(
             "submit_order", "exposure", {"limit": "1000000000", "window": 3600},
             evidence={"bench": True}, operator="bench")

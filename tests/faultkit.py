@@ -93,7 +93,7 @@ def venue_server(honour_key: bool = True) -> Iterator[tuple[Any, str]]:
 def open_url(url: str) -> Any:
     from effectgate.store import open_store
 
-    return open_store(url)
+    return open_store(url, create=True)
 
 
 # --- child processes -------------------------------------------------------------------------

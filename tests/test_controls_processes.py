@@ -28,7 +28,7 @@ from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store import open_store
 
 args = json.loads(sys.argv[1])
-store = open_store(args["url"])
+store = open_store(args["url"], create=True)
 registry = default_registry()
 if args["role"] == "operator":
     op = Operator(store=store, registry=registry)

@@ -241,7 +241,7 @@ def _subprocess_crash(store_url: str) -> ScenarioResult:
             [sys.executable, "-c", "from effectgate.demo import _child; _child()",
              store_url, server.url, "op-kill"], env=env, capture_output=True, timeout=60,
             check=False)
-        store = open_store(store_url)
+        store = open_store(store_url, create=True)
         try:
             row = store.get("default", "op-kill")
             state = row.state.value if row else "missing"
@@ -269,7 +269,7 @@ def _child() -> None:
     from effectgate.adapters.http import HttpVenueAdapter
 
     store_url, venue_url, operation_id = sys.argv[1:4]
-    store = open_store(store_url)
+    store = open_store(store_url, create=True)
     adapter = HttpVenueAdapter(venue_url, credential_env="EFFECTGATE_DEMO_VENUE_KEY")
     gate = Gate(store=store, registry=default_registry(adapter="http"),
                 adapters={"http": adapter}, policy=_policy())
@@ -283,7 +283,7 @@ def _sqlite_stores() -> Iterator[tuple[StoreFactory, str]]:
         opened: list[Store] = []
 
         def factory(name: str) -> Store:
-            store = open_store(f"sqlite:///{Path(tmp) / name}.db")
+            store = open_store(f"sqlite:///{Path(tmp) / name}.db", create=True)
             opened.append(store)
             return store
 

@@ -14,6 +14,7 @@ __all__ = [
     "IndeterminateCommit",
     "IntentError",
     "InvalidTransition",
+    "LedgerNotFound",
     "OperationInFlight",
     "OperationNotFound",
     "PermissionDenied",
@@ -130,6 +131,13 @@ class ConfigError(EffectgateError):
     """A configuration value or store URL is invalid."""
 
     code = "config_error"
+
+
+class LedgerNotFound(ConfigError):
+    """The configured ledger does not exist (a SQLite file, a migrated PostgreSQL schema), and
+    the command was not asked to create one."""
+
+    code = "ledger_not_found"
 
 
 # --- front-door errors (HTTP and MCP map these to statuses; see frontends/) ------------------

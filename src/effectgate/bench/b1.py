@@ -228,7 +228,7 @@ def _postgres(target: Target, n: int) -> Figure:
     from effectgate.store import open_store
 
     with target.pg_schema("b1") as url:
-        store = open_store(url)
+        store = open_store(url, create=True)
         gate = bench_gate(store, PaperAdapter(PaperVenue()))
         loop, close = pg_floor(url)
 

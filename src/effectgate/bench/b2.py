@@ -31,7 +31,7 @@ def _worker(side: str, url: str, prefix: str, n: int, ready: Queue[str], go: Eve
 
     lat: list[float] = []
     if side == "eg":
-        store = open_store(url)
+        store = open_store(url, create=True)
         gate = bench_gate(store, PaperAdapter(PaperVenue()))
         _gate_loop(gate, f"{prefix}w", 0, 20, None)  # warm-up
         ready.put(prefix)
@@ -82,7 +82,7 @@ def run(target: Target, n: int, *, smoke: bool = False) -> list[Figure]:
     with target.pg_schema("b2") as url:
         from effectgate.store import open_store
 
-        open_store(url).close()  # migrate once
+        open_store(url, create=True).close()  # migrate once
         for workers in counts:
             per_worker = max(1, n // workers)
             eg = _measure("eg", url, workers, per_worker)

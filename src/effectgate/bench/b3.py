@@ -70,7 +70,7 @@ def _worker(url: str, venue_url: str, api_key: str, plan: list[int], cursor: Syn
     from effectgate.execute.executor import Gate
     from effectgate.store import open_store
 
-    store = open_store(url)
+    store = open_store(url, create=True)
     adapter = HttpVenueAdapter(venue_url, credential=api_key, timeout=30.0)
     gate = Gate(store=store, registry=registry("http"), adapters={"http": adapter},
                 policy=bench_policy())
@@ -150,7 +150,7 @@ def _ledger(target: Target) -> Any:
             with target.pg_schema("b3") as url:
                 from effectgate.store import open_store
 
-                open_store(url).close()
+                open_store(url, create=True).close()
                 yield url
     return ctx()
 
@@ -213,7 +213,7 @@ def _recover(url: str, venue_url: str, api_key: str, t_end: float) -> dict[str, 
     from effectgate.execute.reconciler import Reconciler
     from effectgate.store import open_store
 
-    store = open_store(url)
+    store = open_store(url, create=True)
     adapter = HttpVenueAdapter(venue_url, credential=api_key, timeout=30.0)
     reg = registry("http")
     try:
@@ -241,7 +241,7 @@ def _recover(url: str, venue_url: str, api_key: str, t_end: float) -> dict[str, 
 def _verify(url: str, venue: CountingVenue, n: int) -> dict[str, int]:
     from effectgate.store import open_store
 
-    store = open_store(url)
+    store = open_store(url, create=True)
     try:
         uncertain = len(store.list_operations(state=State.SUBMITTED, limit=1_000_000))
         applied = 0

@@ -168,7 +168,7 @@ def child_sweep(url: str, rows: int) -> dict[str, Any]:
     from effectgate.execute.reconciler import Reconciler
     from effectgate.store import open_store
 
-    store = open_store(url)
+    store = open_store(url, create=True)
     venue = SyntheticVenue(rows)
     rec = Reconciler(store=store, registry=default_registry(), adapters={"paper": venue},
                      page_size=PAGE, keep_repaired=False)

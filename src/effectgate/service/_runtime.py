@@ -74,11 +74,12 @@ class Service:
 
     def __init__(self, config: ServiceConfig, *, store: Store | None = None,
                  adapters: Mapping[str, Adapter] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, create: bool = True) -> None:
         self.config = config
         self.clock = clock
-        self.store = store if store is not None else open_store(config.store.url,
-                                                                **dict(config.store.options))
+        # ``create``: only ``serve`` may start a configured ledger that does not exist yet.
+        self.store = store if store is not None else open_store(
+            config.store.url, create=create, **dict(config.store.options))
         raw = dict(adapters) if adapters is not None else {}
         try:
             for name, cfg in config.adapters.items():

@@ -19,6 +19,7 @@ __all__ = ["CLASSES_FILE", "CONFIG_FILE", "Starter", "write_starter"]
 
 CONFIG_FILE = "effectgate.toml"
 CLASSES_FILE = "effectgate_classes.py"
+LEDGER_FILE = "effectgate.db"
 
 _CLASSES = '''"""Example action classes for the paper venue (from `effectgate init`; edit freely).
 
@@ -71,7 +72,7 @@ per_second = 20
 burst = 40
 
 [store]
-url = "sqlite:///effectgate.db"
+url = "sqlite:///@LEDGER@"
 # PostgreSQL for many processes: url = "postgresql://user@host/db", pool_max_size = 10
 
 # The in-process paper venue: nothing else to start. To use the HTTP paper venue
@@ -153,9 +154,15 @@ def write_starter(directory: Path, *, force: bool = False) -> Starter:
     if existing and not force:
         raise ConfigError(f"{', '.join(existing)} already exist in {directory}; use --force "
                           "to overwrite")
-    agent, operator = f"eg_agent_{secrets.token_urlsafe(24)}", f"eg_op_{secrets.token_urlsafe(24)}"
-    text = (_CONFIG.replace("@AGENT@", hashlib.sha256(agent.encode()).hexdigest())
+    agent = f"eg_agent_{secrets.token_urlsafe(24)}"
+    operator = f"eg_op_{secrets.token_urlsafe(24)}"
+    text = (_CONFIG.replace("@LEDGER@", LEDGER_FILE)
+            .replace("@AGENT@", hashlib.sha256(agent.encode()).hexdigest())
             .replace("@OPERATOR@", hashlib.sha256(operator.encode()).hexdigest()))
     classes.write_text(_CLASSES, encoding="utf-8")
     config.write_text(text, encoding="utf-8")
+    # init creates the configured ledger: the commands that use it never create one.
+    from effectgate.store import open_store
+
+    open_store(f"sqlite:///{(directory / LEDGER_FILE).resolve()}", create=True).close()
     return Starter(config, classes, agent, operator)

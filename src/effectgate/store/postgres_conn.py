@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from effectgate.errors import ConfigError, IndeterminateCommit, StoreError
+from effectgate.errors import ConfigError, IndeterminateCommit, LedgerNotFound, StoreError
 
 __all__ = ["DEFAULT_SCHEMA", "PgConnections", "check_schema_name", "drop_schema",
            "first_line", "lock_key_sql", "log", "split_schema"]
@@ -90,7 +90,8 @@ class PgConnections:
                  max_size: int = 4, statement_timeout_ms: int = 5000,
                  lock_timeout_ms: int = 2000, idle_in_transaction_timeout_ms: int = 30_000,
                  connect_timeout: float = 5.0, pool_timeout: float = 5.0,
-                 synchronous_commit: str = "on", migrate: bool = True) -> None:
+                 synchronous_commit: str = "on", migrate: bool = True,
+                 create: bool = True) -> None:
         conninfo, url_schema = split_schema(url)
         if schema is not None and url_schema is not None and schema != url_schema:
             raise ConfigError(f"schema {schema!r} given twice with different values "
@@ -138,6 +139,13 @@ class PgConnections:
         except PoolTimeout as exc:
             self._pool.close()
             raise StoreError(f"cannot connect to PostgreSQL for schema {self.schema!r}") from exc
+        if not create and not self._read(lambda conn: conn.execute(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
+                "table_name = 'schema_migrations'", (self.schema,)).fetchone(), "open"):
+            self._pool.close()
+            raise LedgerNotFound(f"no effectgate ledger in PostgreSQL schema {self.schema!r} "
+                                 "(never migrated); create it with 'effectgate init' (or open "
+                                 "it with create=True)")
         if migrate:
             self.migrate()
 

@@ -10,6 +10,7 @@ the recorded audit heads. The ledger logic is :class:`~effectgate.store.ledger.S
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
@@ -17,7 +18,7 @@ from typing import Any, TypeVar
 
 from effectgate.core.controls import DispatchGuard
 from effectgate.core.states import State
-from effectgate.errors import StoreError
+from effectgate.errors import LedgerNotFound, StoreError
 from effectgate.store import sql
 from effectgate.store.base import (
     Journal,
@@ -137,10 +138,13 @@ class SQLiteStore(SQLStore):
     """
 
     def __init__(self, path: str, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000,
-                 migrate: bool = True) -> None:
+                 migrate: bool = True, create: bool = True) -> None:
         if synchronous.upper() not in {"FULL", "NORMAL", "OFF", "EXTRA"}:
             raise StoreError(f"synchronous must be FULL, EXTRA, NORMAL or OFF, not {synchronous!r}")
         self.path = path
+        if not create and path not in (":memory:", "") and not os.path.exists(path):
+            raise LedgerNotFound(f"no SQLite ledger at {os.path.abspath(path)!r}; create one "
+                                 "with 'effectgate init' (or open it with create=True)")
         try:
             self._conn = _connect(path, busy_timeout_ms)
             wal = False
@@ -157,6 +161,11 @@ class SQLiteStore(SQLStore):
             with suppress(Exception):
                 self._conn.close()
             raise store_error(f"cannot open SQLite ledger {path!r}", exc) from exc
+        if not create and not self._rows("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                                         "AND name = 'schema_migrations'"):
+            self.close()
+            raise LedgerNotFound(f"{os.path.abspath(path)!r} is not an effectgate ledger (it has "
+                                 "no schema); refusing to create one there")
         if migrate:
             self.migrate()
 
