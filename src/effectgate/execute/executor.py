@@ -19,11 +19,12 @@ from effectgate.core.intent import ActionClass, Intent, Registry, Tier
 from effectgate.core.policy import Decision, PolicySet
 from effectgate.core.states import State
 from effectgate.errors import (
+    CommitOutcomeUnknown,
     ConfigError,
     EffectgateError,
-    IndeterminateCommit,
     IntentError,
     OperationNotFound,
+    OutcomeUnknown,
     StaleState,
     StoreError,
     UnknownActionClass,
@@ -106,7 +107,7 @@ class Gate:
                     new, path, now=now, guard=guard,
                     audit=_provenance(parsed, decision, principal))
                 break
-            except IndeterminateCommit:
+            except CommitOutcomeUnknown:
                 # Journal again only when no row is visible: the unique index decides. If the
                 # lost commit did land (even later), this insert conflicts and replays, and
                 # nothing is sent; if it did not, this one is the journal (invariant 1).
@@ -147,7 +148,7 @@ class Gate:
         except StaleState:
             # Another process won the compare-and-set; it alone dispatches (invariant 1).
             return self.get(operation_id, scope=scope)
-        except IndeterminateCommit:
+        except CommitOutcomeUnknown:
             return self._after_lost_commit(scope, operation_id)
         self._after_guard(guard, now)
         if row.state is not State.SUBMITTED:
@@ -208,8 +209,8 @@ class Gate:
         """
         row = self.store.get(scope, operation_id)
         if row is None:
-            raise IndeterminateCommit(f"journal commit for {operation_id!r} was lost and no row "
-                                      "is visible; retry with the same operation id")
+            raise CommitOutcomeUnknown(f"journal commit for {operation_id!r} was lost and no "
+                                       "row is visible; retry with the same operation id")
         log.error("journal commit for %s was indeterminate; not dispatching (state %s)",
                   row.op_key, row.state.value)
         return row
@@ -233,9 +234,9 @@ class Gate:
             # stands (compare-and-set); the receipt is recorded beside it, and the caller gets
             # the row as it is now, not the stale pre-call copy.
             return self._late_receipt(row, receipt)
-        except StoreError as exc:
-            # The receipt may or may not be durable; the row is uncertain either way and the
-            # reconciler settles it against the venue. Never dispatch again.
+        except (StoreError, OutcomeUnknown) as exc:
+            # Nothing written, or the receipt may or may not be durable: the row is uncertain
+            # either way and the reconciler settles it against the venue. Never dispatch again.
             log.error("receipt for %s not journalled (%s); reconciler will settle it",
                       row.op_key, exc)
             return row
@@ -250,7 +251,9 @@ class Gate:
                 "proof": receipt.proof, "detail": dict(receipt.detail)},
                 now=self.clock(), scope=row.scope, operation_id=row.operation_id)
             current = self.store.get(row.scope, row.operation_id)
-        except StoreError as exc:
+        except (StoreError, OutcomeUnknown) as exc:
+            # The row is already settled; a late receipt lost with its audit line changes
+            # nothing the caller must act on.
             log.error("late receipt for %s not recorded (%s)", row.op_key, exc)
             return row
         log.warning("receipt for %s (%s) arrived after the row was settled as %s",

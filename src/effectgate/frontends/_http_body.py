@@ -9,26 +9,25 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
-from effectgate.errors import BadRequest, IntentError
+from effectgate.errors import BadRequest, BodyTooLarge, IntentError
 
 __all__ = ["read_capped", "refuse_deep"]
 
 
 async def read_capped(request: Request, cap: int) -> bytes:
-    """The body, or :class:`IntentError` ``too_large`` as soon as it exceeds ``cap`` bytes."""
+    """The body, or :class:`BodyTooLarge` as soon as it exceeds ``cap`` bytes."""
     declared = request.headers.get("content-length")
     if declared is not None:
         if not declared.isdigit():
-            raise BadRequest("Content-Length is not a number", code="bad_request")
+            raise BadRequest("Content-Length is not a number")
         if int(declared) > cap:
-            raise IntentError(f"body of {int(declared)} bytes exceeds the {cap}-byte limit",
-                              reason="too_large")
+            raise BodyTooLarge(f"body of {int(declared)} bytes exceeds the {cap}-byte limit")
     chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > cap:
-            raise IntentError(f"body exceeds the {cap}-byte limit", reason="too_large")
+            raise BodyTooLarge(f"body exceeds the {cap}-byte limit")
         chunks.append(chunk)
     return b"".join(chunks)
 

@@ -1,31 +1,27 @@
 """Wire shapes shared by the HTTP and MCP doors: the operation result and problem details.
 
-One mapping from the error tree to HTTP statuses lives here too, so both doors report the
-same stable ``code`` for the same refusal (RFC 9457 problem details over HTTP, an ``isError``
-tool result carrying the same object over MCP).
+The one mapping from the error tree to what the doors answer lives here too: status, code and
+outcome come from the error's class (RFC 9457 problem details over HTTP, an ``isError`` tool
+result carrying the same object over MCP).
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from http import HTTPStatus
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from effectgate.core.states import State
 from effectgate.errors import (
-    ApprovalError,
-    ControlError,
     EffectgateError,
-    IdempotencyConflict,
-    IntentError,
+    ModelOutcome,
     OperationInFlight,
     RateLimited,
 )
 from effectgate.store.base import Operation
 
-__all__ = ["STATUS_BY_CODE", "DecisionOut", "OperationOut", "Problem", "operation_out",
-           "problem_for", "status_for"]
-
+__all__ = ["DecisionOut", "OperationOut", "Problem", "operation_out", "problem_for"]
 
 
 class DecisionOut(BaseModel):
@@ -69,7 +65,7 @@ def operation_out(op: Operation) -> OperationOut:
 
 
 class Problem(BaseModel):
-    """RFC 9457 problem details, with effectgate's stable ``code``."""
+    """RFC 9457 problem details, with effectgate's stable ``code`` and the model outcome."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -78,62 +74,26 @@ class Problem(BaseModel):
     status: int
     detail: str
     code: str
+    outcome: ModelOutcome
     field: str | None = None
     reason: str | None = None
 
 
-STATUS_BY_CODE: Final[dict[str, int]] = {
-    "invalid_intent": 400, "bad_request": 400, "idempotency_key_missing": 400,
-    "invalid_idempotency_key": 400, "unauthenticated": 401, "forbidden": 403,
-    "unknown_action_class": 404, "operation_not_found": 404, "not_found": 404,
-    "method_not_allowed": 405, "operation_in_flight": 409, "body_too_large": 413,
-    "idempotency_conflict": 422, "rate_limited": 429, "adapter_error": 502,
-    "store_error": 503, "indeterminate_commit": 503, "invalid_control": 400,
-    "approval_refused": 409,
-}
-#: An approval refused for these reasons is not a conflict with the row's state.
-_APPROVAL_STATUS: Final = {"self_approval": 403, "invalid_approver": 400}
-
-_TITLES: Final = {
-    400: "Bad request", 401: "Unauthenticated", 403: "Forbidden", 404: "Not found",
-    405: "Method not allowed", 409: "Operation in flight", 413: "Content too large",
-    422: "Idempotency key reused with a different payload", 429: "Too many requests",
-    500: "Internal error", 502: "Venue error", 503: "Ledger unavailable",
-}
-
-
-def status_for(exc: EffectgateError) -> int:
-    if isinstance(exc, IntentError) and exc.reason == "too_large":
-        return 413
-    if isinstance(exc, ApprovalError):
-        return _APPROVAL_STATUS.get(exc.reason, 409)
-    return STATUS_BY_CODE.get(exc.code, 500)
-
-
 def problem_for(exc: EffectgateError) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """``(status, problem body, extra headers)`` for an error from the tree."""
-    status = status_for(exc)
-    code = "body_too_large" if status == 413 else exc.code
-    body: dict[str, Any] = {"type": f"urn:effectgate:problem:{code}",
-                            "title": _TITLES.get(status, "Error"), "status": status,
-                            "detail": exc.message, "code": code}
+    """``(status, problem body, extra headers)`` for an error from the tree.
+
+    Everything comes from the error's class; no table keyed by code can miss one.
+    """
+    status = exc.status
+    body: dict[str, Any] = {"type": f"urn:effectgate:problem:{exc.code}",
+                            "title": HTTPStatus(status).phrase, "status": status,
+                            "detail": exc.message, "code": exc.code,
+                            "outcome": exc.outcome.value, **exc.details()}
     headers: dict[str, str] = {}
-    if isinstance(exc, IntentError):
-        body["field"] = exc.field
-        body["reason"] = exc.reason
-    if isinstance(exc, ControlError):
-        body["field"] = exc.field
-    if isinstance(exc, ApprovalError):
-        body["reason"] = exc.reason
-        body["title"] = "Approval refused"
-    if isinstance(exc, IdempotencyConflict):
-        body["operation_id"] = exc.operation_id
     if isinstance(exc, OperationInFlight | RateLimited):
         retry = max(1, int(exc.retry_after + 0.999))
         body["retry_after"] = retry
         headers["Retry-After"] = str(retry)
-    if isinstance(exc, OperationInFlight):
-        body["operation_id"] = exc.operation_id
     if status == 401:
         headers["WWW-Authenticate"] = "Bearer"
     return status, body, headers

@@ -33,7 +33,16 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from effectgate import __version__
-from effectgate.errors import BadRequest, EffectgateError
+from effectgate.errors import (
+    BadRequest,
+    EffectgateError,
+    IdempotencyKeyMissing,
+    InternalError,
+    InvalidIdempotencyKey,
+    MethodNotAllowed,
+    RouteNotFound,
+    StoreError,
+)
 from effectgate.frontends._http_admin import admin_router
 from effectgate.frontends._http_body import read_capped, refuse_deep
 from effectgate.frontends._models import OperationOut, Problem, operation_out, problem_for
@@ -52,14 +61,6 @@ _bearer = HTTPBearer(auto_error=False, description="An agent or operator token")
 
 def problem_response(exc: EffectgateError) -> JSONResponse:
     status, body, headers = problem_for(exc)
-    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
-
-
-def _problem(status: int, code: str, detail: str) -> JSONResponse:
-    err = BadRequest(detail, code=code)
-    _, body, headers = problem_for(err)
-    body.update(status=status, title={404: "Not found", 405: "Method not allowed"}.get(
-        status, body["title"]))
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
@@ -137,7 +138,7 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
             await run_in_threadpool(service.store.get, "default", "readiness-probe")
         except Exception as exc:
             log.warning("readiness check failed: %s", type(exc).__name__)
-            return _problem(503, "store_error", "the ledger does not answer")
+            return problem_response(StoreError("the ledger does not answer"))
         return JSONResponse({"status": "ready"})
 
     # Operator credential: the figures describe every tenant's ledger, and a scrape costs
@@ -166,14 +167,14 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
                           "sent again unchanged on every retry",
                           json_schema_extra={"pattern": _KEY_PATTERN})] = None) -> JSONResponse:
         if idempotency_key is None:
-            raise BadRequest("the Idempotency-Key header is required: send the operation id",
-                             code="idempotency_key_missing")
+            raise IdempotencyKeyMissing("the Idempotency-Key header is required: send the "
+                                        "operation id")
         key = idempotency_key.strip()
         if len(key) >= 2 and key[0] == key[-1] == '"':  # the draft's sf-string form
             key = key[1:-1]
         if not OPERATION_ID_PATTERN.fullmatch(key):
-            raise BadRequest(f"Idempotency-Key must match {OPERATION_ID_PATTERN.pattern}",
-                             code="invalid_idempotency_key")
+            raise InvalidIdempotencyKey(
+                f"Idempotency-Key must match {OPERATION_ID_PATTERN.pattern}")
         raw = await read_capped(request, settings.max_body_bytes)
         refuse_deep(raw, settings.max_depth)
         op = await run_in_threadpool(service.propose, who, name, key, raw)
@@ -206,21 +207,20 @@ def _install_errors(app: FastAPI) -> None:
     async def on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()))
-        return _problem(400, "bad_request", f"{where}: {first.get('msg', 'invalid request')}")
+        return problem_response(
+            BadRequest(f"{where}: {first.get('msg', 'invalid request')}"))
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
-        return _problem(exc.status_code, code, str(exc.detail))
+        # Routing raises only these; anything else it might raise is the client's request.
+        kind = {404: RouteNotFound, 405: MethodNotAllowed}.get(exc.status_code, BadRequest)
+        return problem_response(kind(str(exc.detail)))
 
     @app.exception_handler(Exception)
     async def on_crash(_: Request, exc: Exception) -> JSONResponse:
         # Type only: a message could carry request details. Nothing about the request leaks.
         log.error("unhandled %s in a request", type(exc).__name__)
-        return JSONResponse({"type": "urn:effectgate:problem:internal_error",
-                             "title": "Internal error", "status": 500,
-                             "detail": "internal error", "code": "internal_error"},
-                            status_code=500, media_type=PROBLEM_JSON)
+        return problem_response(InternalError("internal error"))
 
 
 def _openapi(app: FastAPI, service: Service) -> dict[str, Any]:

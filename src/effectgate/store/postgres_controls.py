@@ -27,7 +27,7 @@ from effectgate.core.controls import (
 )
 from effectgate.core.intent import Tier
 from effectgate.core.states import State, check_transition
-from effectgate.errors import ApprovalError, StaleState
+from effectgate.errors import DuplicateApprover, StaleState
 from effectgate.store.base import Operation, audit_filters, dumps
 from effectgate.store.guard import (
     CONTROL_COLUMNS,
@@ -163,8 +163,8 @@ class PgControlsMixin(ControlChanges):
                 (scope, operation_id)).fetchall()
             if tx.conn.execute("SELECT 1 FROM approvals WHERE scope = %s AND operation_id = %s "
                                "AND approver = %s", (scope, operation_id, approver)).fetchone():
-                raise ApprovalError(f"{approver!r} already answered for {operation_id!r}; "
-                                    "approvers must be distinct", reason="duplicate_approver")
+                raise DuplicateApprover(f"{approver!r} already answered for {operation_id!r}; "
+                                        "approvers must be distinct")
             if now >= expires_at:
                 moved = _move(tx, row, State.DENIED, now, "approval expired",
                               {"by": approver, "reason": "approval expired"})

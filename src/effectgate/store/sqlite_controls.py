@@ -29,7 +29,7 @@ from effectgate.core.controls import (
 )
 from effectgate.core.intent import Tier
 from effectgate.core.states import State
-from effectgate.errors import ApprovalError
+from effectgate.errors import DuplicateApprover
 from effectgate.store.base import Operation, audit_filters, dumps
 from effectgate.store.guard import (
     CONTROL_COLUMNS,
@@ -402,8 +402,8 @@ class SQLiteControlsMixin(ControlChanges):
                 fingerprint=fingerprint)
             if conn.execute("SELECT 1 FROM approvals WHERE scope = ? AND operation_id = ? AND "
                             "approver = ?", (scope, operation_id, approver)).fetchone():
-                raise ApprovalError(f"{approver!r} already answered for {operation_id!r}; "
-                                    "approvers must be distinct", reason="duplicate_approver")
+                raise DuplicateApprover(f"{approver!r} already answered for {operation_id!r}; "
+                                        "approvers must be distinct")
             if now >= expires_at:
                 moved = self._move(conn, row, State.DENIED, now, "approval expired",
                                    {"by": approver, "reason": "approval expired"})
