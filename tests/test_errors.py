@@ -18,6 +18,7 @@ from mcp import Client
 import effectgate
 from effectgate import errors
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
+from effectgate.core.states import State
 from effectgate.errors import (
     ApprovalError,
     CommitOutcomeUnknown,
@@ -26,10 +27,11 @@ from effectgate.errors import (
     OutcomeUnknown,
     StoreError,
 )
-from effectgate.frontends._models import problem_for
+from effectgate.frontends._models import describe, problem_for
 from effectgate.frontends.http import create_app
 from effectgate.frontends.mcp import LOOKUP_TOOL, build_server
 from effectgate.service import Principal, Service, parse_config
+from effectgate.store.base import Operation
 from servicekit import AGENT_A, OPERATOR, ORDER, bearer, config_text
 
 SRC = Path(effectgate.__file__).parent
@@ -130,6 +132,24 @@ class TestTheTree:
                      for n, line in enumerate(path.read_text().splitlines(), 1)
                      if pattern.search(line)]
         assert offenders == []
+
+
+@pytest.mark.parametrize("state", list(State))
+def test_every_ledger_state_tells_a_model_one_outcome(state: State) -> None:
+    """Issue 11 item 4: a small set of outcomes covers every state, each with a message."""
+    op = Operation(scope="s", operation_id="op-1", action="submit_order", fingerprint="f",
+                   state=state, intent={}, effect={}, tier="validate", reason="because",
+                   policy_version="p", venue_id=None, detail=None, created_at=1.0,
+                   updated_at=1.0, submitted_at=None, version=1)
+    outcome, message = describe(op, 30.0)
+    expected = {State.ACKNOWLEDGED: "done", State.SHADOWED: "done", State.REJECTED: "refused",
+                State.DENIED: "refused", State.FAILED: "failed",
+                State.AWAITING_APPROVAL: "waiting_for_approval", State.VALIDATED: "held",
+                State.PROPOSED: "held", State.SUBMITTED: "uncertain",
+                State.QUARANTINED: "uncertain"}
+    assert outcome.value == expected[state] and message.endswith(".")
+    if outcome is ModelOutcome.UNCERTAIN or outcome is ModelOutcome.HELD:
+        assert "new operation id" in message  # never "resend it as a new action"
 
 
 # --- the front doors answer with codes of the tree only --------------------------------------

@@ -394,6 +394,8 @@ class TestLostReceiptCommit:
         gate = self._gate(world, wrote)
         row = gate.submit("submit_order", "op-1", INTENT)
         assert row.state is State.SUBMITTED and world.adapter.execute_calls == 1
+        assert row.cause is not None and "answered applied" in row.cause
+        assert "could not record the receipt (indeterminate_commit)" in row.cause
         again = gate.submit("submit_order", "op-1", INTENT)
         assert again.replayed and world.adapter.execute_calls == 1
         world.reconciler.run_once()

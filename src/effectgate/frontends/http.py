@@ -118,7 +118,7 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
              tags=["agent"], summary="Look up an operation in your scope")
     async def get_operation(operation_id: str, who: agent) -> JSONResponse:
         op = await run_in_threadpool(service.lookup, who, operation_id)
-        return _operation_response(op, 200)
+        return _operation_response(op, 200, service)
 
     @app.get("/v1/actions", tags=["agent"], summary="The action classes this service accepts",
              responses=_ERRORS)
@@ -178,7 +178,7 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
         raw = await read_capped(request, settings.max_body_bytes)
         refuse_deep(raw, settings.max_depth)
         op = await run_in_threadpool(service.propose, who, name, key, raw)
-        return _operation_response(op, 200 if op.replayed else 201)
+        return _operation_response(op, 200 if op.replayed else 201, service)
 
     app.add_api_route(
         f"/v1/actions/{name}", propose, methods=["POST"], response_model=OperationOut,
@@ -190,12 +190,12 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
             "schema": {"$ref": f"#/components/schemas/intent_{name}"}}}}})
 
 
-def _operation_response(op: Operation, status: int) -> JSONResponse:
+def _operation_response(op: Operation, status: int, service: Service) -> JSONResponse:
     headers = {"Location": f"/v1/operations/{op.operation_id}"}
     if op.replayed:
         headers["Idempotent-Replayed"] = "true"
-    return JSONResponse(operation_out(op).model_dump(mode="json"), status_code=status,
-                        headers=headers)
+    return JSONResponse(operation_out(op, service.config.registry).model_dump(mode="json"),
+                        status_code=status, headers=headers)
 
 
 def _install_errors(app: FastAPI) -> None:

@@ -155,7 +155,7 @@ async def _call(service: Service, who: Principal,
         op = await anyio.to_thread.run_sync(service.propose, who, params.name, op_id, args)
     else:
         raise UnknownActionClass(f"no tool named {params.name!r}")
-    out = operation_out(op).model_dump(mode="json")
+    out = operation_out(op, service.config.registry).model_dump(mode="json")
     return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(out))],
                                 structured_content=out)
 
