@@ -133,7 +133,7 @@ def run_child(command: str, args: dict[str, Any], *, crash_at: str | None = None
 
 def _child_submit(args: dict[str, Any]) -> dict[str, Any]:
     """Submit each ``[operation_id, variant]``; with ``retry`` keep going through store faults."""
-    from effectgate.errors import IdempotencyConflict, IndeterminateCommit, StoreError
+    from effectgate.errors import CommitOutcomeUnknown, IdempotencyConflict, StoreError
 
     store = open_url(args["store_url"])
     gate = http_gate(store, args["venue_url"])
@@ -150,7 +150,7 @@ def _child_submit(args: dict[str, Any]) -> dict[str, Any]:
                 kind = "replayed" if row.replayed else "created"
             except IdempotencyConflict:
                 kind = "conflict"
-            except IndeterminateCommit:
+            except CommitOutcomeUnknown:
                 # The journal may or may not be durable: retrying the same id is safe (it either
                 # creates the row or replays it) and never dispatches twice.
                 counts["indeterminate"] += 1
@@ -174,7 +174,7 @@ def _child_submit(args: dict[str, Any]) -> dict[str, Any]:
 def _child_reconcile(args: dict[str, Any]) -> dict[str, Any]:
     """Run ``run_once`` until no uncertain row is left (or the stop file appears)."""
     from effectgate.core.states import State
-    from effectgate.errors import StoreError
+    from effectgate.errors import OutcomeUnknown, StoreError
 
     store = open_url(args["store_url"])
     rec = http_reconciler(store, args["venue_url"], args.get("offset", 0.0),
@@ -191,7 +191,9 @@ def _child_reconcile(args: dict[str, Any]) -> dict[str, Any]:
         try:
             report = rec.run_once()
             left = store.list_operations(state=State.SUBMITTED, limit=1)
-        except StoreError:
+        except (StoreError, OutcomeUnknown):
+            # A pass cut by the outage (a lost commit included) is run again; the
+            # reconciler's moves are compare-and-set, so a repeat is harmless.
             totals["store_errors"] += 1
             time.sleep(0.2)
             continue

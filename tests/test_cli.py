@@ -77,6 +77,29 @@ class TestOpsCommands:
                 for s in e["detail"].get("path", [e["detail"]["state"]])] == [
             "proposed", "validated", "submitted", "acknowledged"]
 
+    def test_show_says_why_an_operation_is_uncertain(self, tmp_path, monkeypatch) -> None:
+        """Issue 11 item 4: the venue was down at dispatch; `ops show` gives the cause from the
+        audit trail, the outcome and what happens next, not only `submitted`."""
+        import socket
+
+        monkeypatch.setenv("EFFECTGATE_VENUE_KEY", KEY)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            down = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nothing listens
+        path = tmp_path / "ledger.db"
+        store = SQLiteStore(str(path))
+        adapter = HttpVenueAdapter(down, credential_env="EFFECTGATE_VENUE_KEY")
+        gate = Gate(store=store, registry=default_registry(adapter="http"),
+                    adapters={"http": adapter},
+                    policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}))
+        assert gate.submit("submit_order", "op-down", EXAMPLE_ORDER).state.value == "submitted"
+        adapter.close()
+        store.close()
+        shown = json.loads(cli("ops", "show", "--store", f"sqlite:///{path}", "op-down").stdout)
+        assert shown["state"] == "submitted" and shown["outcome"] == "uncertain"
+        assert "venue unreachable (ConnectError)" in shown["cause"]
+        assert shown["cause"] in shown["message"] and "reconciler" in shown["message"]
+
     def test_unknown_state_is_a_usage_error(self, ledger_and_venue) -> None:
         url, _, _ = ledger_and_venue
         proc = cli("ops", "list", "--store", url, "--state", "done")

@@ -313,19 +313,19 @@ class TestLostJournalCommit:
     """Invariants 1 and 3 when the journal's COMMIT outcome is unknown."""
 
     class Flaky:
-        """Wraps a store; the first journal raises IndeterminateCommit, having written or not."""
+        """Wraps a store; the first journal raises CommitOutcomeUnknown, having written or not."""
 
         def __init__(self, inner: Store, wrote: bool) -> None:
             self.inner, self.wrote, self.failed = inner, wrote, False
 
         def journal(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            from effectgate.errors import IndeterminateCommit
+            from effectgate.errors import CommitOutcomeUnknown
 
             if not self.failed:
                 self.failed = True
                 if self.wrote:
                     self.inner.journal(*args, **kwargs)
-                raise IndeterminateCommit("connection lost while COMMIT was in flight")
+                raise CommitOutcomeUnknown("connection lost while COMMIT was in flight")
             return self.inner.journal(*args, **kwargs)
 
         def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
@@ -361,3 +361,68 @@ class TestPrincipalNames:
     def test_a_principal_may_carry_a_colon(self, world: World) -> None:
         row = world.gate.submit("submit_order", "op-p", INTENT, principal="tenant-a:agent-7")
         assert row.state is State.ACKNOWLEDGED
+
+
+class TestLostReceiptCommit:
+    """Invariants 1 and 3 when the receipt's COMMIT outcome is unknown: it is no StoreError
+    (which means "nothing written"), so the gate catches it on its own and leaves the row
+    uncertain, never re-dispatching it."""
+
+    class Flaky:
+        """Wraps a store; the first receipt write raises CommitOutcomeUnknown, having
+        written (``wrote``) or not."""
+
+        def __init__(self, inner: Store, wrote: bool) -> None:
+            self.inner, self.wrote, self.failed = inner, wrote, False
+
+        def _lose(self, write):  # type: ignore[no-untyped-def]
+            from effectgate.errors import CommitOutcomeUnknown
+
+            if self.failed:
+                return write()
+            self.failed = True
+            if self.wrote:
+                write()
+            raise CommitOutcomeUnknown("connection lost while the receipt's COMMIT was in flight")
+
+        def transition(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if args[3] is not State.SUBMITTED:  # to-state: only a receipt is lost
+                return self._lose(lambda: self.inner.transition(*args, **kwargs))
+            return self.inner.transition(*args, **kwargs)
+
+        def append_audit(self, kind, *args, **kwargs):  # type: ignore[no-untyped-def]
+            if kind == "dispatch_outcome_unknown":
+                return self._lose(lambda: self.inner.append_audit(kind, *args, **kwargs))
+            return self.inner.append_audit(kind, *args, **kwargs)
+
+        def __getattr__(self, name: str):  # type: ignore[no-untyped-def]
+            return getattr(self.inner, name)
+
+    def _gate(self, world: World, wrote: bool) -> Gate:
+        return Gate(store=self.Flaky(world.store, wrote),  # type: ignore[arg-type]
+                    registry=world.gate.registry, adapters={"paper": world.adapter},
+                    policy=policy(), clock=world.clock)
+
+    @pytest.mark.parametrize("wrote", [False, True])
+    def test_applied_receipt_lost_leaves_the_row_uncertain(self, world: World,
+                                                           wrote: bool) -> None:
+        gate = self._gate(world, wrote)
+        row = gate.submit("submit_order", "op-1", INTENT)
+        assert row.state is State.SUBMITTED and world.adapter.execute_calls == 1
+        assert row.cause is not None and "answered applied" in row.cause
+        assert "could not record the receipt (indeterminate_commit)" in row.cause
+        again = gate.submit("submit_order", "op-1", INTENT)
+        assert again.replayed and world.adapter.execute_calls == 1
+        world.reconciler.run_once()
+        settled = world.store.get("default", "op-1")
+        assert settled is not None and settled.state is State.ACKNOWLEDGED
+        assert world.venue.effect_count == 1
+
+    def test_unknown_outcome_whose_audit_line_is_lost_stays_uncertain(self,
+                                                                      world: World) -> None:
+        gate = self._gate(world, wrote=False)
+        world.venue.fail_next(1, after_apply=True)
+        row = gate.submit("submit_order", "op-1", INTENT)
+        assert row.state is State.SUBMITTED and world.adapter.execute_calls == 1
+        assert gate.submit("submit_order", "op-1", INTENT).replayed
+        assert world.adapter.execute_calls == 1

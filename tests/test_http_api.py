@@ -24,8 +24,10 @@ from servicekit import (
     OPERATOR,
     ORDER,
     SCOPED_OPERATOR,
+    VENUE_KEY_ENV,
     bearer,
     config_text,
+    free_port,
 )
 
 BODY = json.dumps(ORDER).encode()
@@ -364,3 +366,65 @@ class TestLimits:
                 assert c.get("/v1/operations/x", headers=bearer(AGENT_B)).status_code == 404
         finally:
             svc.close()
+
+
+class TestOutcomeForAModel:
+    """Issue 11 item 4: every operation answer says, in `outcome` and `message`, what happened
+    and what to do next; an uncertain one says why."""
+
+    def test_venue_down_answer_carries_the_cause(self, tmp_path: Path, store: Store,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+        """Invariant 3: the venue is unreachable, the row stays `submitted`, and the answer
+        (and a later GET) says why, that the outcome is unknown, what not to do, and when the
+        reconciler settles it."""
+        monkeypatch.setenv(VENUE_KEY_ENV, "venue-key")
+        down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+        cfg = parse_config(config_text(venue_url=down,
+                                       store_url=f"sqlite:///{tmp_path}/ledger.db"), "t.toml")
+        svc = Service(cfg, store=store)
+        try:
+            with TestClient(create_app(svc, mcp_http=False)) as c:
+                r = post(c, "op-down")
+                looked = c.get("/v1/operations/op-down", headers=bearer(AGENT_A))
+                shown = c.get("/v1/admin/operations/alpha/op-down", headers=bearer(OPERATOR))
+        finally:
+            svc.close()
+        doc = r.json()
+        assert r.status_code == 201 and doc["state"] == "submitted"
+        assert doc["outcome"] == "uncertain"
+        assert "venue unreachable (ConnectError)" in doc["cause"]
+        assert doc["cause"] in doc["message"] and "may or may not" in doc["message"]
+        assert "new operation id" in doc["message"] and "60s" in doc["message"]
+        for later in (looked.json(), shown.json()):  # read back from the audit trail
+            assert later["outcome"] == "uncertain" and later["cause"] == doc["cause"]
+
+    def test_each_state_maps_to_one_outcome(self, tmp_path: Path, store: Store) -> None:
+        venue = PaperVenue(instruments=frozenset({"XYZ-PERP"}))
+        svc = make_service(tmp_path, adapters={"venue": PaperAdapter(venue)}, store=store)
+        big = json.dumps({**ORDER, "quantity": "10", "limit_price": "95.00"}).encode()
+        try:
+            with TestClient(create_app(svc, mcp_http=False)) as c:
+                done = post(c, "op-done").json()
+                refused = post(c, "op-no", json.dumps({**ORDER, "quantity": "20"}).encode()).json()
+                waiting = post(c, "op-big", big).json()
+                failed = post(c, "op-fail", json.dumps({**ORDER, "instrument": "ABC-PERP"})
+                              .encode()).json()
+                c.put("/v1/admin/kill/submit_order", headers=bearer(OPERATOR), json={})
+                held = post(c, "op-held").json()
+                c.delete("/v1/admin/kill/submit_order", headers=bearer(OPERATOR))
+                c.put("/v1/admin/shadow/submit_order", headers=bearer(OPERATOR))
+                shadowed = post(c, "op-shadow").json()
+        finally:
+            svc.close()
+        seen = {d["operation_id"]: (d["state"], d["outcome"])
+                for d in (done, refused, waiting, failed, held, shadowed)}
+        assert seen == {"op-done": ("acknowledged", "done"), "op-no": ("rejected", "refused"),
+                        "op-big": ("awaiting_approval", "waiting_for_approval"),
+                        "op-fail": ("failed", "failed"), "op-held": ("validated", "held"),
+                        "op-shadow": ("shadowed", "done")}
+        assert refused["decision"]["reason"] in refused["message"]
+        assert "human" in waiting["message"] and "'op-big'" in waiting["message"]
+        assert "kill switch" in held["message"] and "same operation id" in held["message"]
+        assert "unknown instrument" in failed["message"]
+        assert "did not send" in shadowed["message"]
+        assert all(d["cause"] is None for d in (done, refused, waiting, failed, held, shadowed))

@@ -23,7 +23,15 @@ from effectgate.frontends._models import OperationOut
 from effectgate.frontends.http import create_app
 from effectgate.frontends.mcp import LOOKUP_TOOL, PIN_META_KEY, build_server
 from effectgate.service import Principal, Service, parse_config
-from servicekit import AGENT_A, OPERATOR, ORDER, config_text, uvicorn_thread
+from servicekit import (
+    AGENT_A,
+    OPERATOR,
+    ORDER,
+    VENUE_KEY_ENV,
+    config_text,
+    free_port,
+    uvicorn_thread,
+)
 
 ALPHA = Principal("alpha", "agent", "alpha")
 ARGS: dict[str, Any] = {"operation_id": "op-1", **ORDER}
@@ -144,6 +152,34 @@ class TestToolsInMemory:
                 res = await b.call_tool(LOOKUP_TOOL, {"operation_id": "op-1"})
                 assert res.is_error and res.structured_content["code"] == "operation_not_found"
         run(go)
+
+    def test_venue_down_result_says_why_and_what_next(self, tmp_path: Path, mode: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+        """Issue 11 item 4 over MCP: the tool result of an uncertain action carries the
+        outcome, the cause and a message a model can act on; so does the lookup later."""
+        monkeypatch.setenv(VENUE_KEY_ENV, "venue-key")
+        down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+        cfg = parse_config(config_text(venue_url=down,
+                                       store_url=f"sqlite:///{tmp_path}/down.db"), "t.toml")
+        svc = Service(cfg)
+        results: list[dict[str, Any]] = []
+
+        async def go() -> None:
+            async with Client(build_server(svc, ALPHA), mode=mode) as c:
+                for name, arguments in (("submit_order", ARGS),
+                                        (LOOKUP_TOOL, {"operation_id": "op-1"})):
+                    res = await c.call_tool(name, arguments)
+                    assert not res.is_error
+                    results.append(res.structured_content)
+                    assert json.loads(res.content[0].text) == res.structured_content
+        try:
+            run(go)
+        finally:
+            svc.close()
+        for out in results:
+            assert out["state"] == "submitted" and out["outcome"] == "uncertain"
+            assert "venue unreachable (ConnectError)" in out["cause"]
+            assert "new operation id" in out["message"] and "60s" in out["message"]
 
 
 class TestStdio:

@@ -21,7 +21,7 @@ import pytest
 from effectgate import Gate, LimitPolicy, PolicySet, State
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.audit import verify_store
-from effectgate.errors import IndeterminateCommit
+from effectgate.errors import CommitOutcomeUnknown
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store.sqlite import SQLiteStore
 from effectgate.store.sqlite_tx import TxGate
@@ -122,7 +122,7 @@ class TestGroupCommit:
     def test_a_failed_commit_fails_every_body_it_covered(self, gate: TxGate) -> None:
         # A deferred foreign key makes COMMIT itself fail; nothing of the group is written.
         outcomes = run_group(gate, [insert("a"), insert("b", parent=99), insert("c")])
-        assert all(isinstance(o, IndeterminateCommit) for o in outcomes), outcomes
+        assert all(isinstance(o, CommitOutcomeUnknown) for o in outcomes), outcomes
         assert rows(gate) == set()
         outcomes = run_group(gate, [insert("d"), insert("e")])  # and the gate recovers
         assert outcomes == [None, None] and rows(gate) == {"d", "e"}

@@ -1,48 +1,164 @@
-"""One exception tree. Each error carries a stable ``code`` that the HTTP and MCP doors report."""
+"""One exception tree. Every class carries, as class attributes, a stable ``code`` (what the HTTP
+and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model is told.
+
+::
+
+    EffectgateError                   effectgate_error               500  uncertain
+    +-- RequestError                  invalid_request                400  refused
+    |   +-- IntentError               invalid_intent                 400
+    |   |   +-- BodyTooLarge          body_too_large                 413
+    |   +-- UnsupportedMediaType      unsupported_media_type         415
+    |   +-- BadRequest                bad_request                    400
+    |   |   +-- IdempotencyKeyMissing idempotency_key_missing        400
+    |   |   +-- InvalidIdempotencyKey invalid_idempotency_key        400
+    |   +-- UnknownActionClass        unknown_action_class           404
+    |   +-- RouteNotFound             not_found                      404
+    |   +-- MethodNotAllowed          method_not_allowed             405
+    +-- AccessError                   access_refused                 403  refused
+    |   +-- Unauthenticated           unauthenticated                401
+    |   +-- PermissionDenied          forbidden                      403
+    |   +-- RateLimited               rate_limited                   429
+    +-- OperationError                operation_refused              409  refused
+    |   +-- IdempotencyConflict       idempotency_conflict           422
+    |   +-- OperationNotFound         operation_not_found            404
+    |   +-- OperationInFlight         operation_in_flight            409  uncertain
+    |   +-- InvalidTransition         invalid_transition             409
+    |   +-- StaleState                stale_state                    409
+    |   +-- ApprovalError             approval_refused               409
+    |       +-- NotAwaitingApproval   not_awaiting_approval          409
+    |       +-- ApprovalFingerprintMismatch
+    |       |                         approval_fingerprint_mismatch  409
+    |       +-- SelfApproval          self_approval                  403
+    |       +-- DuplicateApprover     duplicate_approver             409
+    |       +-- InvalidApprover       invalid_approver               400
+    |       +-- ApprovalExpired       approval_expired               409
+    +-- StoreError                    store_error                    503  refused
+    +-- OutcomeUnknown                outcome_unknown                503  uncertain
+    |   +-- CommitOutcomeUnknown      indeterminate_commit           503
+    +-- AdapterError                  adapter_error                  502  uncertain
+    +-- OperatorError                 operator_error                 500  refused
+    |   +-- ConfigError               config_error                   500
+    |   |   +-- LedgerNotFound        ledger_not_found               500
+    |   +-- RegistryError             invalid_action_class           500
+    |   +-- PolicyError               policy_error                   500
+    |   +-- ControlError              invalid_control                400
+    |   +-- AuditTampered             audit_tampered                 500
+    |   +-- ServiceUnavailable        unavailable                    503
+    +-- InternalError                 internal_error                 500  uncertain
+
+The outcome column is inherited unless a class says otherwise. The split that matters most is
+between ``StoreError`` (known to have changed nothing: retrying the same operation id is safe)
+and ``OutcomeUnknown`` (the write or the action may or may not have taken effect: the row is
+left to the reconciler and nothing is ever sent again on a guess). Each base's comment names the
+errors later features add under it, so a feature only adds a class.
+"""
 
 from __future__ import annotations
 
+from enum import StrEnum
+from typing import ClassVar
+
 __all__ = [
+    "AccessError",
     "AdapterError",
     "ApprovalError",
+    "ApprovalExpired",
+    "ApprovalFingerprintMismatch",
     "AuditTampered",
     "BadRequest",
+    "BodyTooLarge",
+    "CommitOutcomeUnknown",
     "ConfigError",
     "ControlError",
+    "DuplicateApprover",
     "EffectgateError",
     "IdempotencyConflict",
-    "IndeterminateCommit",
+    "IdempotencyKeyMissing",
     "IntentError",
+    "InternalError",
+    "InvalidApprover",
+    "InvalidIdempotencyKey",
     "InvalidTransition",
     "LedgerNotFound",
+    "MethodNotAllowed",
+    "ModelOutcome",
+    "NotAwaitingApproval",
+    "OperationError",
     "OperationInFlight",
     "OperationNotFound",
+    "OperatorError",
+    "OutcomeUnknown",
     "PermissionDenied",
     "PolicyError",
     "RateLimited",
     "RegistryError",
+    "RequestError",
+    "RouteNotFound",
+    "SelfApproval",
+    "ServiceUnavailable",
     "StaleState",
     "StoreError",
     "Unauthenticated",
     "UnknownActionClass",
+    "UnsupportedMediaType",
 ]
+
+
+class ModelOutcome(StrEnum):
+    """What a model is told happened to its action: the operation result's ``outcome``.
+
+    Kept small on purpose (docs/service.md gives the mapping from ledger states).
+    """
+
+    #: The effect happened (acknowledged), or was recorded in shadow mode by design.
+    DONE = "done"
+    #: Nothing was sent and nothing will be under this request: policy, an approver or a
+    #: check refused it, or the request itself was unusable.
+    REFUSED = "refused"
+    #: It was sent (or attempted) and the venue proved it did not apply, or it was written off.
+    FAILED = "failed"
+    #: It may or may not have taken effect; only the same operation id may ask again.
+    UNCERTAIN = "uncertain"
+    #: Nothing sent yet: a human must approve it first.
+    WAITING_FOR_APPROVAL = "waiting_for_approval"
+    #: Allowed, nothing sent yet: an operator control holds it, or it waits for dispatch.
+    HELD = "held"
 
 
 class EffectgateError(Exception):
     """Base of every error effectgate raises on purpose."""
 
-    code: str = "effectgate_error"
+    code: ClassVar[str] = "effectgate_error"
+    status: ClassVar[int] = 500
+    # Unknown by default: a caller must never read an unclassified error as "nothing happened".
+    outcome: ClassVar[ModelOutcome] = ModelOutcome.UNCERTAIN
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
+    def details(self) -> dict[str, object]:
+        """Fields beyond code and message that a caller needs (a field name, a reason)."""
+        return {}
+
     def to_dict(self) -> dict[str, object]:
-        """A JSON-able form for front doors (problem details, MCP error results)."""
-        return {"code": self.code, "message": self.message}
+        """A JSON-able form for front doors (problem details, MCP error results) and audit."""
+        return {"code": self.code, "message": self.message, **self.details()}
 
 
-class IntentError(EffectgateError):
+# --- request errors: the request is unusable as sent; nothing was written but an audit line --
+# Later: a malformed run-call record or budget request, an unknown effect class.
+
+
+class RequestError(EffectgateError):
+    """The request cannot be used as sent. Fix it and send it again (same operation id)."""
+
+    code = "invalid_request"
+    status = 400
+    outcome = ModelOutcome.REFUSED
+
+
+class IntentError(RequestError):
     """The intent was refused by the strict parser or the schema. Names the field (a JSON path)."""
 
     code = "invalid_intent"
@@ -52,27 +168,123 @@ class IntentError(EffectgateError):
         self.field = field
         self.reason = reason
 
-    def to_dict(self) -> dict[str, object]:
-        return {"code": self.code, "message": self.message, "field": self.field,
-                "reason": self.reason}
+    def details(self) -> dict[str, object]:
+        return {"field": self.field, "reason": self.reason}
 
 
-class UnknownActionClass(EffectgateError):
-    """No action class of that name is registered."""
+class BodyTooLarge(IntentError):
+    """The body exceeds the configured byte cap (refused before it is parsed)."""
+
+    code = "body_too_large"
+    status = 413
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, reason="too_large")
+
+
+class UnsupportedMediaType(RequestError):
+    """A request body that is not JSON (``Content-Type: application/json``, UTF-8)."""
+
+    code = "unsupported_media_type"
+    status = 415
+
+
+class BadRequest(RequestError):
+    """The request around the intent is unusable (a header, the route's parameters)."""
+
+    code = "bad_request"
+
+
+class IdempotencyKeyMissing(BadRequest):
+    """No ``Idempotency-Key`` header: the operation id is required (the IETF draft's 400)."""
+
+    code = "idempotency_key_missing"
+
+
+class InvalidIdempotencyKey(BadRequest):
+    """The ``Idempotency-Key`` is not a valid operation id."""
+
+    code = "invalid_idempotency_key"
+
+
+class UnknownActionClass(RequestError):
+    """No action class (or MCP tool) of that name is registered."""
 
     code = "unknown_action_class"
+    status = 404
 
 
-class RegistryError(EffectgateError):
-    """An action class definition is unsafe or inconsistent (refused at registration)."""
+class RouteNotFound(RequestError):
+    """No such HTTP route."""
 
-    code = "invalid_action_class"
+    code = "not_found"
+    status = 404
 
 
-class IdempotencyConflict(EffectgateError):
+class MethodNotAllowed(RequestError):
+    """The HTTP route exists but not with this method."""
+
+    code = "method_not_allowed"
+    status = 405
+
+
+# --- access errors: who is asking, not what is asked; nothing was written ---------------------
+# Later: an expired or revoked principal token, a grant that does not cover the action.
+
+
+class AccessError(EffectgateError):
+    """The caller may not make this request now."""
+
+    code = "access_refused"
+    status = 403
+    outcome = ModelOutcome.REFUSED
+
+
+class Unauthenticated(AccessError):
+    """No credential, or one no configured token matches."""
+
+    code = "unauthenticated"
+    status = 401
+
+
+class PermissionDenied(AccessError):
+    """The credential is valid but its role may not do this (agent on admin, operator proposing)."""
+
+    code = "forbidden"
+
+
+class RateLimited(AccessError):
+    """The caller exceeded its request budget; ``retry_after`` seconds until a token is free."""
+
+    code = "rate_limited"
+    status = 429
+
+    def __init__(self, message: str, *, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+# --- operation errors: the request is well formed, the operation's state or history refuses it -
+# Later, each a class here: a sealed run (`RunSealed`, invariant 13), a refused continuation
+# without proof (`ContinuationRefused`, invariant 9), an operation in quarantine
+# (`OperationQuarantined`), an exhausted budget or reservation at admission (`BudgetExhausted`,
+# outcome refused; invariant 12). A budget refusal just before dispatch is no exception: the row
+# ends `rejected` with its reason.
+
+
+class OperationError(EffectgateError):
+    """The operation's state refuses this request; nothing was changed."""
+
+    code = "operation_refused"
+    status = 409
+    outcome = ModelOutcome.REFUSED
+
+
+class IdempotencyConflict(OperationError):
     """The operation id was used before with a different effect payload (invariant 2)."""
 
     code = "idempotency_conflict"
+    status = 422  # the IETF Idempotency-Key draft's status for a reused key
 
     def __init__(self, message: str, *, operation_id: str, stored: str, offered: str) -> None:
         super().__init__(message)
@@ -80,54 +292,174 @@ class IdempotencyConflict(EffectgateError):
         self.stored_fingerprint = stored
         self.offered_fingerprint = offered
 
+    def details(self) -> dict[str, object]:
+        return {"operation_id": self.operation_id}
 
-class InvalidTransition(EffectgateError):
+
+class OperationNotFound(OperationError):
+    """No ledger row for that (scope, operation id)."""
+
+    code = "operation_not_found"
+    status = 404
+
+
+class OperationInFlight(OperationError):
+    """A request with this operation id is still being executed; ask again later."""
+
+    code = "operation_in_flight"
+    # The first request may still be sending it: not a refusal of the action.
+    outcome = ModelOutcome.UNCERTAIN
+
+    def __init__(self, message: str, *, operation_id: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.operation_id = operation_id
+        self.retry_after = retry_after
+
+    def details(self) -> dict[str, object]:
+        return {"operation_id": self.operation_id}
+
+
+class InvalidTransition(OperationError):
     """The state table does not allow this transition."""
 
     code = "invalid_transition"
 
 
-class StaleState(EffectgateError):
+class StaleState(OperationError):
     """A compare-and-set transition found the row in another state than expected."""
 
     code = "stale_state"
 
 
-class OperationNotFound(EffectgateError):
-    """No ledger row for that (scope, operation id)."""
+class ApprovalError(OperationError):
+    """An approval or refusal was not accepted; nothing was released. Subclasses say why.
 
-    code = "operation_not_found"
+    ``reason`` (a class attribute) is the short name the doors have always reported.
+    """
+
+    code = "approval_refused"
+    reason: ClassVar[str] = "refused"
+
+    def details(self) -> dict[str, object]:
+        return {"reason": self.reason}
 
 
-class PolicyError(EffectgateError):
-    """A policy is missing or malformed (deny by default)."""
+class NotAwaitingApproval(ApprovalError):
+    """The row is in another state than ``awaiting_approval``."""
 
-    code = "policy_error"
+    code = "not_awaiting_approval"
+    reason = "not_awaiting"
+
+
+class ApprovalFingerprintMismatch(ApprovalError):
+    """The approval names another payload than the row carries.
+
+    409, not 422: 422 is the Idempotency-Key draft's "key reused with another payload". Here the
+    approver's view of the row is stale; re-read the row and approve its current fingerprint.
+    """
+
+    code = "approval_fingerprint_mismatch"
+    reason = "fingerprint_mismatch"
+
+
+class SelfApproval(ApprovalError):
+    """The approver proposed the action; nobody may approve their own proposal."""
+
+    code = "self_approval"
+    status = 403
+    reason = "self_approval"
+
+
+class DuplicateApprover(ApprovalError):
+    """This approver already answered for the row; approvers must be distinct."""
+
+    code = "duplicate_approver"
+    reason = "duplicate_approver"
+
+
+class InvalidApprover(ApprovalError):
+    """The approver's identity is malformed (bad input, not a conflict)."""
+
+    code = "invalid_approver"
+    status = 400
+    reason = "invalid_approver"
+
+
+class ApprovalExpired(ApprovalError):
+    """The approval window closed; the row is now ``denied``."""
+
+    code = "approval_expired"
+    reason = "expired"
+
+
+# --- store errors: the ledger failed in a way known to have changed nothing -------------------
+# Later: a migration the store refuses, a lease lost before any write. An error that may have
+# written something never goes here: it is an OutcomeUnknown.
 
 
 class StoreError(EffectgateError):
-    """The store failed in a way that is known not to have changed anything."""
+    """The store failed in a way that is known not to have changed anything.
+
+    Retrying with the same operation id is safe.
+    """
 
     code = "store_error"
+    status = 503
+    outcome = ModelOutcome.REFUSED
 
 
-class IndeterminateCommit(StoreError):
+# --- outcome unknown: the write or the action may or may not have taken effect ---------------
+# Later: `KeyNamespaceDivergence` (seed 000: the sandbox and ledger keys disagree, the row is
+# quarantined and which key the venue saw is not known), a provider call whose result was lost.
+
+
+class OutcomeUnknown(EffectgateError):
+    """The write or the action may or may not have taken effect.
+
+    Never treated as a failure: the operation stays uncertain until the reconciler (or an
+    operator) settles it, and nothing is dispatched again on a guess (invariants 1 and 3).
+    """
+
+    code = "outcome_unknown"
+    status = 503
+    outcome = ModelOutcome.UNCERTAIN
+
+
+class CommitOutcomeUnknown(OutcomeUnknown):
     """The connection was lost after COMMIT was sent: the write may or may not be durable.
 
     The executor treats the operation as uncertain and leaves it to the reconciler; it never
     assumes the commit failed.
     """
 
-    code = "indeterminate_commit"
+    code = "indeterminate_commit"  # the wire code predates the class's name; kept stable
+
+
+# --- adapter errors: a venue call went wrong; what happened there is unknown -----------------
+# Later: each real venue's errors (stripe, aws, email) subclass AdapterError.
 
 
 class AdapterError(EffectgateError):
     """An adapter could not talk to its venue. What happened there is unknown."""
 
     code = "adapter_error"
+    status = 502
+    outcome = ModelOutcome.UNCERTAIN
 
 
-class ConfigError(EffectgateError):
+# --- operator and configuration errors: an operator must act; no agent can fix them ----------
+# Later: a policy version that does not verify, an anchor mismatch, a principal store error.
+
+
+class OperatorError(EffectgateError):
+    """Configuration or operator input is wrong, or the service is not able to serve."""
+
+    code = "operator_error"
+    status = 500
+    outcome = ModelOutcome.REFUSED
+
+
+class ConfigError(OperatorError):
     """A configuration value or store URL is invalid."""
 
     code = "config_error"
@@ -140,89 +472,40 @@ class LedgerNotFound(ConfigError):
     code = "ledger_not_found"
 
 
-# --- front-door errors (HTTP and MCP map these to statuses; see frontends/) ------------------
+class RegistryError(OperatorError):
+    """An action class definition is unsafe or inconsistent (refused at registration)."""
+
+    code = "invalid_action_class"
 
 
-class BadRequest(EffectgateError):
-    """The request around the intent is unusable (e.g. no ``Idempotency-Key``); nothing written."""
+class PolicyError(OperatorError):
+    """A policy is missing or malformed (deny by default).
 
-    code = "bad_request"
+    An operator's configuration error. A policy *refusing* an intent is no error: the row ends
+    ``rejected`` with the policy's reason.
+    """
 
-    def __init__(self, message: str, *, code: str | None = None) -> None:
-        super().__init__(message)
-        if code is not None:
-            self.code = code
-
-
-class Unauthenticated(EffectgateError):
-    """No credential, or one no configured token matches."""
-
-    code = "unauthenticated"
+    code = "policy_error"
 
 
-class PermissionDenied(EffectgateError):
-    """The credential is valid but its role may not do this (agent on admin, operator proposing)."""
-
-    code = "forbidden"
-
-
-class RateLimited(EffectgateError):
-    """The caller exceeded its request budget; ``retry_after`` seconds until a token is free."""
-
-    code = "rate_limited"
-
-    def __init__(self, message: str, *, retry_after: float) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-
-
-class OperationInFlight(EffectgateError):
-    """A request with this operation id is still being executed; ask again later."""
-
-    code = "operation_in_flight"
-
-    def __init__(self, message: str, *, operation_id: str, retry_after: float) -> None:
-        super().__init__(message)
-        self.operation_id = operation_id
-        self.retry_after = retry_after
-
-
-class ControlError(EffectgateError):
+class ControlError(OperatorError):
     """An operator control was given bad input (malformed envelope, unknown axis, bad threshold).
 
     Raised before anything is written: the control's state is unchanged.
     """
 
     code = "invalid_control"
+    status = 400
 
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(f"{field}: {message}" if field else message)
         self.field = field
 
-    def to_dict(self) -> dict[str, object]:
-        return {"code": self.code, "message": self.message, "field": self.field}
+    def details(self) -> dict[str, object]:
+        return {"field": self.field}
 
 
-class ApprovalError(EffectgateError):
-    """An approval or refusal was not accepted; ``reason`` says why. Nothing was released.
-
-    Reasons: ``not_awaiting`` (the row is in another state), ``fingerprint_mismatch`` (the
-    approval names another payload), ``self_approval`` (the approver proposed it),
-    ``duplicate_approver`` (this approver already answered), ``expired`` (the approval window
-    closed; the row is now ``denied``), ``invalid_approver``.
-    """
-
-    code = "approval_refused"
-
-    def __init__(self, message: str, *, reason: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-
-    def to_dict(self) -> dict[str, object]:
-        return {"code": self.code, "message": self.message, "reason": self.reason}
-
-
-class AuditTampered(EffectgateError):
+class AuditTampered(OperatorError):
     """The audit chain does not verify: an entry was edited, deleted, inserted or reordered."""
 
     code = "audit_tampered"
@@ -232,5 +515,22 @@ class AuditTampered(EffectgateError):
         self.seq = seq
         self.lane = lane
 
-    def to_dict(self) -> dict[str, object]:
-        return {"code": self.code, "message": self.message, "seq": self.seq, "lane": self.lane}
+    def details(self) -> dict[str, object]:
+        return {"seq": self.seq, "lane": self.lane}
+
+
+class ServiceUnavailable(OperatorError):
+    """A part of the service is not running (e.g. the MCP endpoint outside the app's lifespan)."""
+
+    code = "unavailable"
+    status = 503
+
+
+# --- the doors' last resort ------------------------------------------------------------------
+
+
+class InternalError(EffectgateError):
+    """An exception outside this tree reached a front door (a bug). Its text is not shown."""
+
+    code = "internal_error"
+    # Inherits `uncertain`: a bug may strike after the journal, so nothing is assumed.

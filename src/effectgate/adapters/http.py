@@ -159,7 +159,17 @@ class HttpVenueAdapter(Adapter):
         except httpx.HTTPError as exc:
             # The exception type says what kind of failure; its text could carry request
             # details, so it is not copied into the message.
-            raise AdapterError(f"{method} {path}: {type(exc).__name__}") from exc
+            raise AdapterError(f"{method} {path}: {_transport_failure(exc)}") from exc
+
+
+def _transport_failure(exc: httpx.HTTPError) -> str:
+    """What an operator (or a model reading the cause) needs from a transport error."""
+    name = type(exc).__name__
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return f"venue unreachable ({name})"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"no answer from the venue in time ({name})"
+    return f"connection to the venue failed ({name})"
 
 
 def _check_endpoint(endpoint: str) -> str:

@@ -4,7 +4,7 @@
 make. It refuses, with an :class:`~effectgate.errors.IntentError` whose ``reason`` is:
 
 =================  ==========================================================================
-``too_large``      more than ``max_bytes`` bytes (checked before decoding)
+``too_large``      more than ``max_bytes`` bytes (checked before decoding; a ``BodyTooLarge``)
 ``encoding``       not UTF-8, or a ``str`` holding lone surrogates
 ``syntax``         not JSON (``field`` is None; the message gives line and column)
 ``duplicate_key``  a key repeated in one object (``field`` names the repeated key's path)
@@ -31,7 +31,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from effectgate.errors import IntentError
+from effectgate.errors import BodyTooLarge, IntentError
 
 __all__ = [
     "MAX_INT_DIGITS", "JsonFloat", "copy_object", "format_path", "load_document", "load_strict",
@@ -194,18 +194,18 @@ def load_document(raw: bytes | str, *, max_bytes: int = 65536,
     if isinstance(raw, str):
         # A str is at most as long in characters as in UTF-8 bytes: cheap bound first.
         if len(raw) > max_bytes:
-            raise IntentError(f"body exceeds {max_bytes} bytes", reason="too_large")
+            raise BodyTooLarge(f"body exceeds {max_bytes} bytes")
         try:
             size = len(raw.encode("utf-8"))
         except UnicodeEncodeError as exc:
             raise IntentError(f"text is not valid Unicode at character {exc.start}",
                               reason="encoding") from None
         if size > max_bytes:
-            raise IntentError(f"body exceeds {max_bytes} bytes", reason="too_large")
+            raise BodyTooLarge(f"body exceeds {max_bytes} bytes")
         text = raw
     else:
         if len(raw) > max_bytes:
-            raise IntentError(f"body exceeds {max_bytes} bytes", reason="too_large")
+            raise BodyTooLarge(f"body exceeds {max_bytes} bytes")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

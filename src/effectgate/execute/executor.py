@@ -11,18 +11,21 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from effectgate.core.controls import Alert, ApprovalRules, BreakerConfig, DispatchGuard
 from effectgate.core.intent import ActionClass, Intent, Registry, Tier
 from effectgate.core.policy import Decision, PolicySet
 from effectgate.core.states import State
 from effectgate.errors import (
+    CommitOutcomeUnknown,
     ConfigError,
     EffectgateError,
-    IndeterminateCommit,
     IntentError,
     OperationNotFound,
+    OutcomeUnknown,
     StaleState,
     StoreError,
     UnknownActionClass,
@@ -40,7 +43,10 @@ from effectgate.store.base import (
 )
 from effectgate.store.roles import Store
 
-__all__ = ["Gate"]
+if TYPE_CHECKING:
+    from effectgate.audit import ChainEntry
+
+__all__ = ["Gate", "uncertain_cause"]
 
 log = logging.getLogger("effectgate.executor")
 
@@ -90,7 +96,8 @@ class Gate:
         ``principal``: who submits (mapped from the agent credential); it may never approve the
         action. ``correlation_id``: keys a shadowed row to the incumbent's outcome (default:
         the operation id). A row a control holds comes back ``validated`` with ``detail``
-        saying why; one in shadow mode comes back ``shadowed``.
+        saying why; one in shadow mode comes back ``shadowed``. A ``submitted`` row comes
+        back with ``cause`` saying why its outcome is unknown.
         """
         parsed = self._parse(action, operation_id, intent, scope)
         if principal is not None and (not IDENTITY_PATTERN.fullmatch(principal)
@@ -114,7 +121,7 @@ class Gate:
                 done = self.store.journal(new, path, now=now, guard=guard,
                                           audit=_provenance(parsed, decision, principal))
                 break
-            except IndeterminateCommit:
+            except CommitOutcomeUnknown:
                 # Journal again only when no row is visible: the unique index decides. If the
                 # lost commit did land (even later), this insert conflicts and replays, and
                 # nothing is sent; if it did not, this one is the journal (invariant 1).
@@ -127,7 +134,7 @@ class Gate:
             if row.state is State.VALIDATED and dispatch:
                 return _replayed(self.dispatch(operation_id, scope=scope,
                                                correlation_id=correlation_id))
-            return _replayed(row)
+            return _replayed(self._explain(row))
         self._after_guard(guard.action, done, now)
         if row.state is State.SUBMITTED:
             return self._call(row)
@@ -145,9 +152,9 @@ class Gate:
         The controls are checked in the transaction that writes ``submitted``: a held row
         comes back ``validated`` (``detail`` says why), a shadowed class's row ``shadowed``.
         """
-        row = self.get(operation_id, scope=scope)
+        row = self._row(scope, operation_id)
         if row.state is not State.VALIDATED:
-            return row
+            return self._explain(row)
         guard = self._guard(self.registry.get(row.action), row.effect, correlation_id)
         now = self.clock()
         try:
@@ -155,7 +162,7 @@ class Gate:
         except StaleState:
             # Another process won the compare-and-set; it alone dispatches (invariant 1).
             return self.get(operation_id, scope=scope)
-        except IndeterminateCommit:
+        except CommitOutcomeUnknown:
             return self._after_lost_commit(scope, operation_id)
         self._after_guard(guard.action, done, now)
         row = done.row
@@ -164,10 +171,27 @@ class Gate:
         return self._call(row)
 
     def get(self, operation_id: str, *, scope: str = "default") -> Operation:
+        """The row as stored; a ``submitted`` one with ``cause`` read from its audit trail."""
+        return self._explain(self._row(scope, operation_id))
+
+    def _row(self, scope: str, operation_id: str) -> Operation:
         row = self.store.get(scope, operation_id)
         if row is None:
             raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
         return row
+
+    def _explain(self, row: Operation) -> Operation:
+        """Attach why a ``submitted`` row is uncertain: one indexed read of its audit trail."""
+        if row.state is not State.SUBMITTED or row.cause is not None:
+            return row
+        try:
+            trail = self.store.audit_entries(scope=row.scope, operation_id=row.operation_id,
+                                             limit=_TRAIL_LIMIT)
+        except (StoreError, OutcomeUnknown) as exc:
+            # The row was read; only its explanation is missing. Say so, never fail for it.
+            return replace(row, cause=f"not known: the audit trail could not be read "
+                                      f"({exc.code})")
+        return replace(row, cause=uncertain_cause(trail))
 
     # --- internals ------------------------------------------------------------------------
 
@@ -216,10 +240,14 @@ class Gate:
         """
         row = self.store.get(scope, operation_id)
         if row is None:
-            raise IndeterminateCommit(f"journal commit for {operation_id!r} was lost and no row "
-                                      "is visible; retry with the same operation id")
+            raise CommitOutcomeUnknown(f"journal commit for {operation_id!r} was lost and no "
+                                       "row is visible; retry with the same operation id")
         log.error("journal commit for %s was indeterminate; not dispatching (state %s)",
                   row.op_key, row.state.value)
+        if row.state is State.SUBMITTED:
+            return replace(row, cause="the ledger lost the reply to the commit that journalled "
+                                      "it, so this call did not send it (a guess could send it "
+                                      "twice)")
         return row
 
     def _call(self, row: Operation) -> Operation:
@@ -241,12 +269,12 @@ class Gate:
             # stands (compare-and-set); the receipt is recorded beside it, and the caller gets
             # the row as it is now, not the stale pre-call copy.
             return self._late_receipt(row, receipt)
-        except StoreError as exc:
-            # The receipt may or may not be durable; the row is uncertain either way and the
-            # reconciler settles it against the venue. Never dispatch again.
+        except (StoreError, OutcomeUnknown) as exc:
+            # Nothing written, or the receipt may or may not be durable: the row is uncertain
+            # either way and the reconciler settles it against the venue. Never dispatch again.
             log.error("receipt for %s not journalled (%s); reconciler will settle it",
                       row.op_key, exc)
-            return row
+            return replace(row, cause=_unrecorded(receipt, exc))
         crashpoint("after_receipt")
         return row
 
@@ -258,7 +286,9 @@ class Gate:
                 "proof": receipt.proof, "detail": dict(receipt.detail)},
                 now=self.clock(), scope=row.scope, operation_id=row.operation_id)
             current = self.store.get(row.scope, row.operation_id)
-        except StoreError as exc:
+        except (StoreError, OutcomeUnknown) as exc:
+            # The row is already settled; a late receipt lost with its audit line changes
+            # nothing the caller must act on.
             log.error("late receipt for %s not recorded (%s)", row.op_key, exc)
             return row
         log.warning("receipt for %s (%s) arrived after the row was settled as %s",
@@ -276,9 +306,10 @@ class Gate:
             return self.store.transition(row.scope, row.operation_id, State.SUBMITTED,
                                          State.FAILED, now=now, detail=receipt.proof,
                                          audit={"proof": receipt.proof}, current=row)
-        self.store.append_audit("dispatch_outcome_unknown", dict(receipt.detail), now=now,
+        self.store.append_audit(OUTCOME_UNKNOWN_ENTRY, dict(receipt.detail), now=now,
                                 scope=row.scope, operation_id=row.operation_id)
-        return row
+        # In memory only: the audit entry just written is where a later read finds it.
+        return replace(row, cause=_unknown_cause(receipt.detail))
 
 
 def _path_for(decision: Decision, dispatch: bool) -> list[State]:
@@ -317,9 +348,40 @@ def _provenance(parsed: Intent, decision: Decision, principal: str | None) -> di
 
 
 def _replayed(row: Operation) -> Operation:
-    from dataclasses import replace
-
     return replace(row, replayed=True)
+
+
+#: The audit entry the gate writes when a dispatch ends without a receipt; its detail says why.
+OUTCOME_UNKNOWN_ENTRY = "dispatch_outcome_unknown"
+_TRAIL_LIMIT = 10_000
+
+
+def uncertain_cause(trail: Iterable[ChainEntry]) -> str:
+    """Why a ``submitted`` row's outcome is unknown, from its audit trail (the latest word)."""
+    cause = ("no receipt recorded: the call may still be in flight, or it was interrupted "
+             "(or never made) after the row was journalled")
+    for entry in trail:
+        if entry.kind == OUTCOME_UNKNOWN_ENTRY:
+            detail = entry.detail
+            cause = _unknown_cause(detail if isinstance(detail, Mapping) else {})
+    return cause
+
+
+def _unknown_cause(detail: Mapping[str, object]) -> str:
+    error = detail.get("error")
+    if error:
+        return f"no receipt from the venue ({error})"
+    return "the venue's answer did not say whether it applied the action"
+
+
+def _unrecorded(receipt: Receipt, exc: EffectgateError) -> str:
+    """The cause when the receipt itself could not be journalled."""
+    lost = f"the ledger could not record the receipt ({exc.code})"
+    if receipt.outcome is Outcome.APPLIED:
+        return f"the venue answered applied (venue id {receipt.venue_id}) but {lost}"
+    if receipt.outcome is Outcome.NOT_APPLIED:
+        return f"the venue answered not applied ({receipt.proof}) but {lost}"
+    return f"{_unknown_cause(receipt.detail)}, and {lost}"
 
 
 def _describe(exc: BaseException) -> str:

@@ -23,7 +23,7 @@ from effectgate.core.controls import (
 )
 from effectgate.core.intent import ActionClass, Registry
 from effectgate.core.states import State
-from effectgate.errors import ApprovalError, ControlError
+from effectgate.errors import ApprovalError, ApprovalExpired, ControlError, InvalidApprover
 from effectgate.execute.alerts import AlertSink
 from effectgate.store.base import IDENTITY_PATTERN, SYSTEM_PREFIX, Operation, validate_identity
 from effectgate.store.roles import Store
@@ -203,7 +203,7 @@ class Operator:
         try:
             who = self._who(approver)
         except ControlError as exc:
-            raise ApprovalError(exc.message, reason="invalid_approver") from None
+            raise InvalidApprover(exc.message) from None
         now = self.clock()
         try:
             outcome = self.store.decide_approval(scope, operation_id, approver=who,
@@ -215,8 +215,8 @@ class Operator:
                                     now=now, scope=scope, operation_id=operation_id)
             raise
         if outcome.expired:
-            raise ApprovalError(f"the approval window of {operation_id!r} closed; it is now "
-                                "denied", reason="expired")
+            raise ApprovalExpired(f"the approval window of {operation_id!r} closed; it is now "
+                                  "denied")
         return outcome
 
     def expire_approvals(self) -> list[Operation]:

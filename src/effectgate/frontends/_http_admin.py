@@ -11,6 +11,7 @@ its own. Sections:
 
 
 import time
+from dataclasses import replace
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -19,8 +20,9 @@ from starlette.concurrency import run_in_threadpool
 
 from effectgate.core.states import State
 from effectgate.errors import OperationNotFound, PermissionDenied
+from effectgate.execute.executor import uncertain_cause
 from effectgate.frontends._http_controls import _visible, controls_router
-from effectgate.frontends._models import OperationOut, operation_out
+from effectgate.frontends._models import OperationOut, operation_dict
 from effectgate.service import Service, report_dict
 
 __all__ = ["admin_router"]
@@ -78,7 +80,7 @@ def admin_router(service: Service, operator: Any, errors: dict[int | str, Any]) 
         rows = await run_in_threadpool(
             lambda: service.store.list_operations(state=state, action=action, scope=visible,
                                                   older_than=cutoff, limit=limit))
-        return [operation_out(r).model_dump(mode="json") for r in rows]
+        return [operation_dict(r, service.config.registry) for r in rows]
 
     @router.get("/operations/{scope}/{operation_id}", response_model=OperationDetailOut,
                 summary="One operation with its intent snapshot and audit trail")
@@ -91,11 +93,13 @@ def admin_router(service: Service, operator: Any, errors: dict[int | str, Any]) 
             if row is None:
                 raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
             # One indexed range read on (scope, operation_id, seq), not a scan of the log.
+            entries = service.store.audit_entries(scope=scope, operation_id=operation_id,
+                                                  limit=_TRAIL_LIMIT)
+            if row.state is State.SUBMITTED:
+                row = replace(row, cause=uncertain_cause(entries))
             trail = [{"seq": e.seq, "at": e.at, "kind": e.kind, "detail": dict(e.detail)}
-                     for e in service.store.audit_entries(scope=scope,
-                                                          operation_id=operation_id,
-                                                          limit=_TRAIL_LIMIT)]
-            return {**operation_out(row).model_dump(mode="json"), "intent": dict(row.intent),
+                     for e in entries]
+            return {**operation_dict(row, service.config.registry), "intent": dict(row.intent),
                     "effect": dict(row.effect), "audit": trail}
 
         return await run_in_threadpool(load)

@@ -18,7 +18,13 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from effectgate.errors import BadRequest, EffectgateError, IntentError
+from effectgate.errors import (
+    BadRequest,
+    BodyTooLarge,
+    EffectgateError,
+    IntentError,
+    UnsupportedMediaType,
+)
 from effectgate.frontends._models import problem_for
 from effectgate.service import TokenBook
 
@@ -58,9 +64,7 @@ class BodyGate:
             self._tokens.from_header(headers.get("authorization"))
             wrong_type = _not_json(headers.get("content-type"))
             if wrong_type is not None:
-                await _problem(415, "unsupported_media_type", "Unsupported media type",
-                               wrong_type)(scope, receive, send)
-                return
+                raise UnsupportedMediaType(wrong_type)
             body = await _read_capped(receive, length, self._cap)
         except EffectgateError as exc:
             status, doc, extra = problem_for(exc)
@@ -89,16 +93,15 @@ def _not_json(content_type: str | None) -> str | None:
 
 
 async def _read_capped(receive: Receive, declared: str | None, cap: int) -> bytes | None:
-    """The body, or :class:`IntentError` ``too_large`` as soon as it exceeds ``cap`` bytes.
+    """The body, or :class:`BodyTooLarge` as soon as it exceeds ``cap`` bytes.
 
     None when the client disconnects before the end of the body.
     """
     if declared is not None:
         if not declared.isdigit():
-            raise BadRequest("Content-Length is not a number", code="bad_request")
+            raise BadRequest("Content-Length is not a number")
         if int(declared) > cap:
-            raise IntentError(f"body of {int(declared)} bytes exceeds the {cap}-byte limit",
-                              reason="too_large")
+            raise BodyTooLarge(f"body of {int(declared)} bytes exceeds the {cap}-byte limit")
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -108,7 +111,7 @@ async def _read_capped(receive: Receive, declared: str | None, cap: int) -> byte
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > cap:
-            raise IntentError(f"body exceeds the {cap}-byte limit", reason="too_large")
+            raise BodyTooLarge(f"body exceeds the {cap}-byte limit")
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
@@ -126,12 +129,6 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
-
-
-def _problem(status: int, code: str, title: str, detail: str) -> JSONResponse:
-    return JSONResponse({"type": f"urn:effectgate:problem:{code}", "title": title,
-                         "status": status, "detail": detail, "code": code},
-                        status_code=status, media_type=PROBLEM_JSON)
 
 
 def refuse_deep(raw: bytes, max_depth: int) -> None:

@@ -28,7 +28,7 @@ from starlette.concurrency import run_in_threadpool
 from effectgate.core.controls import ClassControls
 from effectgate.core.states import State
 from effectgate.errors import ControlError, PermissionDenied
-from effectgate.frontends._models import OperationOut, operation_out
+from effectgate.frontends._models import OperationOut, operation_dict
 from effectgate.service import Principal, Service
 
 __all__ = ["controls_router"]
@@ -246,7 +246,7 @@ def controls_router(service: Service, operator: Any,
         if action is not None:
             service.config.registry.get(action)
         rows = await call(service.store.list_held, action=action, scope=visible, limit=limit)
-        return [operation_out(r).model_dump(mode="json") for r in rows]
+        return [operation_dict(r, service.config.registry) for r in rows]
 
     # --- breakers ------------------------------------------------------------------------
 
@@ -279,7 +279,7 @@ def controls_router(service: Service, operator: Any,
                                                    scope=visible, limit=limit):
                 req = service.store.approval_request(r.scope, r.operation_id)
                 got = service.store.list_approvals(r.scope, r.operation_id)
-                out.append({**operation_out(r).model_dump(mode="json"),
+                out.append({**operation_dict(r, service.config.registry),
                             "effect": dict(r.effect), "required": req.required if req else 1,
                             "expires_at": req.expires_at if req else None,
                             "approvers": [a.approver for a in got if a.verdict == "approve"]})
@@ -300,7 +300,7 @@ def controls_router(service: Service, operator: Any,
                 # The approval released it: dispatch now (the kill switch, breaker and
                 # envelope are checked in the dispatching transaction, as for any row).
                 row = service.gate.dispatch(operation_id, scope=scope)
-            return {"operation": operation_out(row).model_dump(mode="json"),
+            return {"operation": operation_dict(row, service.config.registry),
                     "approvals": out.approvals, "required": out.required,
                     "complete": out.complete}
 

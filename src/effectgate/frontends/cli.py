@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
+from dataclasses import replace
 from typing import Annotated
 
 import typer
@@ -198,20 +199,31 @@ def ops_list(
 @ops_app.command("show")
 def ops_show(operation_id: str, store: StoreOpt = None, scope: str = "default",
              config: ConfigOpt = None, as_json: JsonOpt = True) -> None:
-    """Show one operation with its intent snapshot and audit trail (JSON)."""
+    """Show one operation with its intent snapshot and audit trail (JSON).
+
+    ``outcome`` and ``message`` are what an agent is told; ``cause`` says why a ``submitted``
+    row's outcome is unknown (from its audit trail).
+    """
+    from effectgate.execute.executor import uncertain_cause
+    from effectgate.frontends._models import describe
+
     ledger = open_ledger(store, config)
     try:
         row = ledger.get(scope, operation_id)
         if row is None:
             err.print(f"no operation {operation_id!r} in scope {scope!r}")
             raise typer.Exit(EXIT_FAILED)
-        trail = [{"seq": e.seq, "at": e.at, "kind": e.kind, "detail": dict(e.detail)}
-                 for e in ledger.audit_entries(scope=scope, operation_id=operation_id,
-                                               limit=100_000)]
+        entries = ledger.audit_entries(scope=scope, operation_id=operation_id, limit=100_000)
     finally:
         ledger.close()
-    print(json.dumps({**row.to_dict(), "intent": dict(row.intent), "effect": dict(row.effect),
-                      "audit": trail}, indent=2))
+    if row.state is State.SUBMITTED:
+        row = replace(row, cause=uncertain_cause(entries))
+    outcome, message = describe(row)
+    trail = [{"seq": e.seq, "at": e.at, "kind": e.kind, "detail": dict(e.detail)}
+             for e in entries]
+    print(json.dumps({**row.to_dict(), "outcome": outcome.value, "cause": row.cause,
+                      "message": message, "intent": dict(row.intent),
+                      "effect": dict(row.effect), "audit": trail}, indent=2))
 
 
 @venue_app.command("serve")

@@ -38,7 +38,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from effectgate import __version__
-from effectgate.errors import BadRequest, EffectgateError, UnknownActionClass
+from effectgate.errors import (
+    BadRequest,
+    EffectgateError,
+    IdempotencyKeyMissing,
+    InternalError,
+    InvalidIdempotencyKey,
+    MethodNotAllowed,
+    RouteNotFound,
+    StoreError,
+    UnknownActionClass,
+)
 from effectgate.frontends._http_admin import admin_router
 from effectgate.frontends._http_body import PROBLEM_JSON, BodyGate, refuse_deep
 from effectgate.frontends._models import OperationOut, Problem, operation_out, problem_for
@@ -56,14 +66,6 @@ _bearer = HTTPBearer(auto_error=False, description="An agent or operator token")
 
 def problem_response(exc: EffectgateError) -> JSONResponse:
     status, body, headers = problem_for(exc)
-    return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
-
-
-def _problem(status: int, code: str, detail: str) -> JSONResponse:
-    err = BadRequest(detail, code=code)
-    _, body, headers = problem_for(err)
-    body.update(status=status, title={404: "Not found", 405: "Method not allowed"}.get(
-        status, body["title"]))
     return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
 
@@ -137,7 +139,7 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
              tags=["agent"], summary="Look up an operation in your scope")
     async def get_operation(operation_id: str, who: agent) -> JSONResponse:
         op = await run_in_threadpool(service.lookup, who, operation_id)
-        return _operation_response(op, 200)
+        return _operation_response(op, 200, service)
 
     @app.get("/v1/actions", tags=["agent"], summary="The action classes this service accepts",
              responses=_ERRORS)
@@ -157,7 +159,7 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
             await run_in_threadpool(service.store.get, "default", "readiness-probe")
         except Exception as exc:
             log.warning("readiness check failed: %s", type(exc).__name__)
-            return _problem(503, "store_error", "the ledger does not answer")
+            return problem_response(StoreError("the ledger does not answer"))
         return JSONResponse({"status": "ready"})
 
     # Operator credential: the figures describe every tenant's ledger, and a scrape costs
@@ -187,21 +189,21 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
                           json_schema_extra={"pattern": _KEY_PATTERN})] = None) -> JSONResponse:
         if len(request.headers.getlist("idempotency-key")) > 1:
             # One request is one operation: picking one of several ids would be a guess.
-            raise BadRequest("send exactly one Idempotency-Key header: one request is one "
-                             "operation", code="invalid_idempotency_key")
+            raise InvalidIdempotencyKey("send exactly one Idempotency-Key header: one request "
+                                        "is one operation")
         if idempotency_key is None:
-            raise BadRequest("the Idempotency-Key header is required: send the operation id",
-                             code="idempotency_key_missing")
+            raise IdempotencyKeyMissing("the Idempotency-Key header is required: send the "
+                                        "operation id")
         key = idempotency_key.strip()
         if len(key) >= 2 and key[0] == key[-1] == '"':  # the draft's sf-string form
             key = key[1:-1]
         if not OPERATION_ID_PATTERN.fullmatch(key):
-            raise BadRequest(f"Idempotency-Key must match {OPERATION_ID_PATTERN.pattern}",
-                             code="invalid_idempotency_key")
+            raise InvalidIdempotencyKey(
+                f"Idempotency-Key must match {OPERATION_ID_PATTERN.pattern}")
         raw = await request.body()  # authenticated, JSON-typed and capped by BodyGate
         refuse_deep(raw, settings.max_depth)
         op = await run_in_threadpool(service.propose, who, name, key, raw)
-        return _operation_response(op, 200 if op.replayed else 201)
+        return _operation_response(op, 200 if op.replayed else 201, service)
 
     app.add_api_route(
         f"/v1/actions/{name}", propose, methods=["POST"], response_model=OperationOut,
@@ -213,12 +215,12 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
             "schema": {"$ref": f"#/components/schemas/intent_{name}"}}}}})
 
 
-def _operation_response(op: Operation, status: int) -> JSONResponse:
+def _operation_response(op: Operation, status: int, service: Service) -> JSONResponse:
     headers = {"Location": f"/v1/operations/{op.operation_id}"}
     if op.replayed:
         headers["Idempotent-Replayed"] = "true"
-    return JSONResponse(operation_out(op).model_dump(mode="json"), status_code=status,
-                        headers=headers)
+    return JSONResponse(operation_out(op, service.config.registry).model_dump(mode="json"),
+                        status_code=status, headers=headers)
 
 
 def _install_errors(app: FastAPI) -> None:
@@ -230,21 +232,20 @@ def _install_errors(app: FastAPI) -> None:
     async def on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()))
-        return _problem(400, "bad_request", f"{where}: {first.get('msg', 'invalid request')}")
+        return problem_response(
+            BadRequest(f"{where}: {first.get('msg', 'invalid request')}"))
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "bad_request")
-        return _problem(exc.status_code, code, str(exc.detail))
+        # Routing raises only these; anything else it might raise is the client's request.
+        kind = {404: RouteNotFound, 405: MethodNotAllowed}.get(exc.status_code, BadRequest)
+        return problem_response(kind(str(exc.detail)))
 
     @app.exception_handler(Exception)
     async def on_crash(_: Request, exc: Exception) -> JSONResponse:
         # Type only: a message could carry request details. Nothing about the request leaks.
         log.error("unhandled %s in a request", type(exc).__name__)
-        return JSONResponse({"type": "urn:effectgate:problem:internal_error",
-                             "title": "Internal error", "status": 500,
-                             "detail": "internal error", "code": "internal_error"},
-                            status_code=500, media_type=PROBLEM_JSON)
+        return problem_response(InternalError("internal error"))
 
 
 def _openapi(app: FastAPI, service: Service) -> dict[str, Any]:

@@ -40,7 +40,13 @@ from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from effectgate import __version__
-from effectgate.errors import BadRequest, EffectgateError, IntentError, Unauthenticated
+from effectgate.errors import (
+    EffectgateError,
+    IntentError,
+    ServiceUnavailable,
+    Unauthenticated,
+    UnknownActionClass,
+)
 from effectgate.frontends._mcp_screen import REFUSED_META, ScreenedLines, screen
 from effectgate.frontends._models import OperationOut, operation_out, problem_for
 from effectgate.service import Principal, Service
@@ -148,8 +154,8 @@ async def _call(service: Service, who: Principal,
     elif params.name in service.config.registry:
         op = await anyio.to_thread.run_sync(service.propose, who, params.name, op_id, args)
     else:
-        raise BadRequest(f"no tool named {params.name!r}", code="unknown_action_class")
-    out = operation_out(op).model_dump(mode="json")
+        raise UnknownActionClass(f"no tool named {params.name!r}")
+    out = operation_out(op, service.config.registry).model_dump(mode="json")
     return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(out))],
                                 structured_content=out)
 
@@ -194,7 +200,10 @@ class McpHttpMount:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self._manager is None:
-            await JSONResponse({"code": "unavailable"}, status_code=503)(scope, receive, send)
+            status, body, extra = problem_for(
+                ServiceUnavailable("the MCP endpoint runs only inside the app's lifespan"))
+            await JSONResponse(body, status_code=status, headers=extra,
+                               media_type="application/problem+json")(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}

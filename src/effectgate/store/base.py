@@ -188,6 +188,8 @@ class Operation:
     version: int
     #: Set by the gate when this call found an existing row rather than creating it.
     replayed: bool = field(default=False, compare=False)
+    #: Set by the gate on a ``submitted`` row: why its outcome is unknown (from memory or audit).
+    cause: str | None = field(default=None, compare=False)
 
     @property
     def op_key(self) -> str:

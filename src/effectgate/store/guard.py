@@ -32,7 +32,14 @@ from effectgate.core.controls import (
 )
 from effectgate.core.intent import Tier
 from effectgate.core.states import State, check_transition
-from effectgate.errors import ApprovalError, ControlError, OperationNotFound, StaleState
+from effectgate.errors import (
+    ApprovalFingerprintMismatch,
+    ControlError,
+    NotAwaitingApproval,
+    OperationNotFound,
+    SelfApproval,
+    StaleState,
+)
 from effectgate.store.base import (
     Journal,
     NewOperation,
@@ -379,17 +386,17 @@ def check_approval(row: Operation | None, request: Sequence[Any] | None, *, scop
     if row is None:
         raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
     if row.state is not State.AWAITING_APPROVAL:
-        raise ApprovalError(f"operation {operation_id!r} is {row.state.value!r}, not "
-                            "awaiting approval", reason="not_awaiting")
+        raise NotAwaitingApproval(f"operation {operation_id!r} is {row.state.value!r}, not "
+                                  "awaiting approval")
     required, expires_at = ((int(request[1]), float(request[2])) if request
                             else (1, float("inf")))
     proposers = set(json.loads(request[3])) if request else set()
     if fingerprint != row.fingerprint:
-        raise ApprovalError(
+        raise ApprovalFingerprintMismatch(
             f"the approval names payload {fingerprint[:12]} but operation "
             f"{operation_id!r} carries {row.fingerprint[:12]}: an approval releases "
-            "only the exact payload it was given", reason="fingerprint_mismatch")
+            "only the exact payload it was given")
     if approver in proposers:
-        raise ApprovalError(f"{approver!r} proposed operation {operation_id!r} and "
-                            "cannot approve it", reason="self_approval")
+        raise SelfApproval(f"{approver!r} proposed operation {operation_id!r} and "
+                           "cannot approve it")
     return row, required, expires_at

@@ -33,7 +33,7 @@ from effectgate.core.controls import (
     ShadowPair,
 )
 from effectgate.core.states import State, check_transition
-from effectgate.errors import ApprovalError, OperationNotFound, StaleState
+from effectgate.errors import DuplicateApprover, OperationNotFound, StaleState
 from effectgate.store import guard as g
 from effectgate.store import sql
 from effectgate.store.base import (
@@ -425,8 +425,8 @@ class SQLStore:
             answered = tx.rows("SELECT approver, verdict FROM approvals WHERE scope = ? AND "
                                "operation_id = ?", (scope, operation_id))
             if any(who == approver for who, _ in answered):
-                raise ApprovalError(f"{approver!r} already answered for {operation_id!r}; "
-                                    "approvers must be distinct", reason="duplicate_approver")
+                raise DuplicateApprover(f"{approver!r} already answered for {operation_id!r}; "
+                                        "approvers must be distinct")
             if now >= expires_at:
                 expired = g.move_locked(tx, row, State.DENIED, now, "approval expired",
                                         {"by": approver, "reason": "approval expired"})

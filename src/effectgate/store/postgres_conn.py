@@ -4,7 +4,7 @@ write is classified by whether its ``COMMIT`` may have been sent.
 Every write is an explicit transaction, classified by whether ``COMMIT`` may have been sent: a
 failure before it changed nothing (:class:`StoreError`, retried once on a fresh connection when
 the connection itself failed); a lost connection once ``COMMIT`` may be in flight may or may not
-have committed (:class:`IndeterminateCommit`), and callers treat the operation as uncertain
+have committed (:class:`CommitOutcomeUnknown`), and callers treat the operation as uncertain
 instead of guessing. The hot path (journalling a new row, a receipt's compare-and-set) sends
 its statements in ONE round trip, as the implicit transaction the server commits at the
 pipeline's Sync, or a single autocommit statement (:meth:`_write_one_trip`): a server error
@@ -26,7 +26,7 @@ import psycopg
 from psycopg import sql
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from effectgate.errors import ConfigError, IndeterminateCommit, LedgerNotFound, StoreError
+from effectgate.errors import CommitOutcomeUnknown, ConfigError, LedgerNotFound, StoreError
 
 __all__ = ["DEFAULT_SCHEMA", "PgConnections", "check_schema_name", "drop_schema",
            "first_line", "lock_key_sql", "log", "split_schema"]
@@ -198,7 +198,7 @@ class PgConnections:
             conn.execute("COMMIT")
         except psycopg.Error as exc:
             if _connection_lost(exc, conn):
-                raise IndeterminateCommit(
+                raise CommitOutcomeUnknown(
                     f"{what}: connection lost while COMMIT was in flight; the write may or may "
                     f"not be durable ({type(exc).__name__})") from exc
             # The server answered COMMIT with an error: the transaction was rolled back.
@@ -223,7 +223,7 @@ class PgConnections:
         cursor) after the commit, and any follow-up a caller needs is a read or a separate
         transaction. A server error aborts the implicit transaction (later statements are
         skipped, nothing is written): :class:`StoreError`. A lost connection may have come
-        after the server committed at the Sync: :class:`IndeterminateCommit`, never a retry.
+        after the server committed at the Sync: :class:`CommitOutcomeUnknown`, never a retry.
         """
         conn: Conn | None = None
         try:
@@ -247,7 +247,7 @@ class PgConnections:
                              f"{self._pool_timeout:g}s") from exc
         except psycopg.Error as exc:
             if _connection_lost(exc, conn):
-                raise IndeterminateCommit(
+                raise CommitOutcomeUnknown(
                     f"{what}: connection lost while the statements and their commit were in "
                     f"flight; the write may or may not be durable ({type(exc).__name__})"
                 ) from exc

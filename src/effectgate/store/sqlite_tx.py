@@ -10,7 +10,7 @@ commit that covers its body, so a journalled row is durable before anything is d
 A body that fails is undone alone (a SAVEPOINT, taken whenever other bodies are pending in the
 same transaction); the others still commit. A COMMIT that fails fails every body in it the way it
 would fail one: :class:`StoreError` when nothing was written (another process held the lock),
-:class:`IndeterminateCommit` otherwise. An open group commits as soon as no body is queued or it
+:class:`CommitOutcomeUnknown` otherwise. An open group commits as soon as no body is queued or it
 holds :data:`MAX_GROUP` bodies. When a ``BEGIN`` gives up after ``busy_timeout`` because another
 process holds the write lock, every thread that was already queued behind it fails with the same
 error at once, rather than each waiting out the timeout again in turn.
@@ -28,7 +28,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 
-from effectgate.errors import IndeterminateCommit, StoreError
+from effectgate.errors import CommitOutcomeUnknown, StoreError
 
 __all__ = ["MAX_GROUP", "TxGate", "rollback", "store_error"]
 
@@ -38,7 +38,7 @@ MAX_GROUP = 64
 # SQLite result codes that mean "another writer holds the lock": nothing was written.
 _BUSY = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 
-Failure = tuple[type[StoreError], str]
+Failure = tuple[type[StoreError | CommitOutcomeUnknown], str]
 
 
 def store_error(what: str, exc: sqlite3.Error) -> StoreError:
@@ -169,8 +169,8 @@ class TxGate:
             # ran after that was autocommitted, what ran before was rolled back.
             why = ("the transaction ended inside a write; what it wrote may or may not be "
                    "durable")
-            self._abandon(epoch, joined, why, kind=IndeterminateCommit)
-            raise IndeterminateCommit(why)
+            self._abandon(epoch, joined, why, kind=CommitOutcomeUnknown)
+            raise CommitOutcomeUnknown(why)
         if joined:
             try:
                 conn.execute("RELEASE eg_body")
@@ -223,7 +223,7 @@ class TxGate:
 
     def _commit(self, epoch: int) -> Failure | None:
         """COMMIT the open transaction (called by its owner); record and return a failure."""
-        failure: Failure | None = (IndeterminateCommit, "interrupted during COMMIT; the write "
+        failure: Failure | None = (CommitOutcomeUnknown, "interrupted during COMMIT; the write "
                                    "may or may not be durable")
         try:
             self.conn.execute("COMMIT")
@@ -234,7 +234,7 @@ class TxGate:
                 failure = (StoreError, f"COMMIT refused, nothing written: "
                                        f"{type(err).__name__}: {err}")
             else:
-                failure = (IndeterminateCommit, f"COMMIT failed; the write may or may not be "
+                failure = (CommitOutcomeUnknown, f"COMMIT failed; the write may or may not be "
                                                 f"durable ({type(err).__name__}: {err})")
         finally:
             # Whatever happened (a KeyboardInterrupt included), the turn is released and
@@ -249,7 +249,7 @@ class TxGate:
         return failure
 
     def _abandon(self, epoch: int, joined: bool, why: str, *,
-                 kind: type[StoreError] = StoreError) -> None:
+                 kind: type[StoreError | CommitOutcomeUnknown] = StoreError) -> None:
         """Roll the whole transaction back; every body pending in it fails with ``why``."""
         rollback(self.conn)
         with self._lock:
