@@ -24,9 +24,9 @@ from effectgate import (
     verify_entries,
 )
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.demo import ManualClock
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store.roles import Store
+from effectgate.testing import ManualClock
 
 INTENT = dict(EXAMPLE_ORDER)
 

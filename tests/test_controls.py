@@ -26,11 +26,10 @@ from effectgate import (
 )
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.core.intent import ActionClass, EffectClass, Registry
-from effectgate.demo import ManualClock
 from effectgate.examples import EXAMPLE_ORDER, SubmitOrder, cancel_order_class, notional
 from effectgate.execute.reconciler import Reconciler
 from effectgate.store.roles import Store
-from effectgate.testing import CountingAdapter
+from effectgate.testing import CountingAdapter, ManualClock
 
 INTENT = dict(EXAMPLE_ORDER)  # notional 400 (4 x 100.00)
 CANCEL = {"intent_version": "1", "action": "cancel_order", "instrument": "XYZ-PERP",

@@ -18,11 +18,10 @@ from effectgate import (
     UnknownActionClass,
 )
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.demo import ManualClock
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.execute.adapter import OutboundRequest, Receipt
 from effectgate.store.roles import Store
-from effectgate.testing import CountingAdapter
+from effectgate.testing import CountingAdapter, ManualClock
 
 INTENT = dict(EXAMPLE_ORDER)
 

@@ -20,10 +20,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from effectgate import Gate, IdempotencyConflict, LimitPolicy, PolicySet, Reconciler, State
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.core.states import TERMINAL
-from effectgate.demo import ManualClock
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.execute.adapter import OutboundRequest, Receipt
-from effectgate.testing import CountingAdapter
+from effectgate.testing import CountingAdapter, ManualClock
 
 OPS = ["op-a", "op-b", "op-c", "op-d"]
 QUANTITIES = ["4", "4.0", "5", "400"]  # "4.0" is "4" respelled; "400" is over the limit

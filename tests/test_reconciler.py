@@ -6,10 +6,9 @@ from decimal import Decimal
 
 from effectgate import Gate, LimitPolicy, PolicySet, Reconciler, State
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.demo import ManualClock
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store.roles import Store
-from effectgate.testing import CountingAdapter
+from effectgate.testing import CountingAdapter, ManualClock
 
 
 def build(store: Store, page_size: int, honour_key: bool = True):

@@ -6,9 +6,9 @@ from decimal import Decimal
 
 from effectgate import Alert, Gate, LimitPolicy, Operator, PolicySet, Reconciler, State
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.demo import ManualClock
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store.roles import Store
+from effectgate.testing import ManualClock
 
 BIG = {**EXAMPLE_ORDER, "quantity": "1000"}  # over the 1000 limit: rejected by policy
 

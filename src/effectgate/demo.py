@@ -29,24 +29,12 @@ from effectgate.execute.executor import Gate
 from effectgate.execute.reconciler import Reconciler
 from effectgate.store import open_store
 from effectgate.store.roles import Store
+from effectgate.testing import ManualClock, audit_chain_verifies, duplicates_reported
 
-__all__ = ["ManualClock", "ScenarioResult", "run_demo"]
+__all__ = ["ScenarioResult", "run_demo"]
 
 INTENT = dict(EXAMPLE_ORDER)
 POLICY_LIMIT = Decimal("1000")
-
-
-class ManualClock:
-    """A clock the demo (and tests) move by hand, so horizons pass without waiting."""
-
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass
@@ -202,6 +190,7 @@ def scenarios(stores: StoreFactory) -> Iterator[ScenarioResult]:
         clock = ManualClock()
         venue = PaperVenue(honour_key=honour, clock=clock)
         kinds = []
+        store = None
         for replica in ("a", "b"):
             store = stores(f"s10-{honour}-{replica}")
             gate = Gate(store=store, registry=default_registry(),
@@ -210,13 +199,15 @@ def scenarios(stores: StoreFactory) -> Iterator[ScenarioResult]:
             rec = Reconciler(store=store, registry=default_registry(),
                              adapters={"paper": PaperAdapter(venue)}, clock=clock)
             kinds += [d[0] for d in rec.run_once().new_divergences]
-        # Only the second replica's sweep can see two records under one key.
+        # Only the second replica's sweep can see two records under one key, and it records it.
         expected = [] if honour else ["duplicate-effect"]
+        unreported = duplicates_reported(
+            store, [r.operation_key for r in venue.visible_records()]) if store else []
         yield ScenarioResult("10", f"two replicas, venue honours key={honour}", "inv 5",
                              f"calls={venue.calls} effects={venue.effect_count} "
                              f"flags={sorted(set(kinds)) or 'nothing'}",
                              venue.calls == 2 and venue.effect_count == (1 if honour else 2)
-                             and kinds == expected)
+                             and kinds == expected and not unreported)
 
     # 11. A terminal row is inert: replaying a rejected action never dispatches.
     w = _world(stores, "s11")
@@ -278,7 +269,7 @@ def _child() -> None:
 
 
 @contextmanager
-def _sqlite_stores() -> Iterator[tuple[StoreFactory, str]]:
+def _sqlite_stores() -> Iterator[tuple[StoreFactory, str, list[Store]]]:
     with tempfile.TemporaryDirectory(prefix="effectgate-demo-") as tmp:
         opened: list[Store] = []
 
@@ -288,32 +279,34 @@ def _sqlite_stores() -> Iterator[tuple[StoreFactory, str]]:
             return store
 
         try:
-            yield factory, f"sqlite:///{Path(tmp) / 'crash.db'}"
+            yield factory, f"sqlite:///{Path(tmp) / 'crash.db'}", opened
         finally:
             for s in opened:
                 s.close()
 
 
 @contextmanager
-def _postgres_stores(url: str) -> Iterator[tuple[StoreFactory, str]]:
+def _postgres_stores(url: str) -> Iterator[tuple[StoreFactory, str, list[Store]]]:
     """One throwaway schema per scenario, dropped afterwards; nothing else in the database moves."""
     from effectgate.store.postgres import PostgresStore, drop_schema
 
     run = f"eg_demo_{uuid.uuid4().hex[:8]}"
-    opened: list[PostgresStore] = []
+    opened: list[Store] = []
+    schemas: list[str] = []
 
     def factory(name: str) -> Store:
-        store = PostgresStore(url, schema=f"{run}_{name.replace('-', '_').lower()}")
+        schemas.append(f"{run}_{name.replace('-', '_').lower()}")
+        store = PostgresStore(url, schema=schemas[-1])
         opened.append(store)
         return store
 
     crash_schema = f"{run}_crash"
     try:
-        yield factory, f"{url}{'&' if '?' in url else '?'}schema={crash_schema}"
+        yield factory, f"{url}{'&' if '?' in url else '?'}schema={crash_schema}", opened
     finally:
         for s in opened:
             s.close()
-        for schema in [s.schema for s in opened] + [crash_schema]:
+        for schema in [*schemas, crash_schema]:
             drop_schema(url, schema)
 
 
@@ -321,7 +314,11 @@ def run_demo(store_url: str | None = None) -> list[ScenarioResult]:
     """Run every scenario; ``store_url`` picks PostgreSQL, otherwise temporary SQLite files."""
     cm = _postgres_stores(store_url) if store_url and store_url.startswith("postgres") \
         else _sqlite_stores()
-    with cm as (factory, crash_url):
+    with cm as (factory, crash_url, opened):
         results = list(scenarios(factory))
         results.append(_subprocess_crash(crash_url))
+        broken = [v for store in opened for v in audit_chain_verifies(store)]
+        results.append(ScenarioResult(
+            "13", f"every scenario's audit log, {len(opened)} ledgers", "inv 8",
+            "; ".join(map(str, broken)) or "every hash chain verifies", not broken))
     return results

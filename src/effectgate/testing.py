@@ -1,19 +1,83 @@
-"""Public helpers for testing code that uses effectgate.
+"""Public helpers for testing code that uses effectgate (and for effectgate's own tests).
 
-- :class:`PaperVenue`, :class:`PaperAdapter`, :class:`VenueRejection`: an in-process venue with
-  test hooks (key honouring, read lag, orphans, faults before/after apply).
-- :class:`CountingAdapter`: wraps any adapter and records what reached it, to assert "zero venue
-  calls" or "only validated effect fields reached the adapter".
+- **A venue**: :class:`PaperVenue` and :class:`PaperAdapter`, an in-process system of record with
+  fault hooks (ignore the key, read lag, injected records, failures before or after applying);
+  :class:`VenueRejection`.
+- **What reached the venue**: :class:`CountingAdapter` wraps any adapter and keeps every request.
+- **Time**: :class:`ManualClock`, moved by hand, so horizons pass without waiting.
+- **A ledger**: :func:`temporary_store`, a fresh store that is removed afterwards.
+- **Crashes**: :func:`crash_at` arms a crash point for a block: the process is SIGKILLed there
+  (``mode="kill"``, for a child process) or :class:`SimulatedCrash` is raised (``mode="raise"``,
+  in process).
+- **The guarantees**: :func:`assert_invariants` and the checkers it runs, each naming the
+  invariant it checks (at most one dispatch per operation, every duplicate reported, nothing
+  written off inside its horizon, the audit chain verifies).
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
+from effectgate._invariants import (
+    InvariantViolation,
+    Violation,
+    assert_invariants,
+    at_most_one_dispatch,
+    audit_chain_verifies,
+    duplicates_reported,
+    no_write_off_inside_horizon,
+)
 from effectgate.adapters.paper import PaperAdapter, PaperVenue, VenueRejection
 from effectgate.execute.adapter import Adapter, OutboundRequest, Receipt, VenueRecord
+from effectgate.execute.crashpoints import (
+    CRASH_POINTS,
+    CrashMode,
+    SimulatedCrash,
+    arm,
+    armed_point,
+    disarm,
+)
+from effectgate.store import open_store
+from effectgate.store.roles import Store
 
-__all__ = ["CountingAdapter", "PaperAdapter", "PaperVenue", "VenueRejection"]
+__all__ = [
+    "CRASH_POINTS",
+    "CountingAdapter",
+    "CrashMode",
+    "InvariantViolation",
+    "ManualClock",
+    "PaperAdapter",
+    "PaperVenue",
+    "SimulatedCrash",
+    "VenueRejection",
+    "Violation",
+    "assert_invariants",
+    "at_most_one_dispatch",
+    "audit_chain_verifies",
+    "crash_at",
+    "duplicates_reported",
+    "no_write_off_inside_horizon",
+    "temporary_store",
+]
+
+
+class ManualClock:
+    """A clock tests move by hand: pass it as ``clock=`` to the gate, reconciler and venue."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 class CountingAdapter(Adapter):
@@ -54,4 +118,48 @@ class CountingAdapter(Adapter):
         return f"CountingAdapter({self.inner!r}, execute_calls={self.execute_calls})"
 
 
-# --- crash points (see effectgate.execute.crashpoints) ---
+@contextmanager
+def crash_at(point: str, mode: CrashMode = "raise") -> Iterator[None]:
+    """Arm crash point ``point`` for the block (and disarm it after, whatever happens).
+
+    ``raise`` (the default, for in-process tests) raises :class:`SimulatedCrash` there; ``kill``
+    SIGKILLs the process (for a child process: set ``EFFECTGATE_CRASH_AT`` in its environment
+    instead when it is spawned).
+    """
+    previous = armed_point()
+    arm(point, mode)
+    try:
+        yield
+    finally:
+        if previous is None:
+            disarm()
+        else:
+            arm(*previous)
+
+
+@contextmanager
+def temporary_store(url: str | None = None) -> Iterator[Store]:
+    """A fresh, migrated ledger for the block, removed afterwards.
+
+    ``url``: None for a SQLite file in a temporary folder; a ``postgresql://`` URL for a new
+    schema there (dropped afterwards).
+    """
+    if url is None or url.startswith("sqlite"):
+        folder = Path(tempfile.mkdtemp(prefix="effectgate-"))
+        store = open_store(f"sqlite:///{folder / 'ledger.db'}", create=True)
+        try:
+            yield store
+        finally:
+            store.close()
+            shutil.rmtree(folder, ignore_errors=True)
+        return
+    from effectgate.store.postgres import drop_schema
+
+    schema = f"t_{uuid.uuid4().hex[:16]}"
+    sep = "&" if "?" in url else "?"
+    store = open_store(f"{url}{sep}schema={schema}", create=True)
+    try:
+        yield store
+    finally:
+        store.close()
+        drop_schema(url, schema)
