@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -158,7 +159,7 @@ def live_service(config: Path, *, env: dict[str, str] | None = None,
 
 
 @contextmanager
-def uvicorn_thread(app: object) -> Iterator[str]:
+def uvicorn_thread(app: Any) -> Iterator[str]:
     """Serve an ASGI app with uvicorn on a free loopback port in this process; yields its URL."""
     import threading
 
@@ -166,7 +167,7 @@ def uvicorn_thread(app: object) -> Iterator[str]:
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on"))  # type: ignore[arg-type]
+                                           lifespan="on"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -30,15 +30,15 @@ def worker(args: tuple[str | None, str, int, str, str]) -> tuple[int, float, flo
     from effectgate.store import open_store
 
     store = open_store(url, create=True)
-    kw: dict[str, object] = {}
-    if mode == "breaker":
-        from effectgate import BreakerConfig
+    from effectgate import BreakerConfig
 
-        kw["breakers"] = {"submit_order": BreakerConfig(window=60, max_repeats=10**9,
-                                                        max_rejection_rate=0.99)}
+    breakers = {"submit_order": BreakerConfig(window=60, max_repeats=10**9,
+                                              max_rejection_rate=0.99)} \
+        if mode == "breaker" else None
     gate = Gate(store=store, registry=default_registry(),
                 adapters={"paper": PaperAdapter(PaperVenue())},
-                policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}), **kw)
+                policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+                breakers=breakers)
     latencies = []
     start = time.perf_counter()
     for i in range(n):

@@ -91,7 +91,8 @@ def _child_dbos(url: str, n: int) -> dict[str, Any]:
 
 
 def _spawn(kind: str, url: str, n: int) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, __file__, "--child", kind, "--url", url, "--n", str(n)],
+    proc = subprocess.run([sys.executable, "-m", "effectgate.bench.dbos_compare", "--child",
+                           kind, "--url", url, "--n", str(n)],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise SystemExit(f"{kind} child failed:\n{proc.stderr[-3000:]}")
@@ -142,7 +143,8 @@ def compare(n: int, rounds: int, pg: str | None) -> list[dict[str, Any]]:
                     eg_url, dbos_url = _sqlite_urls(tmp, str(r))
                     cleanup = None
                 else:
-                    assert pg is not None
+                    if pg is None:
+                        raise SystemExit("--pg URL is needed for the PostgreSQL comparison")
                     eg_url, dbos_url, names = _pg_urls(pg, str(r))
                     cleanup = names
                 try:
