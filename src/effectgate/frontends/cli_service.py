@@ -11,10 +11,11 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from effectgate.errors import ConfigError, EffectgateError
@@ -34,14 +35,21 @@ err = Console(stderr=True)
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
 
+def _invalid(*messages: str) -> NoReturn:
+    # soft_wrap: one message, one line, whatever the width, so it can be grepped and pasted.
+    for message in messages:
+        err.print(f"[red]invalid configuration[/red] {escape(message)}", highlight=False,
+                  soft_wrap=True)
+    raise typer.Exit(EXIT_USAGE)
+
+
 def _load(config: str) -> ServiceConfig:
     from effectgate.service import load_config
 
     try:
         return load_config(config)
     except ConfigError as exc:
-        err.print(f"[red]invalid configuration[/red] {exc.message}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
+        _invalid(exc.message)
 
 
 def open_ledger(store: str | None, config: str | None) -> Store:
@@ -58,14 +66,17 @@ def open_ledger(store: str | None, config: str | None) -> Store:
 
 
 def service_from(config: str) -> Service:
-    from effectgate.service import Service
+    """The service of a config file, after the same checks ``effectgate check`` makes."""
+    from effectgate.service import Service, preflight
 
     cfg = _load(config)
+    checked = preflight(cfg)
+    if not checked.ok:
+        _invalid(*checked.problems)
     try:
         return Service(cfg)
     except ConfigError as exc:
-        err.print(f"[red]invalid configuration[/red] {exc.message}", highlight=False)
-        raise typer.Exit(EXIT_USAGE) from None
+        _invalid(exc.message)
 
 
 def init(directory: Annotated[Path, typer.Option(
@@ -90,11 +101,20 @@ def init(directory: Annotated[Path, typer.Option(
 
 
 def check(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
-          as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
-    """Validate a config file completely (exit 2 with the key and line if it is wrong)."""
+          as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+          = False,
+          connect: Annotated[bool, typer.Option(
+              "--connect", help="Also connect to the PostgreSQL store.")] = False) -> None:
+    """Check that `serve` will start: the file, credentials, the store (exit 2 naming the key)."""
+    from effectgate.service import preflight
+
     cfg = _load(config)
+    checked = preflight(cfg, connect=connect)
+    if not checked.ok:
+        _invalid(*checked.problems)
     summary: dict[str, Any] = {
         "store": cfg.store.url.split("://")[0],
+        "checked": list(checked.notes),
         "adapters": {n: a.kind for n, a in cfg.adapters.items()},
         "classes": {ac.name: {"adapter": ac.adapter, "effect_class": ac.effect_class.value,
                               "tier_floor": ac.tier_floor.value,
@@ -112,6 +132,8 @@ def check(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGA
         table.add_row(name, c["adapter"], c["effect_class"], c["tier_floor"],
                       "yes" if c["policy"] else "[red]none: deny all[/red]")
     console.print(table)
+    for note in checked.notes:
+        console.print(note, highlight=False, soft_wrap=True)
 
 
 def serve(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],

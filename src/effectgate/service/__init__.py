@@ -2,7 +2,8 @@
 
 Public names: :func:`load_config` / :func:`parse_config` (validated :class:`ServiceConfig`),
 :class:`Service` (the gate, store, adapters, reconciler, tokens and metrics of one process),
-:class:`Principal` (who is calling) and :func:`write_starter` (``effectgate init``). The HTTP
+:class:`Principal` (who is calling), :func:`preflight` (what ``serve`` needs from the machine)
+and :func:`write_starter` (``effectgate init``). The HTTP
 and MCP doors live in :mod:`effectgate.frontends`.
 """
 
@@ -19,6 +20,7 @@ from effectgate.service._config import (
     load_config,
     parse_config,
 )
+from effectgate.service._preflight import Preflight, preflight
 from effectgate.service._runtime import Service, build_adapter, report_dict
 from effectgate.service._starter import CLASSES_FILE, CONFIG_FILE, Starter, write_starter
 
@@ -26,6 +28,7 @@ __all__ = [
     "CLASSES_FILE",
     "CONFIG_FILE",
     "AdapterConfig",
+    "Preflight",
     "Principal",
     "RateLimit",
     "RateLimiter",
@@ -39,6 +42,7 @@ __all__ = [
     "build_adapter",
     "load_config",
     "parse_config",
+    "preflight",
     "report_dict",
     "write_starter",
 ]

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from effectgate.core.controls import ApprovalRules, BreakerConfig
 from effectgate.core.intent import (
@@ -43,7 +44,7 @@ from effectgate.store.base import SCOPE_PATTERN, parse_store_url
 
 __all__ = [
     "AdapterConfig", "AlertsConfig", "RateLimit", "ServiceConfig", "ServiceSettings", "StoreConfig",
-    "TokenConfig", "import_object", "load_config", "parse_config",
+    "TokenConfig", "import_object", "load_config", "parse_config", "shown_url",
 ]
 
 _NAME = r"[a-z][a-z0-9_-]{0,63}"
@@ -51,6 +52,7 @@ _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 _CALLER_NAME = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}"
 _SECRET_KEYS = ("credential", "api_key", "apikey", "password", "secret", "token", "key")
 ADAPTER_KINDS = ("http", "paper", "python")
+_TIME_KEYS = ("visibility_horizon", "key_retention", "settlement_window")
 
 
 @dataclass(frozen=True)
@@ -182,6 +184,18 @@ def parse_config(source: str, file: str = "<config>", *,
                          alerts=alerts)
 
 
+def shown_url(url: str) -> str:
+    """``url`` whole, as written, but with any password replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def import_object(ref: str) -> Any:
     """``package.module:Attribute`` -> the object. Raises ConfigError with the reason."""
     module_name, sep, attr = ref.partition(":")
@@ -241,8 +255,9 @@ def _store(sec: Section) -> StoreConfig:
     url = sec.req_text("url")
     try:
         dialect, _ = parse_store_url(url)
-    except ConfigError as exc:
-        sec.fail("url", exc.message)
+    except ConfigError:
+        sec.fail("url", f"unsupported store URL {shown_url(url)!r}; use sqlite:///PATH or "
+                 "postgresql://...")
     options: dict[str, Any] = {}
     if dialect == "sqlite":
         sync = sec.text("synchronous", choices=["FULL", "EXTRA", "NORMAL", "OFF"])
@@ -356,6 +371,10 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             settlement_window=(sec.number("settlement_window", 1.0)
                                if sec.has("settlement_window") else None))
     except EffectgateError as exc:
+        # "submit_order: visibility_horizon ...": locate the key the message is about.
+        words = exc.message.removeprefix(f"{name}: ").split(maxsplit=1)
+        if len(words) == 2 and words[0] in _TIME_KEYS:
+            sec.fail(words[0], words[1])
         sec.fail(None, exc.message)
     # Declared field lists are assertions: they document the class and catch drift between
     # the config and the model it points at.
