@@ -8,15 +8,31 @@ defaulted; the README and the quick start work when pasted.
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
+from effectgate.adapters.paper import PaperVenue
+from effectgate.adapters.paper_server import serve_paper_venue
 from effectgate.errors import ConfigError
 from effectgate.frontends.cli import app
 from effectgate.service import parse_config
-from servicekit import VENUE_KEY_ENV, config_text
+from servicekit import (
+    AGENT_A,
+    ORDER,
+    VENUE_KEY_ENV,
+    bearer,
+    config_text,
+    effectgate_cmd,
+    free_port,
+)
 
 GOOD = config_text(store_url="sqlite:///:memory:")
 
@@ -129,3 +145,69 @@ class TestCheckIsWhatServeChecks:
         out = CliRunner().invoke(app, ["check", "--config", config, "--connect", "--json"])
         assert out.exit_code == 0, out.output
         assert any("answers" in n for n in json.loads(out.stdout)["checked"])
+
+
+TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "
+                         r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
+
+
+def serve_briefly(config: Path, *extra: str, seconds: float = 1.5) -> list[str]:
+    """``effectgate serve`` for a moment (the reconciler polling every 0.1 s); its log lines."""
+    port = free_port()
+    log = config.with_suffix(".log")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([*effectgate_cmd(), "serve", "--config", str(config),
+                                 "--port", str(port), *extra],
+                                stdout=out, stderr=subprocess.STDOUT,
+                                env={**os.environ, VENUE_KEY_ENV: "k"})
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=0.5).is_success:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        reply = httpx.post(f"http://127.0.0.1:{port}/v1/actions/submit_order",
+                           headers=bearer(AGENT_A, **{"Idempotency-Key": "op-log"}), json=ORDER)
+        assert reply.status_code in (200, 201), reply.text  # 200: a replay, second run
+        time.sleep(seconds)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return [line for line in log.read_text().splitlines() if line.strip()]
+
+
+class TestLogs:
+    @pytest.fixture
+    def config(self, tmp_path: Path) -> Iterator[Path]:
+        with serve_paper_venue(PaperVenue(), api_key="k") as venue:
+            path = tmp_path / "svc.toml"
+            path.write_text(config_text(store_url=f"sqlite:///{tmp_path}/l.db",
+                                        venue_url=venue.url,
+                                        service="reconcile_interval = 0.1"))
+            yield path
+
+    def test_lines_are_timestamped_and_polls_are_quiet(self, config: Path) -> None:
+        lines = serve_briefly(config)
+        assert lines, "serve logged nothing"
+        for line in lines:
+            assert TIMESTAMPED.match(line), line
+        # ~15 reconciler passes, each an HTTP poll of the venue: none of them is a log line.
+        assert not [line for line in lines if "HTTP Request" in line or "httpx" in line], lines
+        assert len(lines) < 15, lines
+
+    def test_json_lines_from_the_config_or_the_flag(self, config: Path) -> None:
+        config.write_text(config.read_text().replace("[service]\n",
+                                                     '[service]\nlog_format = "json"\n'))
+        for extra in ((), ("--log-format", "json")):
+            lines = serve_briefly(config, *extra, seconds=0.3)
+            entries = [json.loads(line) for line in lines]
+            assert entries and all({"ts", "level", "logger", "message"} <= set(e)
+                                   for e in entries), lines
+            assert any(e["logger"].startswith("uvicorn") for e in entries), lines
+        text = serve_briefly(config, "--log-format", "text", seconds=0.3)
+        assert all(TIMESTAMPED.match(line) for line in text), text

@@ -22,7 +22,7 @@ from effectgate.core.states import State
 from effectgate.errors import EffectgateError
 from effectgate.execute.reconciler import Reconciler, ReconcileReport
 from effectgate.frontends import cli_controls, cli_service
-from effectgate.frontends.cli_service import ConfigOpt, open_ledger
+from effectgate.frontends.cli_service import ConfigOpt, LogFormatOpt, open_ledger
 
 app = typer.Typer(help="effectgate: the boundary between an agent's proposal and its effect.",
                   no_args_is_help=True, add_completion=False)
@@ -82,24 +82,26 @@ def reconcile(
     interval: Annotated[float, typer.Option(help="Seconds between passes with --watch.")] = 5.0,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Settle uncertain rows against the venue and report divergences."""
     from effectgate.adapters.http import HttpVenueAdapter
     from effectgate.examples import default_registry
+    from effectgate.service import configure_logging
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     closers: list[Callable[[], None]] = []
     if config is not None:
         if store is not None or venue is not None:
             err.print("--config replaces --store and --venue")
             raise typer.Exit(EXIT_USAGE)
-        service = cli_service.service_from(config)
+        service = cli_service.service_from(config, log_level="warning", log_format=log_format)
         rec = service.reconciler
         closers.append(service.close)
     else:
         if store is None or venue is None:
             err.print("give --config FILE, or --store URL and --venue URL")
             raise typer.Exit(EXIT_USAGE)
+        configure_logging("warning", log_format.value if log_format else "text")
         ledger = open_ledger(store, None)
         adapter = HttpVenueAdapter(venue, credential_env=venue_key_env)
         closers += [adapter.close, ledger.close]

@@ -8,7 +8,6 @@ envelope value) is refused before the store is touched.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -416,8 +415,9 @@ def alerts_check(store: StoreOpt, webhook: Annotated[str | None, typer.Option(
     """Run the maintenance rules now; new alerts are logged (and posted); exit 3 if any."""
     from effectgate.execute.alerts import AlertSink, LogAlertSink, MultiSink, WebhookAlertSink
     from effectgate.execute.maintenance import check_maintenance
+    from effectgate.service import configure_logging
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    configure_logging("warning")
     sinks: list[AlertSink] = [LogAlertSink()]
     if webhook:
         sinks.append(WebhookAlertSink(webhook))

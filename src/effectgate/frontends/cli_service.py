@@ -7,9 +7,8 @@ Exit codes scripts can rely on (shared with :mod:`effectgate.frontends.cli`): 0 
 from __future__ import annotations
 
 import json
-import logging
 import os
-import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -24,7 +23,7 @@ from effectgate.store.base import Store
 if TYPE_CHECKING:
     from effectgate.service import Service, ServiceConfig
 
-__all__ = ["ConfigOpt", "open_ledger", "register", "service_from"]
+__all__ = ["ConfigOpt", "LogFormat", "LogFormatOpt", "open_ledger", "register", "service_from"]
 
 ConfigOpt = Annotated[str | None, typer.Option(
     "--config", "-c", envvar="EFFECTGATE_CONFIG",
@@ -65,11 +64,34 @@ def open_ledger(store: str | None, config: str | None) -> Store:
     return open_store(cfg.store.url, **dict(cfg.store.options))
 
 
-def service_from(config: str) -> Service:
-    """The service of a config file, after the same checks ``effectgate check`` makes."""
-    from effectgate.service import Service, preflight
+class LogFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+class LogLevel(StrEnum):
+    debug = "debug"
+    info = "info"
+    warning = "warning"
+    error = "error"
+
+
+LogFormatOpt = Annotated[LogFormat | None, typer.Option(
+    help="Log lines as text or JSON, timestamped (default: [service] log_format, else text).")]
+
+
+def service_from(config: str, *, log_level: str | None = None,
+                 log_format: LogFormat | None = None) -> Service:
+    """The service of a config file, after the same checks ``effectgate check`` makes.
+
+    With ``log_level``, logging is set up first (the format from the option, else the config),
+    so that what the service says while starting is formatted like the rest.
+    """
+    from effectgate.service import Service, configure_logging, preflight
 
     cfg = _load(config)
+    if log_level is not None:
+        configure_logging(log_level, log_format.value if log_format else cfg.service.log_format)
     checked = preflight(cfg)
     if not checked.ok:
         _invalid(*checked.problems)
@@ -139,7 +161,9 @@ def check(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGA
 def serve(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
           host: Annotated[str | None, typer.Option(help="Override [service] host.")] = None,
           port: Annotated[int | None, typer.Option(help="Override [service] port.")] = None,
-          log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "info") -> None:
+          log_level: Annotated[LogLevel, typer.Option(help="Log level (uvicorn's too).")]
+          = LogLevel.info,
+          log_format: LogFormatOpt = None) -> None:
     """Run the HTTP API (and MCP at /mcp) with the standing reconciler."""
     import ipaddress
 
@@ -147,7 +171,7 @@ def serve(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGA
 
     from effectgate.frontends.http import create_app
 
-    service = service_from(config)
+    service = service_from(config, log_level=log_level.value, log_format=log_format)
     settings = service.config.service
     bind = host or settings.host
     if not settings.public and bind != "localhost" and not ipaddress.ip_address(
@@ -155,11 +179,12 @@ def serve(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGA
         err.print(f"{bind} is not a loopback address (set public = true in [service])")
         service.close()
         raise typer.Exit(EXIT_USAGE)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     app = create_app(service, standing_reconciler=True)
     try:
+        # log_config=None: uvicorn's loggers propagate to the handler set up above (timestamps,
+        # --log-format) instead of installing their own.
         uvicorn.run(app, host=bind, port=port if port is not None else settings.port,
-                    log_level=log_level, server_header=False)
+                    log_level=log_level.value, log_config=None, server_header=False)
     finally:
         service.close()
 
@@ -167,16 +192,15 @@ def serve(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGA
 def mcp(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
         token_env: Annotated[str, typer.Option(
             help="Environment variable holding this agent's token (decides its scope).")]
-        = "EFFECTGATE_AGENT_TOKEN") -> None:  # noqa: S107 - a variable name
+        = "EFFECTGATE_AGENT_TOKEN",  # noqa: S107 - a variable name
+        log_format: LogFormatOpt = None) -> None:
     """Serve MCP over stdio for one agent (logs go to stderr; stdout is the protocol)."""
     import anyio
 
     from effectgate.frontends.mcp import run_stdio
 
-    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
-                        format="%(levelname)s %(name)s: %(message)s")
     token = os.environ.get(token_env, "")
-    service = service_from(config)
+    service = service_from(config, log_level="warning", log_format=log_format)
     try:
         principal = service.tokens.from_token(token)
         principal.require("agent")

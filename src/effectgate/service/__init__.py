@@ -20,6 +20,7 @@ from effectgate.service._config import (
     load_config,
     parse_config,
 )
+from effectgate.service._logging import LOG_FORMATS, configure_logging
 from effectgate.service._preflight import Preflight, preflight
 from effectgate.service._runtime import Service, build_adapter, report_dict
 from effectgate.service._starter import CLASSES_FILE, CONFIG_FILE, Starter, write_starter
@@ -27,6 +28,7 @@ from effectgate.service._starter import CLASSES_FILE, CONFIG_FILE, Starter, writ
 __all__ = [
     "CLASSES_FILE",
     "CONFIG_FILE",
+    "LOG_FORMATS",
     "AdapterConfig",
     "Preflight",
     "Principal",
@@ -40,6 +42,7 @@ __all__ = [
     "TokenBook",
     "TokenConfig",
     "build_adapter",
+    "configure_logging",
     "load_config",
     "parse_config",
     "preflight",

@@ -39,6 +39,7 @@ from effectgate.service._controls_config import (
     breaker_section,
 )
 from effectgate.service._jsonschema import model_from_json_schema
+from effectgate.service._logging import LOG_FORMATS
 from effectgate.service._toml import Section
 from effectgate.store.base import SCOPE_PATTERN, parse_store_url
 
@@ -75,6 +76,7 @@ class ServiceSettings:
     reconcile_interval: float = 5.0
     in_flight_grace: float = 2.0
     rate_limit: RateLimit = RateLimit(20.0, 40)
+    log_format: str = "text"
 
 
 @dataclass(frozen=True)
@@ -246,7 +248,8 @@ def _service(sec: Section | None) -> ServiceSettings:
         mcp_http=sec.flag("mcp_http", d.mcp_http),
         reconcile_interval=sec.number("reconcile_interval", d.reconcile_interval, exclusive=False),
         in_flight_grace=sec.number("in_flight_grace", d.in_flight_grace, exclusive=False),
-        rate_limit=_rate(sec.table("rate_limit"), d.rate_limit))
+        rate_limit=_rate(sec.table("rate_limit"), d.rate_limit),
+        log_format=sec.text("log_format", d.log_format, choices=LOG_FORMATS) or d.log_format)
     sec.done()
     return settings
 

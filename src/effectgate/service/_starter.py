@@ -65,6 +65,7 @@ max_depth = 16
 dispatch_timeout = 10.0     # seconds an outbound call may take
 reconcile_interval = 5.0    # standing reconciler in `serve`; 0 turns it off
 mcp_http = true             # MCP over streamable HTTP at /mcp
+log_format = "text"         # or "json": one object per line (serve --log-format overrides)
 
 [service.rate_limit]        # per token, per process
 per_second = 20
