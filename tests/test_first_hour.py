@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -211,3 +212,30 @@ class TestLogs:
             assert any(e["logger"].startswith("uvicorn") for e in entries), lines
         text = serve_briefly(config, "--log-format", "text", seconds=0.3)
         assert all(TIMESTAMPED.match(line) for line in text), text
+
+
+class TestBusyPort:
+    """A port in use is a usage error (2), not 3: 3 means a new alarm from reconcile."""
+
+    @pytest.fixture
+    def busy(self) -> Iterator[int]:
+        with socket.socket() as holder:
+            holder.bind(("127.0.0.1", 0))
+            holder.listen()
+            yield int(holder.getsockname()[1])
+
+    def test_serve(self, busy: int, tmp_path: Path) -> None:
+        config = write(tmp_path, config_text(store_url=f"sqlite:///{tmp_path}/l.db"))
+        proc = subprocess.run([*effectgate_cmd(), "serve", "--config", config, "--port",
+                               str(busy)], capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 2, proc.stderr
+        assert f"port {busy} on 127.0.0.1 is already in use" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+    def test_venue_serve(self, busy: int) -> None:
+        proc = subprocess.run([*effectgate_cmd(), "venue", "serve", "--port", str(busy)],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "EFFECTGATE_VENUE_KEY": "k"})
+        assert proc.returncode == 2, proc.stderr
+        assert f"port {busy} on 127.0.0.1 is already in use" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr

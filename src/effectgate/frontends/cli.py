@@ -236,8 +236,12 @@ def venue_serve(
     if not key:
         err.print(f"set {api_key_env} to the API key clients must present")
         raise typer.Exit(EXIT_USAGE)
-    server = serve_paper_venue(PaperVenue(honour_key=not ignore_key, read_lag=read_lag),
-                               host=host, port=port, api_key=key)
+    try:
+        server = serve_paper_venue(PaperVenue(honour_key=not ignore_key, read_lag=read_lag),
+                                   host=host, port=port, api_key=key)
+    except OSError as exc:
+        err.print(cli_service.port_problem(host, port, exc), highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE) from None
     console.print(f"paper venue on {server.url} (honour key: {not ignore_key}, "
                   f"read lag: {read_lag:g}s)")
     try:

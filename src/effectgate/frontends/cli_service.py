@@ -6,8 +6,10 @@ Exit codes scripts can rely on (shared with :mod:`effectgate.frontends.cli`): 0 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import socket
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -23,7 +25,8 @@ from effectgate.store.base import Store
 if TYPE_CHECKING:
     from effectgate.service import Service, ServiceConfig
 
-__all__ = ["ConfigOpt", "LogFormat", "LogFormatOpt", "open_ledger", "register", "service_from"]
+__all__ = ["ConfigOpt", "LogFormat", "LogFormatOpt", "bind_port", "open_ledger", "port_problem",
+           "register", "service_from"]
 
 ConfigOpt = Annotated[str | None, typer.Option(
     "--config", "-c", envvar="EFFECTGATE_CONFIG",
@@ -179,14 +182,56 @@ def serve(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGA
         err.print(f"{bind} is not a loopback address (set public = true in [service])")
         service.close()
         raise typer.Exit(EXIT_USAGE)
-    app = create_app(service, standing_reconciler=True)
+    port = port if port is not None else settings.port
     try:
-        # log_config=None: uvicorn's loggers propagate to the handler set up above (timestamps,
-        # --log-format) instead of installing their own.
-        uvicorn.run(app, host=bind, port=port if port is not None else settings.port,
-                    log_level=log_level.value, log_config=None, server_header=False)
-    finally:
+        # Bound here, not by uvicorn: uvicorn reports a busy port with its start-up failure
+        # code 3, which is reconcile's alarm code.
+        sock = bind_port(bind, port)
+    except OSError as exc:
         service.close()
+        err.print(port_problem(bind, port, exc), highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_USAGE) from None
+    app = create_app(service, standing_reconciler=True)
+    # log_config=None: uvicorn's loggers propagate to the handler set up above (timestamps,
+    # --log-format) instead of installing their own.
+    server = uvicorn.Server(uvicorn.Config(app, host=bind, port=port, log_level=log_level.value,
+                                           log_config=None, server_header=False))
+    try:
+        server.run(sockets=[sock])
+    except SystemExit as exc:
+        if exc.code in (0, None):
+            raise
+        err.print("serve stopped while starting (the log above says why)")
+        raise typer.Exit(EXIT_FAILED) from None
+    finally:
+        sock.close()
+        service.close()
+
+
+def bind_port(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (listening is left to the server)."""
+    family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        # As uvicorn does: a restart may rebind while old connections are in TIME_WAIT. A
+        # listening socket still refuses a second bind.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def port_problem(host: str, port: int, exc: OSError) -> str:
+    """What to tell an operator whose server could not bind ``host:port``."""
+    if exc.errno == errno.EADDRINUSE:
+        return (f"port {port} on {host} is already in use (another effectgate serve or venue "
+                "serve?); stop that process or choose another port with --port")
+    if exc.errno == errno.EACCES:
+        return f"not allowed to bind port {port} on {host} (ports below 1024 need privileges)"
+    return f"cannot bind port {port} on {host}: {exc.strerror or exc}"
 
 
 def mcp(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
