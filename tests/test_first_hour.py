@@ -12,19 +12,22 @@ import os
 import re
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from effectgate.adapters.paper import PaperVenue
 from effectgate.adapters.paper_server import serve_paper_venue
 from effectgate.errors import ConfigError
 from effectgate.frontends.cli import app
-from effectgate.service import parse_config
+from effectgate.service import Service, load_config, parse_config
 from servicekit import (
     AGENT_A,
     ORDER,
@@ -239,3 +242,99 @@ class TestBusyPort:
         assert proc.returncode == 2, proc.stderr
         assert f"port {busy} on 127.0.0.1 is already in use" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def every_command(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    yield path
+    for name, sub in getattr(command, "commands", {}).items():
+        yield from every_command(sub, (*path, name))
+
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+LONG_ID = "op-" + "0123456789abcdef" * 6  # longer than any 80-column table cell
+
+
+class TestCliConventions:
+    def test_version(self) -> None:
+        out = CliRunner().invoke(app, ["--version"])
+        assert out.exit_code == 0 and out.stdout.strip() == "effectgate 0.1.0", out.output
+
+    def test_short_help_everywhere(self) -> None:
+        paths = list(every_command(typer.main.get_command(app)))
+        assert len(paths) > 30
+        for path in paths:
+            out = CliRunner().invoke(app, [*path, "-h"], prog_name="effectgate")
+            assert out.exit_code == 0 and "Usage: effectgate" in out.output, (path, out.output)
+
+    def test_shell_completion_is_offered(self) -> None:
+        helped = CliRunner().invoke(app, ["--help"], prog_name="effectgate")
+        assert "--install-completion" in helped.output and "--show-completion" in helped.output
+        shown = subprocess.run([str(Path(sys.executable).with_name("effectgate")),
+                                "--show-completion", "bash"], capture_output=True, text=True,
+                               timeout=60, env={**os.environ, "SHELL": "/bin/bash"})
+        assert shown.returncode == 0, shown.stderr
+        assert "_EFFECTGATE_COMPLETE=complete_bash" in shown.stdout, shown.stdout
+
+
+class TestWholeValuesInPipes:
+    """Piped output is for grep and scripts: no id or fingerprint is cut to fit 80 columns."""
+
+    @pytest.fixture
+    def config(self, tmp_path: Path) -> str:
+        config = write(tmp_path, config_text(store_url=f"sqlite:///{tmp_path}/l.db"))
+        svc = Service(load_config(config))
+        try:
+            agent = svc.tokens.from_token(AGENT_A)
+            svc.propose(agent, "submit_order", LONG_ID, ORDER)
+            # 10 x 100.00 = 1000 > approve_above 900: waits for an approval.
+            svc.propose(agent, "submit_order", LONG_ID + "-big", {**ORDER, "quantity": "10"})
+        finally:
+            svc.close()
+        return config
+
+    def test_ops_list(self, config: str) -> None:
+        out = CliRunner().invoke(app, ["ops", "list", "--config", config])
+        assert out.exit_code == 0, out.output
+        assert LONG_ID in out.stdout and "…" not in out.stdout, out.stdout
+
+    def test_approvals_list_shows_the_fingerprint_to_approve(self, config: str) -> None:
+        rows = json.loads(CliRunner().invoke(app, ["approvals", "list", "--config", config,
+                                                   "--json"]).stdout)
+        out = CliRunner().invoke(app, ["approvals", "list", "--config", config])
+        assert out.exit_code == 0, out.output
+        assert rows[0]["fingerprint"] in out.stdout and f"alpha:{LONG_ID}-big" in out.stdout
+
+    def test_demo_fits_the_terminal_it_is_given(self) -> None:
+        out = subprocess.run([*effectgate_cmd(), "demo"], capture_output=True, text=True,
+                             timeout=300, env={**os.environ, "TTY_COMPATIBLE": "1",
+                                               "COLUMNS": "100"})
+        assert out.returncode == 0, out.stderr
+        widths = [len(ANSI.sub("", line)) for line in out.stdout.splitlines()]
+        assert max(widths) <= 100, max(widths)
+
+
+class TestJsonEverywhere:
+    def test_verify_bundle(self, tmp_path: Path) -> None:
+        config = write(tmp_path, config_text(store_url=f"sqlite:///{tmp_path}/l.db"))
+        svc = Service(load_config(config))
+        svc.propose(svc.tokens.from_token(AGENT_A), "submit_order", "op-1", ORDER)
+        svc.close()
+        bundle = tmp_path / "op-1.json"
+        exported = CliRunner().invoke(app, ["audit", "export", "op-1", "--scope", "alpha",
+                                            "--config", config, "--out", str(bundle)])
+        assert exported.exit_code == 0, exported.output
+        out = CliRunner().invoke(app, ["audit", "verify-bundle", str(bundle), "--json"])
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.stdout)["ok"] is True
+        data = json.loads(bundle.read_text())
+        data["entries"][0]["detail_text"] = data["entries"][0]["detail_text"].replace(
+            '"quantity":"4"', '"quantity":"40"')
+        bundle.write_text(json.dumps(data))
+        out = CliRunner().invoke(app, ["audit", "verify-bundle", str(bundle), "--json"])
+        assert out.exit_code == 3 and json.loads(out.stdout)["ok"] is False
+
+    def test_alerts_check(self, tmp_path: Path) -> None:
+        config = write(tmp_path, config_text(store_url=f"sqlite:///{tmp_path}/l.db"))
+        out = CliRunner().invoke(app, ["alerts", "check", "--config", config, "--json"])
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.stdout) == []

@@ -22,10 +22,13 @@ from effectgate.core.states import State
 from effectgate.errors import EffectgateError
 from effectgate.execute.reconciler import Reconciler, ReconcileReport
 from effectgate.frontends import cli_controls, cli_service
+from effectgate.frontends._tables import print_table
 from effectgate.frontends.cli_service import ConfigOpt, LogFormatOpt, open_ledger
 
+# -h as well as --help; sub-commands inherit it from this context.
 app = typer.Typer(help="effectgate: the boundary between an agent's proposal and its effect.",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=True,
+                  context_settings={"help_option_names": ["-h", "--help"]})
 venue_app = typer.Typer(help="The paper venue: a reference system of record for rehearsals.",
                         no_args_is_help=True)
 ops_app = typer.Typer(help="Inspect ledger operations.", no_args_is_help=True)
@@ -46,6 +49,21 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output."
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ALARM = 0, 1, 2, 3
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        print(f"effectgate {version('effectgate')}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True,
+        help="Print the version and exit.")] = False) -> None:
+    """effectgate: the boundary between an agent's proposal and its effect."""
+
+
 @app.command()
 def demo(store: Annotated[str | None, typer.Option(
         "--store", help="Run on this store (postgresql://...); default: temporary SQLite.")] = None,
@@ -62,7 +80,7 @@ def demo(store: Annotated[str | None, typer.Option(
     for r in results:
         table.add_row(r.number, r.title, r.invariant, r.observed,
                       "[green]yes[/green]" if r.held else "[red]NO[/red]")
-    Console(width=max(console.width, 160)).print(table)
+    print_table(console, table)
     failed = [r for r in results if not r.held]
     if failed:
         err.print(f"[red]{len(failed)} guarantee(s) did not hold[/red]")
@@ -159,7 +177,7 @@ def divergences(store: StoreOpt = None, as_json: JsonOpt = False,
     for d in rows:
         table.add_row(d.kind, d.op_key, ", ".join(d.venue_ids), d.ledger_state or "-",
                       time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.first_seen)))
-    console.print(table)
+    print_table(console, table)
 
 
 @ops_app.command("list")
@@ -194,7 +212,7 @@ def ops_list(
     for r in rows:
         table.add_row(r.scope, r.operation_id, r.action, r.state.value, r.venue_id or "-",
                       time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.updated_at)))
-    console.print(table)
+    print_table(console, table)
 
 
 @ops_app.command("show")

@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from effectgate.errors import ConfigError, EffectgateError
+from effectgate.frontends._tables import print_table
 from effectgate.store.base import Store
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ def check(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGA
     for name, c in summary["classes"].items():
         table.add_row(name, c["adapter"], c["effect_class"], c["tier_floor"],
                       "yes" if c["policy"] else "[red]none: deny all[/red]")
-    console.print(table)
+    print_table(console, table)
     for note in checked.notes:
         console.print(note, highlight=False, soft_wrap=True)
 
