@@ -338,3 +338,48 @@ class TestJsonEverywhere:
         out = CliRunner().invoke(app, ["alerts", "check", "--config", config, "--json"])
         assert out.exit_code == 0, out.output
         assert json.loads(out.stdout) == []
+
+
+class TestVenueFactsAreDeclared:
+    """A class's visibility horizon and its venue's key retention come from the venue's
+    documentation: the config never fills them in with round numbers."""
+
+    @pytest.mark.parametrize("key", ["visibility_horizon", "key_retention"])
+    def test_a_class_without_them_is_refused_naming_the_key(self, key: str) -> None:
+        text = "\n".join(line for line in GOOD.splitlines()
+                         if not line.startswith(f"{key} ="))
+        message = config_error(text)
+        header = line_of(text, "[classes.submit_order]")
+        assert message.startswith(f"svc.toml:{header}: classes.submit_order.{key}: is "
+                                  "required"), message
+        assert "venue's documentation" in message, message
+
+    def test_init_writes_them_saying_where_they_come_from(self, tmp_path: Path) -> None:
+        out = CliRunner().invoke(app, ["init", "--dir", str(tmp_path)])
+        assert out.exit_code == 0, out.output
+        text = (tmp_path / "effectgate.toml").read_text()
+        classes = text.count("\n[classes.") - text.count("\n[classes.cancel_order.")
+        for key in ("visibility_horizon", "key_retention"):
+            lines = [line for line in text.splitlines() if line.startswith(f"{key} =")]
+            assert len(lines) == classes, (key, lines)
+        assert "from the venue's documentation" in text
+
+    def test_a_settlement_window_beyond_the_retention_is_refused(self) -> None:
+        from effectgate.core.intent import ActionClass, EffectClass
+        from effectgate.errors import RegistryError
+        from effectgate.examples import SubmitOrder
+
+        text = GOOD.replace("key_retention = 86400", "key_retention = 86400\n"
+                            "settlement_window = 90000", 1)
+        message = config_error(text)
+        assert message.startswith(f"svc.toml:{line_of(text, 'settlement_window')}: "
+                                  "classes.submit_order.settlement_window: "), message
+        assert "key_retention" in message
+        with pytest.raises(RegistryError, match="settlement_window"):
+            ActionClass(name="submit_order", model=SubmitOrder, adapter="paper",
+                        effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
+                        visibility_horizon=60.0, key_retention=1000.0,
+                        settlement_window=1000.0)
+        # Inside the retention but not well inside: accepted, and alerted (test_controls).
+        parse_config(GOOD.replace("key_retention = 86400", "key_retention = 86400\n"
+                                  "settlement_window = 80000", 1))

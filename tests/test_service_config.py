@@ -105,6 +105,8 @@ JSON_CLASS = '''
 [classes.send_note]
 adapter = "venue"
 effect_class = "non_idempotent_mutation"
+visibility_horizon = 30
+key_retention = 86400
 decimal_fields = ["amount"]
 [classes.send_note.json_schema]
 type = "object"

@@ -54,6 +54,12 @@ _CALLER_NAME = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}"
 _SECRET_KEYS = ("credential", "api_key", "apikey", "password", "secret", "token", "key")
 ADAPTER_KINDS = ("http", "paper", "python")
 _TIME_KEYS = ("visibility_horizon", "key_retention", "settlement_window")
+# Facts about the venue, never defaulted: a round number that is wrong for the venue writes
+# rows off too early or lets a retry outlive the venue's memory of the key.
+_HORIZON_WHY = ("seconds the venue's reads may lag its writes; take it from the venue's "
+                "documentation, there is no safe default")
+_RETENTION_WHY = ("seconds the venue remembers an idempotency key; take it from the venue's "
+                  "documentation, there is no safe default")
 
 
 @dataclass(frozen=True)
@@ -360,19 +366,22 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     expect_effect = sec.text_list("effect_fields")
     expect_decimal = sec.text_list("decimal_fields")
     expect_audit = sec.text_list("audit_fields")
+    # Read before the try: a ConfigError from the getters is located already.
+    effect_class = EffectClass(sec.req_text("effect_class",
+                                            choices=[e.value for e in EffectClass]))
+    tier_floor = Tier(sec.text("tier_floor", "validate",
+                               choices=[t.value for t in Tier]) or "validate")
+    horizon = sec.req_number("visibility_horizon", _HORIZON_WHY)
+    retention = sec.req_number("key_retention", _RETENTION_WHY)
+    target_field = sec.text("target_field")
+    settlement = (sec.number("settlement_window", 1.0) if sec.has("settlement_window")
+                  else None)
     try:
         ac = ActionClass(
-            name=name, model=model, adapter=adapter,
-            effect_class=EffectClass(sec.req_text("effect_class",
-                                                 choices=[e.value for e in EffectClass])),
-            tier_floor=Tier(sec.text("tier_floor", "validate",
-                                    choices=[t.value for t in Tier]) or "validate"),
-            visibility_horizon=sec.number("visibility_horizon", 60.0),
-            key_retention=sec.number("key_retention", 86400.0),
+            name=name, model=model, adapter=adapter, effect_class=effect_class,
+            tier_floor=tier_floor, visibility_horizon=horizon, key_retention=retention,
             schema_versions=frozenset(versions), value_of=value_of,
-            target_field=sec.text("target_field"),
-            settlement_window=(sec.number("settlement_window", 1.0)
-                               if sec.has("settlement_window") else None))
+            target_field=target_field, settlement_window=settlement)
     except EffectgateError as exc:
         # "submit_order: visibility_horizon ...": locate the key the message is about.
         words = exc.message.removeprefix(f"{name}: ").split(maxsplit=1)

@@ -89,8 +89,10 @@ value = "effectgate_classes:notional"
 adapter = "paper"
 effect_class = "non_idempotent_mutation"
 tier_floor = "validate"
+# Facts about the venue, required, never defaulted: take both from the venue's documentation.
+# (These values are the paper venue's: it shows a record at once and never forgets a key.)
 visibility_horizon = 60     # seconds the venue's reads may lag its writes
-key_retention = 86400       # how long the venue remembers an idempotency key
+key_retention = 86400       # seconds the venue remembers an idempotency key
 target_field = "instrument"
 effect_fields = ["instrument", "side", "quantity", "limit_price"]
 decimal_fields = ["quantity", "limit_price"]
@@ -99,8 +101,8 @@ decimal_fields = ["quantity", "limit_price"]
 [classes.cancel_order]
 adapter = "paper"
 effect_class = "idempotent_mutation"
-visibility_horizon = 60
-key_retention = 86400
+visibility_horizon = 60     # from the venue's documentation, as above
+key_retention = 86400       # from the venue's documentation, as above
 target_field = "instrument"
 
 [classes.cancel_order.json_schema]

@@ -136,6 +136,13 @@ class Section:
             self.fail(key, f"must be a finite number {'>' if exclusive else '>='} {minimum:g}")
         return float(value)
 
+    def req_number(self, key: str, why: str = "") -> float:
+        """A required number > 0; ``why`` is added to the message when it is missing."""
+        if key not in self._data:
+            self._asked.add(key)
+            self.fail(key, "is required" + self._misspelt(key) + (f" ({why})" if why else ""))
+        return self.number(key, 0.0)
+
     def integer(self, key: str, default: int, *, minimum: int = 1,
                 maximum: int | None = None) -> int:
         value = self._take(key, False)
