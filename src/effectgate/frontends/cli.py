@@ -105,6 +105,7 @@ def reconcile(
     """Settle uncertain rows against the venue and report divergences."""
     from effectgate.adapters.http import HttpVenueAdapter
     from effectgate.examples import default_registry
+    from effectgate.execute.alerts import default_sink
     from effectgate.service import configure_logging
 
     closers: list[Callable[[], None]] = []
@@ -123,8 +124,10 @@ def reconcile(
         ledger = open_ledger(store, None)
         adapter = HttpVenueAdapter(venue, credential_env=venue_key_env)
         closers += [adapter.close, ledger.close]
+        # A sink, even the log-only default, runs the maintenance rules every pass (aged
+        # uncertain rows, horizon vs retention) and records orphans and duplicates as alerts.
         rec = Reconciler(store=ledger, registry=default_registry(adapter="http"),
-                         adapters={"http": adapter}, keep_repaired=False)
+                         adapters={"http": adapter}, keep_repaired=False, alerts=default_sink())
 
     def show(report: ReconcileReport) -> None:
         data = {"swept": report.swept, "ledger_rows": report.ledger_rows,

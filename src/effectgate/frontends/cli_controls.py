@@ -417,14 +417,13 @@ def audit_verify_bundle(path: Path, as_json: JsonOpt = False) -> None:
 def alerts_check(store: StoreOpt, webhook: Annotated[str | None, typer.Option(
         help="Also POST new alerts to this URL.")] = None, as_json: JsonOpt = False) -> None:
     """Run the maintenance rules now; new alerts are logged (and posted); exit 3 if any."""
-    from effectgate.execute.alerts import AlertSink, LogAlertSink, MultiSink, WebhookAlertSink
+    from effectgate.execute.alerts import AlertSink, MultiSink, WebhookAlertSink
     from effectgate.execute.maintenance import check_maintenance
     from effectgate.service import configure_logging
 
     configure_logging("warning")
-    sinks: list[AlertSink] = [LogAlertSink()]
-    if webhook:
-        sinks.append(WebhookAlertSink(webhook))
+    # Every alert is logged at ERROR by deliver(); a LogAlertSink here logged each one twice.
+    sinks: list[AlertSink] = [WebhookAlertSink(webhook)] if webhook else []
     with _operator(store) as op:
         raised = check_maintenance(op.store, op.registry, MultiSink(sinks), now=time.time())
     if as_json:
