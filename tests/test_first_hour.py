@@ -7,6 +7,7 @@ defaulted; the README and the quick start work when pasted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -397,8 +398,8 @@ class TestAgeingAlarmWithoutAConfiguredSink:
         from effectgate import Gate, LimitPolicy, PolicySet, Reconciler, SQLiteStore
         from effectgate.core.intent import ActionClass, EffectClass, Registry
         from effectgate.core.states import State
-        from effectgate.examples import SubmitOrder
         from effectgate.demo import ManualClock
+        from effectgate.examples import SubmitOrder
         from effectgate.testing import PaperAdapter
 
         class Silent(PaperAdapter):
@@ -438,3 +439,50 @@ class TestAgeingAlarmWithoutAConfiguredSink:
         assert "ERROR effectgate.alerts: alert orphan" in out.stderr, out.stderr
         listed = CliRunner().invoke(app, ["alerts", "list", "--store", url, "--json"])
         assert [a["kind"] for a in json.loads(listed.stdout)] == ["orphan"]
+
+
+def shell_blocks(markdown: str, heading: str) -> list[str]:
+    """The ```sh blocks of the section under ``heading`` (up to the next heading)."""
+    section = markdown.split(f"\n{heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+
+
+def bash(script: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    # The venv's bin first, so `effectgate` is this checkout's, as after `pip install -e .`.
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    return subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, "PATH": path})
+
+
+README = (Path(__file__).parent.parent / "README.md").read_text()
+
+
+class TestReadmeServiceSection:
+    def test_init_shell_sets_the_tokens(self, tmp_path: Path) -> None:
+        out = bash('eval "$(effectgate init --shell)" && echo "$AGENT_TOKEN $OPERATOR_TOKEN"',
+                   tmp_path)
+        assert out.returncode == 0, out.stderr
+        agent, operator = out.stdout.split()
+        config = load_config(tmp_path / "effectgate.toml")
+        assert {t.name: t.sha256 for t in config.tokens} == {
+            "agent": hashlib.sha256(agent.encode()).hexdigest(),
+            "operator": hashlib.sha256(operator.encode()).hexdigest()}
+
+    def test_the_commands_work_when_pasted(self, tmp_path: Path) -> None:
+        setup, propose = shell_blocks(README, "## Run it as a service")
+        lines = setup.strip().splitlines()
+        assert lines[0] == "python3 -m venv .venv && . .venv/bin/activate && pip install -e ."
+        # Another free port than 8787 (other test runs may hold it); nothing else is changed.
+        port = str(free_port())
+        serve = lines[2].replace("effectgate.toml &", f"effectgate.toml --port {port} &")
+        script = "\n".join([
+            # If a step fails, the background service is stopped all the same.
+            "set -e", "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT", lines[1], serve,
+            f"for _ in $(seq 100); do curl -sf http://127.0.0.1:{port}/healthz >/dev/null "
+            "&& break; sleep 0.1; done",
+            propose.replace("127.0.0.1:8787", f"127.0.0.1:{port}"),
+            "kill %1"])
+        out = bash(script, tmp_path)
+        assert out.returncode == 0, out.stderr
+        reply = json.loads(out.stdout)
+        assert (reply["operation_id"], reply["state"]) == ("op-0001", "acknowledged"), reply

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
 import socket
 from enum import StrEnum
 from pathlib import Path
@@ -109,21 +110,42 @@ def init(directory: Annotated[Path, typer.Option(
              "--dir", help="Where to write effectgate.toml and effectgate_classes.py.")]
          = Path("."),
          force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")]
-         = False) -> None:
+         = False,
+         shell: Annotated[bool, typer.Option(
+             "--shell", help="Print the tokens as export lines for eval "
+             "(eval \"$(effectgate init --shell)\" sets AGENT_TOKEN and OPERATOR_TOKEN).")]
+         = False,
+         venue: Annotated[str | None, typer.Option(
+             help="Base URL of an HTTP venue (effectgate venue serve) instead of the "
+             "in-process paper venue.")] = None,
+         venue_key_env: Annotated[str, typer.Option(
+             help="With --venue: the environment variable holding the venue's API key.")]
+         = "EFFECTGATE_VENUE_KEY") -> None:
     """Write a working starter config and example action classes (paper venue)."""
     from effectgate.service import load_config, write_starter
 
     try:
-        starter = write_starter(directory, force=force)
+        starter = write_starter(directory, force=force, venue=venue, venue_key_env=venue_key_env)
     except ConfigError as exc:
-        err.print(exc.message)
+        err.print(exc.message, highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_FAILED) from None
     load_config(starter.config)  # the starter must always be valid
+    if shell:
+        # stdout is for eval: export lines, and comments a shell ignores.
+        print(f"# wrote {starter.config} and {starter.classes}; the tokens are shown once "
+              "(only their SHA-256 is stored)")
+        print(f"export AGENT_TOKEN={shlex.quote(starter.agent_token)}")
+        print(f"export OPERATOR_TOKEN={shlex.quote(starter.operator_token)}")
+        err.print(f"wrote {starter.config}; AGENT_TOKEN and OPERATOR_TOKEN are set if this ran "
+                  f"under eval. next: effectgate serve --config {starter.config}",
+                  highlight=False, soft_wrap=True)
+        return
     console.print(f"wrote {starter.config} and {starter.classes}")
     console.print("[bold]tokens (shown once; only their SHA-256 is stored):[/bold]")
     console.print(f"  agent:    {starter.agent_token}", highlight=False)
     console.print(f"  operator: {starter.operator_token}", highlight=False)
-    console.print(f"next: effectgate serve --config {starter.config}")
+    console.print(f"next: effectgate serve --config {starter.config}", highlight=False,
+                  soft_wrap=True)
 
 
 def check(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
