@@ -306,6 +306,20 @@ class TestWholeValuesInPipes:
         assert out.exit_code == 0, out.output
         assert rows[0]["fingerprint"] in out.stdout and f"alpha:{LONG_ID}-big" in out.stdout
 
+    def test_reconcile_report_and_alarm_lines(self, tmp_path: Path) -> None:
+        from effectgate import SQLiteStore
+
+        SQLiteStore(f"{tmp_path}/l.db").close()
+        venue = PaperVenue()
+        venue.inject_record(f"default:{LONG_ID}")
+        with serve_paper_venue(venue, api_key="k") as server:
+            out = CliRunner().invoke(app, ["reconcile", "--store", f"sqlite:///{tmp_path}/l.db",
+                                           "--venue", server.url],
+                                     env={"EFFECTGATE_VENUE_KEY": "k"})
+        assert out.exit_code == 3, out.output
+        assert out.stdout.count("\n") == 1 and "probe_errors=0" in out.stdout, out.stdout
+        assert f"ALARM orphan key=default:{LONG_ID} venue_ids=" in out.stderr, out.stderr
+
     def test_demo_fits_the_terminal_it_is_given(self) -> None:
         out = subprocess.run([*effectgate_cmd(), "demo"], capture_output=True, text=True,
                              timeout=300, env={**os.environ, "TTY_COMPATIBLE": "1",

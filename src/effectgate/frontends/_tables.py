@@ -21,7 +21,7 @@ def print_table(console: Console, table: Table) -> None:
     for column in table.columns:
         column.overflow = "fold"
     if console.is_terminal:
-        console.print(table)
+        console.print(table, soft_wrap=False)
         return
     natural = Measurement.get(console, console.options.update_width(_UNBOUNDED), table).maximum
     Console(file=console.file, width=max(natural, 20), color_system=None).print(table)

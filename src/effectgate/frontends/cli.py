@@ -37,8 +37,9 @@ app.add_typer(ops_app, name="ops")
 register_bench(app)
 cli_controls.register(app)
 
-console = Console()
-err = Console(stderr=True)
+# soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 StoreOpt = Annotated[str | None, typer.Option(
     "--store", envvar="EFFECTGATE_STORE",
@@ -151,7 +152,8 @@ def reconcile(
             with suppress(KeyboardInterrupt):
                 rec.watch(interval, stop, show)
             return
-        report = _with_progress(rec) if not as_json else rec.run_once()
+        # A progress bar only where someone watches it: not in --json, not in a pipe or log.
+        report = _with_progress(rec) if not as_json and err.is_terminal else rec.run_once()
         show(report)
         if report.alarms:
             raise typer.Exit(EXIT_ALARM)

@@ -23,8 +23,9 @@ from effectgate.frontends._tables import print_table
 
 __all__ = ["register"]
 
-console = Console()
-err = Console(stderr=True)
+# soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 StoreOpt = Annotated[str, typer.Option(
     "--store", "--config", envvar="EFFECTGATE_STORE",

@@ -34,8 +34,9 @@ ConfigOpt = Annotated[str | None, typer.Option(
     "--config", "-c", envvar="EFFECTGATE_CONFIG",
     help="Service config file (TOML); see docs/service.md.")]
 
-console = Console()
-err = Console(stderr=True)
+# soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 EXIT_FAILED, EXIT_USAGE = 1, 2
 
 
