@@ -546,3 +546,27 @@ class TestPaperVenueProtocolDocument:
                                 content_type_conformance, response_schema_conformance])
 
                 check()
+
+
+class TestQuickstart:
+    def test_five_commands_reach_a_reconciled_divergence(self, tmp_path: Path) -> None:
+        """docs/quickstart.md as pasted: an effect made behind the gate's back is an orphan
+        alarm (exit 3) on the first reconcile."""
+        block = re.findall(r"```sh\n(.*?)```", (DOCS / "quickstart.md").read_text(),
+                           flags=re.S)[0]
+        install, rest = block.split("\n", 1)
+        assert install == "python3 -m venv .venv && . .venv/bin/activate && pip install -e ."
+        # A command's continuation lines are indented.
+        commands = [c for c in re.split(r"\n(?=\S)", rest) if c.strip()]
+        assert len(commands) == 4, commands  # five with the install
+        port = str(free_port())  # not 8700: other test runs may hold it
+        script = "\n".join([
+            "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT",
+            commands[0].replace("8700", port),
+            f"for _ in $(seq 100); do curl -sf http://127.0.0.1:{port}/v1/health >/dev/null "
+            "&& break; sleep 0.1; done",
+            *(c.replace("8700", port) for c in commands[1:])])
+        out = bash(script, tmp_path)
+        assert out.returncode == 3, out.stdout + out.stderr
+        assert "ALARM orphan key=default:op-outside venue_ids=['V-000001']" in out.stderr
+        assert "ledger_rows=0, venue_records=1" in out.stdout, out.stdout
