@@ -570,3 +570,16 @@ class TestQuickstart:
         assert out.returncode == 3, out.stdout + out.stderr
         assert "ALARM orphan key=default:op-outside venue_ids=['V-000001']" in out.stderr
         assert "ledger_rows=0, venue_records=1" in out.stdout, out.stdout
+
+
+def test_the_licence_file_is_the_one_pyproject_declares() -> None:
+    """pyproject says Apache-2.0; LICENSE is that licence's full, unmodified text."""
+    import tomllib
+
+    root = Path(__file__).parent.parent
+    assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["license"] == \
+        "Apache-2.0"
+    text = (root / "LICENSE").read_bytes()
+    # sha256 of apache.org's LICENSE-2.0.txt
+    assert hashlib.sha256(text).hexdigest() == \
+        "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
