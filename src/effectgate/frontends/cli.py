@@ -263,7 +263,7 @@ def venue_serve(
         server = serve_paper_venue(PaperVenue(honour_key=not ignore_key, read_lag=read_lag),
                                    host=host, port=port, api_key=key)
     except OSError as exc:
-        err.print(cli_service.port_problem(host, port, exc), highlight=False, soft_wrap=True)
+        err.print(cli_service.port_problem(host, port, exc), highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
     console.print(f"paper venue on {server.url} (honour key: {not ignore_key}, "
                   f"read lag: {read_lag:g}s)")

@@ -41,10 +41,8 @@ EXIT_FAILED, EXIT_USAGE = 1, 2
 
 
 def _invalid(*messages: str) -> NoReturn:
-    # soft_wrap: one message, one line, whatever the width, so it can be grepped and pasted.
     for message in messages:
-        err.print(f"[red]invalid configuration[/red] {escape(message)}", highlight=False,
-                  soft_wrap=True)
+        err.print(f"[red]invalid configuration[/red] {escape(message)}", highlight=False)
     raise typer.Exit(EXIT_USAGE)
 
 
@@ -128,7 +126,7 @@ def init(directory: Annotated[Path, typer.Option(
     try:
         starter = write_starter(directory, force=force, venue=venue, venue_key_env=venue_key_env)
     except ConfigError as exc:
-        err.print(exc.message, highlight=False, soft_wrap=True)
+        err.print(escape(exc.message), highlight=False)
         raise typer.Exit(EXIT_FAILED) from None
     load_config(starter.config)  # the starter must always be valid
     if shell:
@@ -139,14 +137,13 @@ def init(directory: Annotated[Path, typer.Option(
         print(f"export OPERATOR_TOKEN={shlex.quote(starter.operator_token)}")
         err.print(f"wrote {starter.config}; AGENT_TOKEN and OPERATOR_TOKEN are set if this ran "
                   f"under eval. next: effectgate serve --config {starter.config}",
-                  highlight=False, soft_wrap=True)
+                  highlight=False)
         return
     console.print(f"wrote {starter.config} and {starter.classes}")
     console.print("[bold]tokens (shown once; only their SHA-256 is stored):[/bold]")
     console.print(f"  agent:    {starter.agent_token}", highlight=False)
     console.print(f"  operator: {starter.operator_token}", highlight=False)
-    console.print(f"next: effectgate serve --config {starter.config}", highlight=False,
-                  soft_wrap=True)
+    console.print(f"next: effectgate serve --config {starter.config}", highlight=False)
 
 
 def check(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
@@ -182,7 +179,7 @@ def check(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGA
                       "yes" if c["policy"] else "[red]none: deny all[/red]")
     print_table(console, table)
     for note in checked.notes:
-        console.print(note, highlight=False, soft_wrap=True)
+        console.print(note, highlight=False)
 
 
 def serve(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
@@ -213,7 +210,7 @@ def serve(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGA
         sock = bind_port(bind, port)
     except OSError as exc:
         service.close()
-        err.print(port_problem(bind, port, exc), highlight=False, soft_wrap=True)
+        err.print(port_problem(bind, port, exc), highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
     app = create_app(service, standing_reconciler=True)
     # log_config=None: uvicorn's loggers propagate to the handler set up above (timestamps,
