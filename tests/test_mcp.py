@@ -17,6 +17,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
+from effectgate import open_store
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.frontends._mcp_screen import REFUSED_META, screen
 from effectgate.frontends._models import OperationOut
@@ -186,6 +187,8 @@ class TestStdio:
     def test_stdio_session(self, tmp_path: Path) -> None:
         """`effectgate mcp` over stdio with the SDK's stdio client: list, propose, retry."""
         config = tmp_path / "effectgate.toml"
+        # The operator's ledger exists (init made it): `effectgate mcp` never creates one.
+        open_store(f"sqlite:///{tmp_path}/ledger.db", create=True).close()
         config.write_text(config_text(store_url=f"sqlite:///{tmp_path}/ledger.db"))
         params = StdioServerParameters(
             command=sys.executable,
@@ -267,6 +270,8 @@ class TestDuplicateKeys:
 
     def test_stdio_door_refuses_duplicate_keys(self, tmp_path: Path) -> None:
         config = tmp_path / "effectgate.toml"
+        # The operator's ledger exists (init made it): `effectgate mcp` never creates one.
+        open_store(f"sqlite:///{tmp_path}/ledger.db", create=True).close()
         config.write_text(config_text(store_url=f"sqlite:///{tmp_path}/ledger.db"))
         init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
             "protocolVersion": "2025-06-18", "capabilities": {},

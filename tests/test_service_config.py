@@ -105,6 +105,8 @@ JSON_CLASS = '''
 [classes.send_note]
 adapter = "venue"
 effect_class = "non_idempotent_mutation"
+visibility_horizon = 30
+key_retention = 86400
 decimal_fields = ["amount"]
 [classes.send_note.json_schema]
 type = "object"
@@ -216,7 +218,7 @@ class TestCli:
         rec = runner.invoke(app, ["reconcile", "--config", str(config), "--json"])
         # The in-process paper venue of a new process has forgotten op-1: a real alarm (3).
         assert rec.exit_code == 3
-        assert json.loads(rec.output)["new_divergences"][0][0] == "missing-at-venue"
+        assert json.loads(rec.stdout)["new_divergences"][0][0] == "missing-at-venue"
         both = runner.invoke(app, ["divergences", "--config", str(config), "--store", "x"])
         assert both.exit_code == 2
 

@@ -5,7 +5,10 @@ Invariant 1 depends on it: a retry answered from a new, empty ledger is dispatch
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -77,3 +80,38 @@ def test_the_working_directory_does_not_matter_once_absolute(tmp_path: Path,
     open_store(url, create=True).close()
     monkeypatch.chdir(os.path.dirname(tmp_path))
     open_store(url).close()
+
+
+class TestCommandsNeverCreate:
+    """Invariant 1 from the command line: a command run from another folder reads the
+    config's own ledger, and a command given a ledger that is not there creates none."""
+
+    def _run(self, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "effectgate", *args], cwd=str(cwd),
+                              capture_output=True, text=True, timeout=60, check=False,
+                              env={**os.environ, "COLUMNS": "200"})
+
+    def test_a_relative_ledger_path_is_the_config_folders(self, tmp_path: Path) -> None:
+        from effectgate.service import Service, load_config, write_starter
+
+        run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
+        run.mkdir()
+        elsewhere.mkdir()
+        starter = write_starter(run)
+        assert (run / "effectgate.db").exists()  # init creates the configured ledger
+        svc = Service(load_config(starter.config), create=False)
+        svc.propose(svc.tokens.from_token(starter.agent_token), "submit_order", "op-1",
+                    b'{"intent_version": "1", "action": "submit_order", "instrument": '
+                    b'"XYZ-PERP", "side": "buy", "quantity": "4", "limit_price": "100.00"}')
+        svc.close()
+        out = self._run(elsewhere, "ops", "list", "--config", "../run/effectgate.toml",
+                        "--json")
+        assert out.returncode == 0, out.stderr
+        assert [r["operation_id"] for r in json.loads(out.stdout)] == ["op-1"]
+        assert list(elsewhere.iterdir()) == []
+
+    def test_a_missing_ledger_is_exit_2_and_nothing_is_created(self, tmp_path: Path) -> None:
+        out = self._run(tmp_path, "ops", "list", "--store", "sqlite:///data/ledger.db")
+        assert out.returncode == 2
+        assert "ledger_not_found" in out.stderr and "sqlite:////data/ledger.db" in out.stderr
+        assert list(tmp_path.iterdir()) == []

@@ -58,7 +58,7 @@ from effectgate.errors import (
     UnknownActionClass,
 )
 from effectgate.execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
-from effectgate.execute.alerts import AlertSink, LogAlertSink, WebhookAlertSink
+from effectgate.execute.alerts import AlertSink, LogAlertSink, WebhookAlertSink, default_sink
 from effectgate.execute.executor import Gate
 from effectgate.execute.operator import BlastRadius, Operator, ShadowReport
 from effectgate.execute.reconciler import Reconciler, ReconcileReport
@@ -134,6 +134,7 @@ __all__ = [
     "VerifyResult",
     "WebhookAlertSink",
     "__version__",
+    "default_sink",
     "identifier",
     "open_store",
     "verify_bundle",

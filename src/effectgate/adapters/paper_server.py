@@ -9,6 +9,8 @@ Endpoints (JSON bodies; every ``/v1/orders`` and ``/v1/records`` call needs
 - ``GET /v1/orders?key=K``: 200 ``{"venue_ids": [...]}`` (visible records only).
 - ``GET /v1/records?after_key=&after_id=&limit=N``: 200 ``{"records": [...]}`` sorted by key, id.
 - ``GET /v1/health``: 200 ``{"status": "ok"}`` (no credential needed, reveals nothing).
+- ``GET /openapi.json``: this protocol as OpenAPI 3.1 (:mod:`effectgate.adapters.paper_openapi`;
+  also ``docs/paper-venue.openapi.json``, explained in ``docs/paper-venue.md``).
 
 The API key is never logged or echoed, and the server writes no access log.
 """
@@ -27,6 +29,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from effectgate.adapters.paper import PaperVenue, VenueRejection
+from effectgate.adapters.paper_openapi import openapi
 from effectgate.execute.adapter import VenueRecord
 
 __all__ = ["MAX_BODY_BYTES", "PaperVenueServer", "serve_paper_venue"]
@@ -120,6 +123,8 @@ class _Handler(BaseHTTPRequestHandler):
         query = parse_qs(parts.query, keep_blank_values=True)
         if parts.path == "/v1/health":
             self._send(HTTPStatus.OK, {"status": "ok"})
+        elif parts.path == "/openapi.json":
+            self._send(HTTPStatus.OK, openapi())
         elif parts.path == "/v1/orders":
             if self._authorised():
                 self._get_orders(query)

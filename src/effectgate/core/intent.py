@@ -275,6 +275,14 @@ class ActionClass:
         if window is not None and (not isinstance(window, int | float)
                                    or not math.isfinite(window) or window <= 0):
             raise RegistryError(f"{self.name}: settlement_window must be a finite number > 0")
+        if window is not None and window >= self.key_retention:
+            # The uncertain-aged alarm would fire only once the venue has forgotten the key,
+            # when a retry can no longer be deduplicated there. (Above the horizon ratio but
+            # inside the retention is alerted by the maintenance rules, not refused.)
+            raise RegistryError(
+                f"{self.name}: settlement_window {window}s is not inside key_retention "
+                f"{self.key_retention}s: an uncertain row would be alarmed only after the "
+                "venue forgot its key")
 
     @property
     def effect_fields(self) -> tuple[str, ...]:

@@ -15,16 +15,24 @@ import httpx
 from effectgate.core.controls import Alert
 from effectgate.store.roles import Store
 
-__all__ = ["AlertSink", "LogAlertSink", "MultiSink", "WebhookAlertSink", "deliver",
-           "raise_alert"]
+__all__ = ["AlertSink", "LogAlertSink", "MultiSink", "WebhookAlertSink", "default_sink",
+           "deliver", "raise_alert"]
 
 log = logging.getLogger("effectgate.alerts")
 
 AlertSink = Callable[[Alert], None]
 
 
+def default_sink() -> AlertSink:
+    """The sink to give when no pager is configured: :func:`deliver` logs every alert at ERROR,
+    and that log line is the whole of it. Giving a sink (this one, rather than None) is what
+    turns on the alerting that needs one, e.g. the reconciler's maintenance rules."""
+    return MultiSink([])
+
+
 class LogAlertSink:
-    """Logs each alert at ERROR on ``effectgate.alerts`` (the default sink)."""
+    """Logs each alert at ERROR on ``effectgate.alerts``, for a caller that hands alerts to a
+    sink itself; through :func:`deliver`, which logs already, use :func:`default_sink`."""
 
     def __call__(self, alert: Alert) -> None:
         log.error("ALERT %s [%s] %s", alert.kind, alert.action or "-", alert.message)

@@ -36,7 +36,7 @@ from effectgate.core.intent import Registry
 from effectgate.core.states import State, check_transition
 from effectgate.errors import AdapterError, InvalidTransition
 from effectgate.execute.adapter import Adapter, VenueRecord, iter_records
-from effectgate.execute.alerts import AlertSink, deliver, raise_alert
+from effectgate.execute.alerts import AlertSink, default_sink, deliver, raise_alert
 from effectgate.execute.maintenance import DIVERGENCE_ALERTS, check_maintenance, divergence_alert
 from effectgate.store.base import LedgerEntry, Move
 from effectgate.store.roles import Store
@@ -134,7 +134,9 @@ class Reconciler:
         self.progress: Callable[[int], None] | None = None
         # With a sink, new orphans and duplicate effects page at once, and every pass also
         # runs the maintenance rules (aged uncertain rows, horizon vs retention).
-        self.alerts = alerts
+        # No sink given: the default one logs every alert at ERROR, so the maintenance rules
+        # (aged uncertain rows, horizon vs retention) run for library users too (invariant 11).
+        self.alerts = alerts if alerts is not None else default_sink()
         if flush_every < 1:
             raise ValueError("flush_every must be at least 1")
         #: Buffered repairs are written once this many are pending (and at every pass's end).

@@ -20,13 +20,16 @@ from rich.table import Table
 
 from effectgate.bench.cli import register as register_bench
 from effectgate.core.states import State
-from effectgate.errors import EffectgateError
+from effectgate.errors import ConfigError, EffectgateError
 from effectgate.execute.reconciler import Reconciler, ReconcileReport
 from effectgate.frontends import cli_controls, cli_service
-from effectgate.frontends.cli_service import ConfigOpt, open_ledger
+from effectgate.frontends._tables import print_table
+from effectgate.frontends.cli_service import ConfigOpt, LogFormatOpt, open_ledger
 
+# -h as well as --help; sub-commands inherit it from this context.
 app = typer.Typer(help="effectgate: the boundary between an agent's proposal and its effect.",
-                  no_args_is_help=True, add_completion=False)
+                  no_args_is_help=True, add_completion=True,
+                  context_settings={"help_option_names": ["-h", "--help"]})
 venue_app = typer.Typer(help="The paper venue: a reference system of record for rehearsals.",
                         no_args_is_help=True)
 ops_app = typer.Typer(help="Inspect ledger operations.", no_args_is_help=True)
@@ -35,8 +38,9 @@ app.add_typer(ops_app, name="ops")
 register_bench(app)
 cli_controls.register(app)
 
-console = Console()
-err = Console(stderr=True)
+# soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 StoreOpt = Annotated[str | None, typer.Option(
     "--store", envvar="EFFECTGATE_STORE",
@@ -45,6 +49,21 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output."
 
 # Exit codes scripts can rely on.
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ALARM = 0, 1, 2, 3
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        print(f"effectgate {version('effectgate')}")
+        raise typer.Exit(EXIT_OK)
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option(
+        "--version", callback=_version, is_eager=True,
+        help="Print the version and exit.")] = False) -> None:
+    """effectgate: the boundary between an agent's proposal and its effect."""
 
 
 @app.command()
@@ -63,7 +82,7 @@ def demo(store: Annotated[str | None, typer.Option(
     for r in results:
         table.add_row(r.number, r.title, r.invariant, r.observed,
                       "[green]yes[/green]" if r.held else "[red]NO[/red]")
-    Console(width=max(console.width, 160)).print(table)
+    print_table(console, table)
     failed = [r for r in results if not r.held]
     if failed:
         err.print(f"[red]{len(failed)} guarantee(s) did not hold[/red]")
@@ -83,29 +102,34 @@ def reconcile(
     interval: Annotated[float, typer.Option(help="Seconds between passes with --watch.")] = 5.0,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
+    log_format: LogFormatOpt = None,
 ) -> None:
     """Settle uncertain rows against the venue and report divergences."""
     from effectgate.adapters.http import HttpVenueAdapter
     from effectgate.examples import default_registry
+    from effectgate.execute.alerts import default_sink
+    from effectgate.service import configure_logging
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     closers: list[Callable[[], None]] = []
     if config is not None:
         if store is not None or venue is not None:
             err.print("--config replaces --store and --venue")
             raise typer.Exit(EXIT_USAGE)
-        service = cli_service.service_from(config)
+        service = cli_service.service_from(config, log_level="warning", log_format=log_format)
         rec = service.reconciler
         closers.append(service.close)
     else:
         if store is None or venue is None:
             err.print("give --config FILE, or --store URL and --venue URL")
             raise typer.Exit(EXIT_USAGE)
+        configure_logging("warning", log_format.value if log_format else "text")
         ledger = open_ledger(store, None)
         adapter = HttpVenueAdapter(venue, credential_env=venue_key_env)
         closers += [adapter.close, ledger.close]
+        # A sink, even the log-only default, runs the maintenance rules every pass (aged
+        # uncertain rows, horizon vs retention) and records orphans and duplicates as alerts.
         rec = Reconciler(store=ledger, registry=default_registry(adapter="http"),
-                         adapters={"http": adapter}, keep_repaired=False)
+                         adapters={"http": adapter}, keep_repaired=False, alerts=default_sink())
 
     def show(report: ReconcileReport) -> None:
         data = {"swept": report.swept, "ledger_rows": report.ledger_rows,
@@ -129,7 +153,8 @@ def reconcile(
             with suppress(KeyboardInterrupt):
                 rec.watch(interval, stop, show)
             return
-        report = _with_progress(rec) if not as_json else rec.run_once()
+        # A progress bar only where someone watches it: not in --json, not in a pipe or log.
+        report = _with_progress(rec) if not as_json and err.is_terminal else rec.run_once()
         show(report)
         if report.alarms:
             raise typer.Exit(EXIT_ALARM)
@@ -158,7 +183,7 @@ def divergences(store: StoreOpt = None, as_json: JsonOpt = False,
     for d in rows:
         table.add_row(d.kind, d.op_key, ", ".join(d.venue_ids), d.ledger_state or "-",
                       time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.first_seen)))
-    console.print(table)
+    print_table(console, table)
 
 
 @ops_app.command("list")
@@ -193,7 +218,7 @@ def ops_list(
     for r in rows:
         table.add_row(r.scope, r.operation_id, r.action, r.state.value, r.venue_id or "-",
                       time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.updated_at)))
-    console.print(table)
+    print_table(console, table)
 
 
 @ops_app.command("show")
@@ -246,8 +271,12 @@ def venue_serve(
     if not key:
         err.print(f"set {api_key_env} to the API key clients must present")
         raise typer.Exit(EXIT_USAGE)
-    server = serve_paper_venue(PaperVenue(honour_key=not ignore_key, read_lag=read_lag),
-                               host=host, port=port, api_key=key)
+    try:
+        server = serve_paper_venue(PaperVenue(honour_key=not ignore_key, read_lag=read_lag),
+                                   host=host, port=port, api_key=key)
+    except OSError as exc:
+        err.print(cli_service.port_problem(host, port, exc), highlight=False)
+        raise typer.Exit(EXIT_USAGE) from None
     console.print(f"paper venue on {server.url} (honour key: {not ignore_key}, "
                   f"read lag: {read_lag:g}s)")
     try:
@@ -265,7 +294,9 @@ def main() -> None:
     except EffectgateError as exc:
         # escape(): "[code]" would otherwise be read as Rich markup and vanish.
         err.print(f"[red]error[/red] {escape(f'[{exc.code}]')} {escape(exc.message)}")
-        raise SystemExit(EXIT_FAILED) from None
+        # A configuration that cannot work (a ledger that is not there included) is a usage
+        # error, 2, like every other config error; 3 stays the reconciler's alarm.
+        raise SystemExit(EXIT_USAGE if isinstance(exc, ConfigError) else EXIT_FAILED) from None
 
 
 def _with_progress(rec: Reconciler) -> ReconcileReport:

@@ -8,7 +8,6 @@ envelope value) is refused before the store is touched.
 from __future__ import annotations
 
 import json
-import logging
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,11 +19,13 @@ from rich.console import Console
 from rich.table import Table
 
 from effectgate.execute.operator import Operator
+from effectgate.frontends._tables import print_table
 
 __all__ = ["register"]
 
-console = Console()
-err = Console(stderr=True)
+# soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 StoreOpt = Annotated[str, typer.Option(
     "--store", "--config", envvar="EFFECTGATE_STORE",
@@ -154,7 +155,7 @@ def kill_status(store: StoreOpt, action: Annotated[str | None, typer.Argument()]
                       f"OPEN ({c.breaker_reason})" if c.breaker_open else "closed",
                       "on" if c.shadow else "off", str(c.envelope.version), c.updated_by or "-",
                       _ts(c.updated_at))
-    console.print(table)
+    print_table(console, table)
 
 
 @kill_app.command("held")
@@ -220,7 +221,7 @@ def approvals_list(store: StoreOpt, as_json: JsonOpt = False) -> None:
         table.add_row(f"{o['scope']}:{o['operation_id']}", str(o["action"]), str(o["tier"]),
                       f"{len(o['approvers'])}/{o['required']}", _ts(o["expires_at"]),
                       str(o["fingerprint"]), json.dumps(o["effect"]))
-    console.print(table)
+    print_table(console, table)
 
 
 @approvals_app.command("approve")
@@ -273,7 +274,7 @@ def authority_history(store: StoreOpt, action: Annotated[str | None, typer.Argum
         table.add_row(str(s.id) + (f" (reversal of {s.reverses})" if s.reverses else ""),
                       s.action, s.axis, json.dumps(s.old), json.dumps(s.new),
                       json.dumps(dict(s.evidence)), s.reverse_on, s.operator, _ts(s.at))
-    console.print(table)
+    print_table(console, table)
 
 
 @authority_app.command("step")
@@ -392,8 +393,8 @@ def audit_export(operation_id: str, store: StoreOpt,
 
 
 @audit_app.command("verify-bundle")
-def audit_verify_bundle(path: Path) -> None:
-    """Verify an evidence bundle offline (no store needed)."""
+def audit_verify_bundle(path: Path, as_json: JsonOpt = False) -> None:
+    """Verify an evidence bundle offline (no store needed); exit 3 if it was tampered with."""
     from effectgate.audit import verify_bundle
 
     try:
@@ -401,9 +402,12 @@ def audit_verify_bundle(path: Path) -> None:
     except (OSError, json.JSONDecodeError) as exc:
         raise typer.BadParameter(f"cannot read {path}: {exc}") from None
     result = verify_bundle(bundle)
-    for f in result.findings:
-        err.print(f"[red]TAMPERED[/red] {f.problem}: {f.message}")
-    console.print(f"{result.checked} entries: {'intact' if result.ok else 'NOT intact'}")
+    if as_json:
+        _print(result.to_dict())
+    else:
+        for f in result.findings:
+            err.print(f"[red]TAMPERED[/red] {f.problem}: {f.message}")
+        console.print(f"{result.checked} entries: {'intact' if result.ok else 'NOT intact'}")
     if not result.ok:
         raise typer.Exit(EXIT_ALARM)
 
@@ -412,18 +416,21 @@ def audit_verify_bundle(path: Path) -> None:
 
 @alerts_app.command("check")
 def alerts_check(store: StoreOpt, webhook: Annotated[str | None, typer.Option(
-        help="Also POST new alerts to this URL.")] = None) -> None:
+        help="Also POST new alerts to this URL.")] = None, as_json: JsonOpt = False) -> None:
     """Run the maintenance rules now; new alerts are logged (and posted); exit 3 if any."""
-    from effectgate.execute.alerts import AlertSink, LogAlertSink, MultiSink, WebhookAlertSink
+    from effectgate.execute.alerts import AlertSink, MultiSink, WebhookAlertSink
     from effectgate.execute.maintenance import check_maintenance
+    from effectgate.service import configure_logging
 
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    sinks: list[AlertSink] = [LogAlertSink()]
-    if webhook:
-        sinks.append(WebhookAlertSink(webhook))
+    configure_logging("warning")
+    # Every alert is logged at ERROR by deliver(); a LogAlertSink here logged each one twice.
+    sinks: list[AlertSink] = [WebhookAlertSink(webhook)] if webhook else []
     with _operator(store) as op:
         raised = check_maintenance(op.store, op.registry, MultiSink(sinks), now=time.time())
-    console.print(f"{len(raised)} new alert(s)")
+    if as_json:
+        _print([a.to_dict() for a in raised])
+    else:
+        console.print(f"{len(raised)} new alert(s)")
     if raised:
         raise typer.Exit(EXIT_ALARM)
 

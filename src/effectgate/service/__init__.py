@@ -2,7 +2,8 @@
 
 Public names: :func:`load_config` / :func:`parse_config` (validated :class:`ServiceConfig`),
 :class:`Service` (the gate, store, adapters, reconciler, tokens and metrics of one process),
-:class:`Principal` (who is calling) and :func:`write_starter` (``effectgate init``). The HTTP
+:class:`Principal` (who is calling), :func:`preflight` (what ``serve`` needs from the machine)
+and :func:`write_starter` (``effectgate init``). The HTTP
 and MCP doors live in :mod:`effectgate.frontends`.
 """
 
@@ -19,13 +20,17 @@ from effectgate.service._config import (
     load_config,
     parse_config,
 )
+from effectgate.service._logging import LOG_FORMATS, configure_logging
+from effectgate.service._preflight import Preflight, preflight
 from effectgate.service._runtime import Service, build_adapter, report_dict
 from effectgate.service._starter import CLASSES_FILE, CONFIG_FILE, Starter, write_starter
 
 __all__ = [
     "CLASSES_FILE",
     "CONFIG_FILE",
+    "LOG_FORMATS",
     "AdapterConfig",
+    "Preflight",
     "Principal",
     "RateLimit",
     "RateLimiter",
@@ -37,8 +42,10 @@ __all__ = [
     "TokenBook",
     "TokenConfig",
     "build_adapter",
+    "configure_logging",
     "load_config",
     "parse_config",
+    "preflight",
     "report_dict",
     "write_starter",
 ]

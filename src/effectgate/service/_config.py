@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from effectgate.core.controls import ApprovalRules, BreakerConfig
 from effectgate.core.intent import (
@@ -38,12 +39,13 @@ from effectgate.service._controls_config import (
     breaker_section,
 )
 from effectgate.service._jsonschema import model_from_json_schema
+from effectgate.service._logging import LOG_FORMATS
 from effectgate.service._toml import Section
 from effectgate.store.base import SCOPE_PATTERN, parse_store_url
 
 __all__ = [
     "AdapterConfig", "AlertsConfig", "RateLimit", "ServiceConfig", "ServiceSettings", "StoreConfig",
-    "TokenConfig", "import_object", "load_config", "parse_config",
+    "TokenConfig", "import_object", "load_config", "parse_config", "shown_url",
 ]
 
 _NAME = r"[a-z][a-z0-9_-]{0,63}"
@@ -51,6 +53,13 @@ _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 _CALLER_NAME = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}"
 _SECRET_KEYS = ("credential", "api_key", "apikey", "password", "secret", "token", "key")
 ADAPTER_KINDS = ("http", "paper", "python")
+_TIME_KEYS = ("visibility_horizon", "key_retention", "settlement_window")
+# Facts about the venue, never defaulted: a round number that is wrong for the venue writes
+# rows off too early or lets a retry outlive the venue's memory of the key.
+_HORIZON_WHY = ("seconds the venue's reads may lag its writes; take it from the venue's "
+                "documentation, there is no safe default")
+_RETENTION_WHY = ("seconds the venue remembers an idempotency key; take it from the venue's "
+                  "documentation, there is no safe default")
 
 
 @dataclass(frozen=True)
@@ -73,6 +82,7 @@ class ServiceSettings:
     reconcile_interval: float = 5.0
     in_flight_grace: float = 2.0
     rate_limit: RateLimit = RateLimit(20.0, 40)
+    log_format: str = "text"
 
 
 @dataclass(frozen=True)
@@ -145,7 +155,7 @@ def parse_config(source: str, file: str = "<config>", *,
     store_section = top.table("store", required=True)
     if store_section is None:  # unreachable: required=True raises first
         top.fail("store", "is required")
-    store = _store(store_section)
+    store = _store(store_section, base_dir)
     adapters = {name: _adapter(name, sec) for name, sec in top.tables("adapters")}
     if not adapters:
         top.fail("adapters", "declare at least one adapter ([adapters.NAME])")
@@ -180,6 +190,18 @@ def parse_config(source: str, file: str = "<config>", *,
                          adapters=adapters, policy=policy, policy_names=frozenset(policy_names),
                          tokens=tokens, breakers=breakers, approvals=approvals,
                          alerts=alerts)
+
+
+def shown_url(url: str) -> str:
+    """``url`` whole, as written, but with any password replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def import_object(ref: str) -> Any:
@@ -232,17 +254,19 @@ def _service(sec: Section | None) -> ServiceSettings:
         mcp_http=sec.flag("mcp_http", d.mcp_http),
         reconcile_interval=sec.number("reconcile_interval", d.reconcile_interval, exclusive=False),
         in_flight_grace=sec.number("in_flight_grace", d.in_flight_grace, exclusive=False),
-        rate_limit=_rate(sec.table("rate_limit"), d.rate_limit))
+        rate_limit=_rate(sec.table("rate_limit"), d.rate_limit),
+        log_format=sec.text("log_format", d.log_format, choices=LOG_FORMATS) or d.log_format)
     sec.done()
     return settings
 
 
-def _store(sec: Section) -> StoreConfig:
+def _store(sec: Section, base_dir: Path | None = None) -> StoreConfig:
     url = sec.req_text("url")
     try:
-        dialect, _ = parse_store_url(url)
-    except ConfigError as exc:
-        sec.fail("url", exc.message)
+        dialect, target = parse_store_url(url)
+    except ConfigError:
+        sec.fail("url", f"unsupported store URL {shown_url(url)!r}; use sqlite:///PATH or "
+                 "postgresql://...")
     options: dict[str, Any] = {}
     if dialect == "sqlite":
         sync = sec.text("synchronous", choices=["FULL", "EXTRA", "NORMAL", "OFF"])
@@ -270,6 +294,12 @@ def _store(sec: Section) -> StoreConfig:
         if options.get("min_size", 1) > options.get("max_size", 4):
             sec.fail("pool_min_size", "must not exceed pool_max_size (default 4)")
     sec.done()
+    if dialect == "sqlite" and base_dir is not None and target != ":memory:" \
+            and not Path(target).is_absolute():
+        # A relative ledger path means "next to this config file", wherever the command runs
+        # from: resolved against the working directory, another folder opened another, empty
+        # ledger and a retry of an acknowledged operation was sent again.
+        url = f"sqlite:///{(base_dir / target).resolve()}"
     return StoreConfig(url=url, options=options)
 
 
@@ -342,20 +372,27 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     expect_effect = sec.text_list("effect_fields")
     expect_decimal = sec.text_list("decimal_fields")
     expect_audit = sec.text_list("audit_fields")
+    # Read before the try: a ConfigError from the getters is located already.
+    effect_class = EffectClass(sec.req_text("effect_class",
+                                            choices=[e.value for e in EffectClass]))
+    tier_floor = Tier(sec.text("tier_floor", "validate",
+                               choices=[t.value for t in Tier]) or "validate")
+    horizon = sec.req_number("visibility_horizon", _HORIZON_WHY)
+    retention = sec.req_number("key_retention", _RETENTION_WHY)
+    target_field = sec.text("target_field")
+    settlement = (sec.number("settlement_window", 1.0) if sec.has("settlement_window")
+                  else None)
     try:
         ac = ActionClass(
-            name=name, model=model, adapter=adapter,
-            effect_class=EffectClass(sec.req_text("effect_class",
-                                                 choices=[e.value for e in EffectClass])),
-            tier_floor=Tier(sec.text("tier_floor", "validate",
-                                    choices=[t.value for t in Tier]) or "validate"),
-            visibility_horizon=sec.number("visibility_horizon", 60.0),
-            key_retention=sec.number("key_retention", 86400.0),
+            name=name, model=model, adapter=adapter, effect_class=effect_class,
+            tier_floor=tier_floor, visibility_horizon=horizon, key_retention=retention,
             schema_versions=frozenset(versions), value_of=value_of,
-            target_field=sec.text("target_field"),
-            settlement_window=(sec.number("settlement_window", 1.0)
-                               if sec.has("settlement_window") else None))
+            target_field=target_field, settlement_window=settlement)
     except EffectgateError as exc:
+        # "submit_order: visibility_horizon ...": locate the key the message is about.
+        words = exc.message.removeprefix(f"{name}: ").split(maxsplit=1)
+        if len(words) == 2 and words[0] in _TIME_KEYS:
+            sec.fail(words[0], words[1])
         sec.fail(None, exc.message)
     # Declared field lists are assertions: they document the class and catch drift between
     # the config and the model it points at.

@@ -27,7 +27,7 @@ from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.core.states import State
 from effectgate.errors import ConfigError, OperationInFlight
 from effectgate.execute.adapter import Adapter
-from effectgate.execute.alerts import AlertSink, MultiSink, WebhookAlertSink
+from effectgate.execute.alerts import AlertSink, MultiSink, WebhookAlertSink, default_sink
 from effectgate.execute.executor import Gate
 from effectgate.execute.operator import Operator
 from effectgate.execute.reconciler import Reconciler, ReconcileReport
@@ -97,7 +97,7 @@ class Service:
         # Alerts are always logged at ERROR (by deliver); a webhook is the optional pager.
         self._webhook = (WebhookAlertSink(config.alerts.webhook, timeout=config.alerts.timeout)
                          if config.alerts.webhook else None)
-        self.alerts: AlertSink = MultiSink([self._webhook] if self._webhook else [])
+        self.alerts: AlertSink = MultiSink([self._webhook]) if self._webhook else default_sink()
         self.gate = Gate(store=self.store, registry=config.registry, adapters=self.adapters,
                          policy=config.policy, clock=clock,
                          dispatch_timeout=settings.dispatch_timeout,

@@ -9,9 +9,12 @@ Tokens are generated here, printed once, and only their SHA-256 is written.
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from effectgate.errors import ConfigError
 
@@ -66,6 +69,7 @@ max_depth = 16
 dispatch_timeout = 10.0     # seconds an outbound call may take
 reconcile_interval = 5.0    # standing reconciler in `serve`; 0 turns it off
 mcp_http = true             # MCP over streamable HTTP at /mcp
+log_format = "text"         # or "json": one object per line (serve --log-format overrides)
 
 [service.rate_limit]        # per token, per process
 per_second = 20
@@ -75,22 +79,17 @@ burst = 40
 url = "sqlite:///@LEDGER@"
 # PostgreSQL for many processes: url = "postgresql://user@host/db", pool_max_size = 10
 
-# The in-process paper venue: nothing else to start. To use the HTTP paper venue
-# (`EFFECTGATE_VENUE_KEY=... effectgate venue serve --port 8700`) or a real venue:
-#   kind = "http"
-#   endpoint = "http://127.0.0.1:8700"
-#   credential_env = "EFFECTGATE_VENUE_KEY"   # the NAME of the variable, never the key
-[adapters.paper]
-kind = "paper"
-
+@ADAPTER@
 [classes.submit_order]
 schema = "effectgate_classes:SubmitOrder"
 value = "effectgate_classes:notional"
 adapter = "paper"
 effect_class = "non_idempotent_mutation"
 tier_floor = "validate"
+# Facts about the venue, required, never defaulted: take both from the venue's documentation.
+# (These values are the paper venue's: it shows a record at once and never forgets a key.)
 visibility_horizon = 60     # seconds the venue's reads may lag its writes
-key_retention = 86400       # how long the venue remembers an idempotency key
+key_retention = 86400       # seconds the venue remembers an idempotency key
 target_field = "instrument"
 effect_fields = ["instrument", "side", "quantity", "limit_price"]
 decimal_fields = ["quantity", "limit_price"]
@@ -99,8 +98,8 @@ decimal_fields = ["quantity", "limit_price"]
 [classes.cancel_order]
 adapter = "paper"
 effect_class = "idempotent_mutation"
-visibility_horizon = 60
-key_retention = 86400
+visibility_horizon = 60     # from the venue's documentation, as above
+key_retention = 86400       # from the venue's documentation, as above
 target_field = "instrument"
 
 [classes.cancel_order.json_schema]
@@ -139,6 +138,25 @@ sha256 = "@OPERATOR@"
 '''
 
 
+_IN_PROCESS = '''# The in-process paper venue: nothing else to start. To use the HTTP paper venue
+# (`EFFECTGATE_VENUE_KEY=... effectgate venue serve --port 8700`, then `effectgate init
+# --venue http://127.0.0.1:8700`) or a real venue:
+#   kind = "http"
+#   endpoint = "http://127.0.0.1:8700"
+#   credential_env = "EFFECTGATE_VENUE_KEY"   # the NAME of the variable, never the key
+[adapters.paper]
+kind = "paper"
+'''
+
+_OVER_HTTP = '''# The paper venue over HTTP (`effectgate venue serve`), or a venue speaking its
+# protocol (docs/paper-venue.md). Its API key is read from the environment variable named here.
+[adapters.paper]
+kind = "http"
+endpoint = @ENDPOINT@
+credential_env = @KEY_ENV@   # the NAME of the variable, never the key
+'''
+
+
 @dataclass(frozen=True)
 class Starter:
     config: Path
@@ -147,16 +165,31 @@ class Starter:
     operator_token: str
 
 
-def write_starter(directory: Path, *, force: bool = False) -> Starter:
-    """Write ``effectgate.toml`` and ``effectgate_classes.py`` into ``directory``."""
+def write_starter(directory: Path, *, force: bool = False, venue: str | None = None,
+                  venue_key_env: str = "EFFECTGATE_VENUE_KEY") -> Starter:
+    """Write ``effectgate.toml`` and ``effectgate_classes.py`` into ``directory``.
+
+    The adapter is the in-process paper venue, or, with ``venue`` (a base URL), an ``http``
+    adapter reading its key from the environment variable ``venue_key_env``.
+    """
     config, classes = directory / CONFIG_FILE, directory / CLASSES_FILE
     existing = [p.name for p in (config, classes) if p.exists()]
     if existing and not force:
         raise ConfigError(f"{', '.join(existing)} already exist in {directory}; use --force "
                           "to overwrite")
+    adapter = _IN_PROCESS
+    if venue is not None:
+        parts = urlsplit(venue)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"--venue {venue!r} is not an http(s) URL")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", venue_key_env):
+            raise ConfigError(f"--venue-key-env {venue_key_env!r} is not a variable name")
+        # json.dumps gives a valid TOML basic string for any URL (quotes, backslashes).
+        adapter = (_OVER_HTTP.replace("@ENDPOINT@", json.dumps(venue))
+                   .replace("@KEY_ENV@", json.dumps(venue_key_env)))
     agent = f"eg_agent_{secrets.token_urlsafe(24)}"
     operator = f"eg_op_{secrets.token_urlsafe(24)}"
-    text = (_CONFIG.replace("@LEDGER@", LEDGER_FILE)
+    text = (_CONFIG.replace("@LEDGER@", LEDGER_FILE).replace("@ADAPTER@", adapter)
             .replace("@AGENT@", hashlib.sha256(agent.encode()).hexdigest())
             .replace("@OPERATOR@", hashlib.sha256(operator.encode()).hexdigest()))
     classes.write_text(_CLASSES, encoding="utf-8")

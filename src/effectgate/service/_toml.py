@@ -7,6 +7,7 @@ names the key and, where the source text allows it, the line, never a silently i
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Iterator, Sequence
@@ -58,6 +59,9 @@ class Section:
         self.path = path
         self._file = file
         self._source = source
+        # Every key a getter asked for, present or not: the vocabulary of this table, used to
+        # suggest the key a typo meant.
+        self._asked: set[str] = set()
 
     # -- errors ----------------------------------------------------------------------------
 
@@ -68,6 +72,12 @@ class Section:
         return f"{self._file}:{line}: {dotted}" if line else f"{self._file}: {dotted}"
 
     def fail(self, key: str | None, message: str) -> NoReturn:
+        full = (*self.path, key) if key is not None else self.path
+        # Messages from lower layers often start with the name they are about ("submit_order:
+        # ..."); the location already says it, so it is not repeated.
+        for prefix in (".".join(full), ".".join(self.path), *full[-1:], *self.path[-1:]):
+            if prefix:
+                message = message.removeprefix(f"{prefix}: ")
         raise ConfigError(f"{self.where(key)}: {message}")
 
     # -- getters ---------------------------------------------------------------------------
@@ -79,11 +89,22 @@ class Section:
         return list(self._data)
 
     def _take(self, key: str, required: bool) -> Any:
+        self._asked.add(key)
         if key not in self._data:
             if required:
-                self.fail(key, "is required")
+                self.fail(key, "is required" + self._misspelt(key))
             return None
         return self._data.pop(key)
+
+    def _misspelt(self, key: str) -> str:
+        """A missing key is usually a typo: name the unknown key that looks like it."""
+        unasked = [k for k in self._data if k not in self._asked]
+        for near in difflib.get_close_matches(key, unasked, n=1, cutoff=0.6):
+            line = locate(self._source, (*self.path, near))
+            at = f" (line {line})" if line else ""
+            return (f"; {'.'.join((*self.path, near))}{at} is an unknown key: a misspelling "
+                    f"of {key}?")
+        return ""
 
     def text(self, key: str, default: str | None = None, *, required: bool = False,
             choices: Sequence[str] | None = None, pattern: str | None = None) -> str | None:
@@ -114,6 +135,13 @@ class Section:
         if not math.isfinite(value) or (value <= minimum if exclusive else value < minimum):
             self.fail(key, f"must be a finite number {'>' if exclusive else '>='} {minimum:g}")
         return float(value)
+
+    def req_number(self, key: str, why: str = "") -> float:
+        """A required number > 0; ``why`` is added to the message when it is missing."""
+        if key not in self._data:
+            self._asked.add(key)
+            self.fail(key, "is required" + self._misspelt(key) + (f" ({why})" if why else ""))
+        return self.number(key, 0.0)
 
     def integer(self, key: str, default: int, *, minimum: int = 1,
                 maximum: int | None = None) -> int:
@@ -172,7 +200,10 @@ class Section:
     def done(self) -> None:
         if self._data:
             key = sorted(self._data)[0]
-            self.fail(key, "unknown key (check the spelling; see docs/service.md)")
+            near = difflib.get_close_matches(key, sorted(self._asked - set(self._data)), n=1,
+                                             cutoff=0.6)
+            hint = f"did you mean {near[0]}?" if near else "check the spelling"
+            self.fail(key, f"unknown key ({hint}; see docs/service.md)")
 
 
 def _kind(value: object) -> str:
