@@ -51,16 +51,16 @@ def fingerprint(variant: int) -> str:
 
 
 def policy() -> Any:
-    from effectgate.core.policy import LimitPolicy, PolicySet
+    from effectgate._core.policy import LimitPolicy, PolicySet
 
     return PolicySet({"submit_order": LimitPolicy(Decimal("1000")),
                       "cancel_order": LimitPolicy()})
 
 
 def http_gate(store: Any, venue_url: str, clock: Callable[[], float] = time.time) -> Any:
+    from effectgate._execute.executor import Gate
     from effectgate.adapters.http import HttpVenueAdapter
     from effectgate.examples import default_registry
-    from effectgate.execute.executor import Gate
 
     adapter = HttpVenueAdapter(venue_url, credential_env=VENUE_KEY_ENV)
     return Gate(store=store, registry=default_registry(adapter="http"),
@@ -68,9 +68,9 @@ def http_gate(store: Any, venue_url: str, clock: Callable[[], float] = time.time
 
 
 def http_reconciler(store: Any, venue_url: str, offset: float = 0.0, **kw: Any) -> Any:
+    from effectgate._execute.reconciler import Reconciler
     from effectgate.adapters.http import HttpVenueAdapter
     from effectgate.examples import default_registry
-    from effectgate.execute.reconciler import Reconciler
 
     adapter = HttpVenueAdapter(venue_url, credential_env=VENUE_KEY_ENV)
     return Reconciler(store=store, registry=default_registry(adapter="http"),
@@ -80,8 +80,8 @@ def http_reconciler(store: Any, venue_url: str, offset: float = 0.0, **kw: Any) 
 @contextlib.contextmanager
 def venue_server(honour_key: bool = True) -> Iterator[tuple[Any, str]]:
     """A paper venue behind a real HTTP server; its key is put in the environment for children."""
+    from effectgate.adapters._paper_server import serve_paper_venue
     from effectgate.adapters.paper import PaperVenue
-    from effectgate.adapters.paper_server import serve_paper_venue
 
     venue = PaperVenue(honour_key=honour_key)
     key = uuid.uuid4().hex
@@ -173,7 +173,7 @@ def _child_submit(args: dict[str, Any]) -> dict[str, Any]:
 
 def _child_reconcile(args: dict[str, Any]) -> dict[str, Any]:
     """Run ``run_once`` until no uncertain row is left (or the stop file appears)."""
-    from effectgate.core.states import State
+    from effectgate._core.states import State
     from effectgate.errors import OutcomeUnknown, StoreError
 
     store = open_url(args["store_url"])

@@ -105,7 +105,7 @@ def free_port() -> int:
 
 
 def effectgate_cmd() -> list[str]:
-    return [sys.executable, "-c", "from effectgate.frontends.cli import main; main()"]
+    return [sys.executable, "-c", "from effectgate._frontends.cli import main; main()"]
 
 
 @dataclass

@@ -9,7 +9,7 @@ import json
 
 from typer.testing import CliRunner
 
-from effectgate.frontends.cli import app
+from effectgate._frontends.cli import app
 
 
 def test_bench_smoke_runs_and_prints_ratios(tmp_path) -> None:

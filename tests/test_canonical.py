@@ -13,13 +13,13 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from effectgate.core.canonical import (
+from effectgate._core.canonical import (
     MAX_SAFE_INT,
     canonical_decimal,
     canonical_effect,
     fingerprint,
 )
-from effectgate.core.intent import ActionClass, EffectClass, IntentBase, Registry
+from effectgate._core.intent import ActionClass, EffectClass, IntentBase, Registry
 from effectgate.errors import IntentError
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 

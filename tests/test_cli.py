@@ -11,9 +11,9 @@ from decimal import Decimal
 import pytest
 
 from effectgate import Gate, LimitPolicy, PolicySet, SQLiteStore
+from effectgate.adapters._paper_server import serve_paper_venue
 from effectgate.adapters.http import HttpVenueAdapter
 from effectgate.adapters.paper import PaperVenue
-from effectgate.adapters.paper_server import serve_paper_venue
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 
 KEY = "cli-test-key"

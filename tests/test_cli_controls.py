@@ -126,7 +126,7 @@ def test_audit_verify_export_and_tamper(ledger, tmp_path) -> None:
 
 def test_controls_read_the_service_config(tmp_path) -> None:
     """With --config the commands use the service's own store and action classes."""
-    from effectgate.service import write_starter
+    from effectgate._service import write_starter
 
     starter = write_starter(tmp_path)
     config = str(starter.config)

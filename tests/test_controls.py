@@ -24,10 +24,10 @@ from effectgate import (
     Tier,
     UnknownActionClass,
 )
+from effectgate._core.intent import ActionClass, EffectClass, Registry
+from effectgate._execute.reconciler import Reconciler
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.core.intent import ActionClass, EffectClass, Registry
 from effectgate.examples import EXAMPLE_ORDER, SubmitOrder, cancel_order_class, notional
-from effectgate.execute.reconciler import Reconciler
 from effectgate.store.roles import Store
 from effectgate.testing import CountingAdapter, ManualClock
 
@@ -473,7 +473,7 @@ class TestAlerts:
                                                                "duplicate-effect", "orphan"]
 
     def test_uncertain_past_settlement_window_alerts(self, store: Store) -> None:
-        from effectgate.execute.maintenance import check_maintenance
+        from effectgate._execute.maintenance import check_maintenance
 
         clock = ManualClock()
         reg = registry(settlement=30.0)
@@ -493,7 +493,7 @@ class TestAlerts:
         assert [(a.kind, a.subject) for a in alerts] == [("uncertain-aged", "default:op-u")]
 
     def test_horizon_not_well_inside_retention_alerts(self, store: Store) -> None:
-        from effectgate.execute.maintenance import check_maintenance
+        from effectgate._execute.maintenance import check_maintenance
 
         reg = Registry([ActionClass(name="submit_order", model=SubmitOrder, adapter="paper",
                                     effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from effectgate.adapters._paper_server import PaperVenueServer, serve_paper_venue
 from effectgate.adapters.paper import PaperVenue
-from effectgate.adapters.paper_server import PaperVenueServer, serve_paper_venue
 from servicekit import (
     AGENT_A,
     AGENT_B,

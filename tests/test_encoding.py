@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from effectgate.audit import content_digest
+from effectgate._audit import content_digest
 from effectgate.store.base import RawJSON, dumps
 
 _REFERENCE = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
@@ -85,7 +85,7 @@ class TestDumps:
                 dumps({"v": value})
 
     def test_str_subclasses_encode_as_their_text(self) -> None:
-        from effectgate.core.states import State
+        from effectgate._core.states import State
 
         assert dumps({"state": State.SUBMITTED}) == '{"state":"submitted"}'
 

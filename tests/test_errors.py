@@ -17,8 +17,12 @@ from mcp import Client
 
 import effectgate
 from effectgate import errors
+from effectgate._core.states import State
+from effectgate._frontends._models import describe, problem_for
+from effectgate._frontends.http import create_app
+from effectgate._frontends.mcp import LOOKUP_TOOL, build_server
+from effectgate._service import Principal, Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.core.states import State
 from effectgate.errors import (
     ApprovalError,
     CommitOutcomeUnknown,
@@ -27,10 +31,6 @@ from effectgate.errors import (
     OutcomeUnknown,
     StoreError,
 )
-from effectgate.frontends._models import describe, problem_for
-from effectgate.frontends.http import create_app
-from effectgate.frontends.mcp import LOOKUP_TOOL, build_server
-from effectgate.service import Principal, Service, parse_config
 from effectgate.store.base import Operation
 from servicekit import AGENT_A, OPERATOR, ORDER, bearer, config_text
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 import faultkit
-from effectgate.core.states import State
-from effectgate.execute.crashpoints import CRASH_POINTS
+from effectgate._core.states import State
+from effectgate._execute.crashpoints import CRASH_POINTS
 
 pytestmark = [pytest.mark.slow]
 

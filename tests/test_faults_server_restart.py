@@ -15,7 +15,7 @@ import pytest
 
 import faultkit
 from conftest import IN_CI
-from effectgate.core.states import State
+from effectgate._core.states import State
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 

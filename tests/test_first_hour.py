@@ -25,11 +25,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from effectgate._frontends.cli import app
+from effectgate._service import Service, load_config, parse_config
+from effectgate.adapters._paper_server import serve_paper_venue
 from effectgate.adapters.paper import PaperVenue
-from effectgate.adapters.paper_server import serve_paper_venue
 from effectgate.errors import ConfigError
-from effectgate.frontends.cli import app
-from effectgate.service import Service, load_config, parse_config
 from servicekit import (
     AGENT_A,
     ORDER,
@@ -384,7 +384,7 @@ class TestVenueFactsAreDeclared:
         assert "from the venue's documentation" in text
 
     def test_a_settlement_window_beyond_the_retention_is_refused(self) -> None:
-        from effectgate.core.intent import ActionClass, EffectClass
+        from effectgate._core.intent import ActionClass, EffectClass
         from effectgate.errors import RegistryError
         from effectgate.examples import SubmitOrder
 
@@ -410,8 +410,8 @@ class TestAgeingAlarmWithoutAConfiguredSink:
 
     def test_library_reconciler(self, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         from effectgate import Gate, LimitPolicy, PolicySet, Reconciler, SQLiteStore
-        from effectgate.core.intent import ActionClass, EffectClass, Registry
-        from effectgate.core.states import State
+        from effectgate._core.intent import ActionClass, EffectClass, Registry
+        from effectgate._core.states import State
         from effectgate.examples import SubmitOrder
         from effectgate.testing import ManualClock, PaperAdapter
 
@@ -484,7 +484,9 @@ class TestReadmeServiceSection:
     def test_the_commands_work_when_pasted(self, tmp_path: Path) -> None:
         setup, propose = shell_blocks(README, "## Run it as a service")
         lines = setup.strip().splitlines()
-        assert lines[0] == "python3 -m venv .venv && . .venv/bin/activate && pip install -e ."
+        # The service needs the server extra (the test venv has it).
+        assert lines[0] == ("python3 -m venv .venv && . .venv/bin/activate && "
+                            "pip install -e '.[server]'")
         # Another free port than 8787 (other test runs may hold it); nothing else is changed.
         port = str(free_port())
         serve = lines[2].replace("effectgate.toml &", f"effectgate.toml --port {port} &")
@@ -508,11 +510,11 @@ class TestPaperVenueProtocolDocument:
     """docs/paper-venue.openapi.json is the protocol the paper venue actually speaks."""
 
     def test_the_committed_document_is_the_generated_one(self) -> None:
-        from effectgate.adapters.paper_openapi import openapi_json
+        from effectgate.adapters._paper_openapi import openapi_json
 
         committed = (DOCS / "paper-venue.openapi.json").read_text()
         assert committed == openapi_json(), (
-            "regenerate: python -c \"from effectgate.adapters.paper_openapi import "
+            "regenerate: python -c \"from effectgate.adapters._paper_openapi import "
             "openapi_json; print(openapi_json(), end='')\" > docs/paper-venue.openapi.json")
 
     def test_the_server_answers_as_documented(self) -> None:

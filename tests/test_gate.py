@@ -17,9 +17,9 @@ from effectgate import (
     State,
     UnknownActionClass,
 )
+from effectgate._execute.adapter import OutboundRequest, Receipt
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.examples import EXAMPLE_ORDER, default_registry
-from effectgate.execute.adapter import OutboundRequest, Receipt
 from effectgate.store.roles import Store
 from effectgate.testing import CountingAdapter, ManualClock
 

@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from effectgate import Gate, IdempotencyConflict, LimitPolicy, PolicySet, Reconciler, State
+from effectgate._core.states import TERMINAL
+from effectgate._execute.adapter import OutboundRequest, Receipt
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.core.states import TERMINAL
 from effectgate.examples import EXAMPLE_ORDER, default_registry
-from effectgate.execute.adapter import OutboundRequest, Receipt
 from effectgate.testing import CountingAdapter, ManualClock
 
 OPS = ["op-a", "op-b", "op-c", "op-d"]

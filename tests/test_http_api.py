@@ -11,11 +11,11 @@ import pytest
 from fastapi.testclient import TestClient
 
 from effectgate import State
+from effectgate._core.intent import Registry
+from effectgate._execute.adapter import OutboundRequest, Receipt
+from effectgate._frontends.http import create_app
+from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.core.intent import Registry
-from effectgate.execute.adapter import OutboundRequest, Receipt
-from effectgate.frontends.http import create_app
-from effectgate.service import Service, parse_config
 from effectgate.store.base import NewOperation
 from effectgate.store.roles import Store
 from servicekit import (

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from effectgate._audit import verify_bundle
+from effectgate._frontends.http import create_app
+from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.audit import verify_bundle
-from effectgate.frontends.http import create_app
-from effectgate.service import Service, parse_config
 from effectgate.store.roles import Store
 from servicekit import AGENT_A, AGENT_B, OPERATOR, ORDER, SCOPED_OPERATOR, bearer, config_text
 
@@ -294,7 +294,7 @@ class TestAuditAndAlerts:
             self, client: TestClient, service: Service) -> None:
         """Tenant scopes: a scoped operator sees its own divergences and alerts even when other
         tenants' fill the first page (the filter runs in SQL, before LIMIT)."""
-        from effectgate.core.controls import Alert
+        from effectgate._core.controls import Alert
 
         for i in range(5):
             service.store.record_divergence("orphan", f"beta:g{i}", [f"V{i}"], None, now=1.0)
@@ -310,7 +310,7 @@ class TestAuditAndAlerts:
     def test_metrics_uncertain_age_is_the_oldest_row(self, client: TestClient,
                                                      service: Service) -> None:
         """Maintenance rule: the oldest uncertain row sets the age, whatever is newer."""
-        from effectgate.core.states import State
+        from effectgate._core.states import State
         from effectgate.store.base import NewOperation
 
         parsed = service.config.registry.parse("submit_order", body())

@@ -20,9 +20,9 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
+from effectgate._frontends.http import create_app
+from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.frontends.http import create_app
-from effectgate.service import Service, parse_config
 from servicekit import AGENT_A, OPERATOR, ORDER, bearer, config_text, uvicorn_thread
 
 CAP = 65536  # the default max_body_bytes

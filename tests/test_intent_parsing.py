@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from effectgate.core.intent import Registry
-from effectgate.core.jsonparse import JsonFloat, load_strict
+from effectgate._core.intent import Registry
+from effectgate._core.jsonparse import JsonFloat, load_strict
 from effectgate.errors import IntentError
 from effectgate.examples import EXAMPLE_ORDER, default_registry, submit_order_class
 

@@ -18,12 +18,12 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from effectgate import open_store
+from effectgate._frontends._mcp_screen import REFUSED_META, screen
+from effectgate._frontends._models import OperationOut
+from effectgate._frontends.http import create_app
+from effectgate._frontends.mcp import LOOKUP_TOOL, PIN_META_KEY, build_server
+from effectgate._service import Principal, Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.frontends._mcp_screen import REFUSED_META, screen
-from effectgate.frontends._models import OperationOut
-from effectgate.frontends.http import create_app
-from effectgate.frontends.mcp import LOOKUP_TOOL, PIN_META_KEY, build_server
-from effectgate.service import Principal, Service, parse_config
 from servicekit import (
     AGENT_A,
     OPERATOR,
@@ -192,7 +192,7 @@ class TestStdio:
         config.write_text(config_text(store_url=f"sqlite:///{tmp_path}/ledger.db"))
         params = StdioServerParameters(
             command=sys.executable,
-            args=["-c", "from effectgate.frontends.cli import main; main()", "mcp",
+            args=["-c", "from effectgate._frontends.cli import main; main()", "mcp",
                   "--config", str(config)],
             env={**os.environ, "EFFECTGATE_AGENT_TOKEN": AGENT_A}, cwd=str(tmp_path))
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from effectgate._execute.adapter import OutboundRequest, Outcome, VenueRecord, iter_records
+from effectgate.adapters._paper_server import PaperVenueServer, serve_paper_venue
 from effectgate.adapters.http import HttpVenueAdapter
 from effectgate.adapters.paper import PaperVenue
-from effectgate.adapters.paper_server import PaperVenueServer, serve_paper_venue
 from effectgate.errors import AdapterError, ConfigError
-from effectgate.execute.adapter import OutboundRequest, Outcome, VenueRecord, iter_records
 
 CANARY = "canary-SECRET-123"
 ENV = "EFFECTGATE_TEST_VENUE_KEY"

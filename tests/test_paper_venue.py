@@ -6,9 +6,9 @@ import threading
 
 import pytest
 
+from effectgate._execute.adapter import OutboundRequest, Outcome, VenueRecord, iter_records
 from effectgate.adapters.paper import PaperAdapter, PaperVenue, VenueRejection
 from effectgate.errors import AdapterError
-from effectgate.execute.adapter import OutboundRequest, Outcome, VenueRecord, iter_records
 from effectgate.testing import CountingAdapter
 
 EFFECT = {"instrument": "XYZ-PERP", "side": "buy", "quantity": "4", "limit_price": "100.00"}

@@ -18,7 +18,7 @@ import pytest
 
 import faultkit
 from conftest import require_pg
-from effectgate.core.states import State
+from effectgate._core.states import State
 from effectgate.store.base import NewOperation
 
 pytestmark = [pytest.mark.postgres]

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import faultkit
-from effectgate.core.states import State
+from effectgate._core.states import State
 from effectgate.store.base import NewOperation
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]

@@ -95,7 +95,7 @@ class TestLiveTraffic:
         """Invariant 5 without crying wolf: rows journalled or dispatched after the sweep read
         their ledger page are judged as they stand now, not reported as orphans or
         ledger-says-<state>."""
-        from effectgate.execute.adapter import VenueRecord
+        from effectgate._execute.adapter import VenueRecord
 
         gate, venue, _, _, clock = build(store, page_size=100)
         gate.submit("submit_order", "op-a", EXAMPLE_ORDER)

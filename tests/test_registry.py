@@ -10,7 +10,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import ConfigDict
 
-from effectgate.core.intent import (
+from effectgate._core.intent import (
     AUDIT_FIELDS,
     HORIZON_RETENTION_RATIO,
     ActionClass,

@@ -15,11 +15,11 @@ import pytest
 from fastapi.testclient import TestClient
 from mcp import Client
 
+from effectgate._frontends.http import create_app
+from effectgate._frontends.mcp import build_server
+from effectgate._service import Principal, Service, parse_config
+from effectgate.adapters._paper_server import PaperVenueServer, serve_paper_venue
 from effectgate.adapters.paper import PaperVenue
-from effectgate.adapters.paper_server import PaperVenueServer, serve_paper_venue
-from effectgate.frontends.http import create_app
-from effectgate.frontends.mcp import build_server
-from effectgate.service import Principal, Service, parse_config
 from servicekit import AGENT_A, CANARY, OPERATOR, ORDER, VENUE_KEY_ENV, bearer, config_text
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from effectgate._frontends.cli import app
+from effectgate._service import Service, load_config, parse_config
 from effectgate.errors import ConfigError
-from effectgate.frontends.cli import app
-from effectgate.service import Service, load_config, parse_config
 from servicekit import AGENT_A, ORDER, config_text, sha
 
 GOOD = config_text(store_url="sqlite:///:memory:")

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from effectgate import Gate, LimitPolicy, PolicySet, State
+from effectgate._audit import verify_store
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.audit import verify_store
 from effectgate.errors import CommitOutcomeUnknown
 from effectgate.examples import EXAMPLE_ORDER, default_registry
+from effectgate.store._sqlite_tx import TxGate
 from effectgate.store.sqlite import SQLiteStore
-from effectgate.store.sqlite_tx import TxGate
 
 
 @pytest.fixture

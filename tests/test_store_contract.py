@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from effectgate.audit import verify_entries
-from effectgate.core.states import State
+from effectgate._audit import verify_entries
+from effectgate._core.states import State
 from effectgate.errors import IdempotencyConflict, InvalidTransition, OperationNotFound, StaleState
 from effectgate.store.base import Move, NewOperation
 from effectgate.store.roles import Store
@@ -349,7 +349,7 @@ class TestAggregateReads:
 
     def test_held_rows_are_counted_and_listed_by_scope(self, store: Store) -> None:
         """Invariant 7: rows a kill switch holds stay validated, are listed and counted."""
-        from effectgate.core.controls import DispatchGuard
+        from effectgate._core.controls import DispatchGuard
 
         store.set_kill("submit_order", True, operator="ops", reason="drill", now=1.0)
         for scope in ("alpha", "beta"):
@@ -363,7 +363,7 @@ class TestAggregateReads:
         assert store.list_held(action="cancel_order") == []
 
     def test_alerts_of_a_scope(self, store: Store) -> None:
-        from effectgate.core.controls import Alert
+        from effectgate._core.controls import Alert
 
         for subject in ("alpha:op-1", "alpha:op-2|V-1", "beta:op-1", "submit_order@1.0"):
             store.record_alert(Alert("k", subject, None, "m", {}, 1.0))

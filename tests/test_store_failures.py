@@ -14,18 +14,18 @@ from decimal import Decimal
 
 import pytest
 
+from effectgate._audit import verify_store
+from effectgate._core.policy import LimitPolicy, PolicySet
+from effectgate._core.states import State
+from effectgate._execute.adapter import OutboundRequest, Receipt
+from effectgate._execute.executor import Gate
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.audit import verify_store
-from effectgate.core.policy import LimitPolicy, PolicySet
-from effectgate.core.states import State
 from effectgate.errors import StoreError
 from effectgate.examples import EXAMPLE_ORDER, default_registry
-from effectgate.execute.adapter import OutboundRequest, Receipt
-from effectgate.execute.executor import Gate
+from effectgate.store._sqlite_schema import MIGRATIONS
 from effectgate.store.base import NewOperation
 from effectgate.store.roles import Store
 from effectgate.store.sqlite import SQLiteStore
-from effectgate.store.sqlite_schema import MIGRATIONS
 
 INTENT = dict(EXAMPLE_ORDER)
 POLICY = PolicySet({"submit_order": LimitPolicy(Decimal("1000000"))})
@@ -155,7 +155,7 @@ def test_receipt_built_from_the_callers_row_matches_a_read(store: Store) -> None
 
 def _old_chained_audit(conn: sqlite3.Connection, at: float, kind: str, text: str) -> None:
     """How schema 2's code appended an entry: read the head, insert, upsert the head."""
-    from effectgate.audit import GENESIS, chain_hash, content_digest
+    from effectgate._audit import GENESIS, chain_hash, content_digest
 
     head = conn.execute("SELECT seq, hash FROM audit_heads WHERE lane = 0").fetchone()
     seq, prev = (head[0] + 1, head[1]) if head else (1, GENESIS)
@@ -170,7 +170,7 @@ def _old_chained_audit(conn: sqlite3.Connection, at: float, kind: str, text: str
 def test_v2_ledger_upgrades_and_its_audit_still_verifies(tmp_path) -> None:
     """Migration 3 (no AUTOINCREMENT, clustered dispatch_log, head trigger) on a ledger
     written by schema 2: its chain still verifies and new entries extend it."""
-    import effectgate.store.sqlite_schema as sqlite_mod
+    import effectgate.store._sqlite_schema as sqlite_mod
 
     path = str(tmp_path / "ledger.db")
     full = list(sqlite_mod.MIGRATIONS)

@@ -92,7 +92,7 @@ class TestCommandsNeverCreate:
                               env={**os.environ, "COLUMNS": "200"})
 
     def test_a_relative_ledger_path_is_the_config_folders(self, tmp_path: Path) -> None:
-        from effectgate.service import Service, load_config, write_starter
+        from effectgate._service import Service, load_config, write_starter
 
         run, elsewhere = tmp_path / "run", tmp_path / "elsewhere"
         run.mkdir()

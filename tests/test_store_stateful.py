@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from effectgate.core.states import TRANSITIONS, State, check_transition
+from effectgate._core.states import TRANSITIONS, State, check_transition
 from effectgate.errors import (
     IdempotencyConflict,
     InvalidTransition,

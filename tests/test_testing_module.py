@@ -10,8 +10,8 @@ import pytest
 
 from conftest import PG_URL, require_pg
 from effectgate import Gate, LimitPolicy, PolicySet, Reconciler, State
+from effectgate._execute.adapter import OutboundRequest
 from effectgate.examples import EXAMPLE_ORDER, default_registry
-from effectgate.execute.adapter import OutboundRequest
 from effectgate.store.roles import Store
 from effectgate.testing import (
     CountingAdapter,

@@ -1,12 +1,14 @@
 """effectgate: the boundary between what an AI agent proposes and an irreversible effect.
 
-The curated public API. Everything else lives in private-by-convention modules and may move.
+The curated public API: every name here is in ``__all__`` and documented. Besides it, the public
+modules are ``effectgate.errors`` (the exception tree), ``effectgate.store`` (the store roles and
+records, ``open_store``, the two dialects), ``effectgate.adapters`` (venue adapters),
+``effectgate.testing`` (helpers for users' tests), ``effectgate.examples`` and ``effectgate.bench``
+(the benchmark command). Modules and packages named ``_name`` are private and may move.
 """
 
-from __future__ import annotations
-
-from effectgate.audit import VerifyResult, verify_bundle, verify_entries
-from effectgate.core.controls import (
+from effectgate._audit import VerifyResult, verify_bundle, verify_entries
+from effectgate._core.controls import (
     Alert,
     ApprovalOutcome,
     ApprovalRules,
@@ -15,8 +17,9 @@ from effectgate.core.controls import (
     ClassControls,
     Envelope,
 )
-from effectgate.core.intent import (
+from effectgate._core.intent import (
     ActionClass,
+    AsciiPattern,
     EffectClass,
     Intent,
     IntentBase,
@@ -25,8 +28,13 @@ from effectgate.core.intent import (
     Tier,
     identifier,
 )
-from effectgate.core.policy import Decision, LimitPolicy, Policy, PolicySet
-from effectgate.core.states import State
+from effectgate._core.policy import Decision, LimitPolicy, Policy, PolicySet
+from effectgate._core.states import State
+from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
+from effectgate._execute.alerts import AlertSink, LogAlertSink, WebhookAlertSink, default_sink
+from effectgate._execute.executor import Gate
+from effectgate._execute.operator import BlastRadius, Operator, ShadowReport
+from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate.errors import (
     AccessError,
     AdapterError,
@@ -57,11 +65,6 @@ from effectgate.errors import (
     Unauthenticated,
     UnknownActionClass,
 )
-from effectgate.execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
-from effectgate.execute.alerts import AlertSink, LogAlertSink, WebhookAlertSink, default_sink
-from effectgate.execute.executor import Gate
-from effectgate.execute.operator import BlastRadius, Operator, ShadowReport
-from effectgate.execute.reconciler import Reconciler, ReconcileReport
 from effectgate.store import SQLiteStore, Store, open_store
 from effectgate.store.base import Operation
 
@@ -77,6 +80,7 @@ __all__ = [
     "ApprovalError",
     "ApprovalOutcome",
     "ApprovalRules",
+    "AsciiPattern",
     "AuditTampered",
     "AuthorityStep",
     "BadRequest",

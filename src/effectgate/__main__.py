@@ -1,5 +1,5 @@
 """``python -m effectgate`` runs the operators' CLI."""
 
-from effectgate.frontends.cli import main
+from effectgate._frontends.cli import main
 
 main()

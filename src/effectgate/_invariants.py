@@ -13,9 +13,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from effectgate.core.intent import Registry
-from effectgate.core.states import State
-from effectgate.execute.adapter import OutboundRequest
+from effectgate._core.intent import Registry
+from effectgate._core.states import State
+from effectgate._execute.adapter import OutboundRequest
 from effectgate.store.roles import Store
 
 __all__ = ["InvariantViolation", "Violation", "assert_invariants", "at_most_one_dispatch",
@@ -84,7 +84,7 @@ def no_write_off_inside_horizon(store: Store, registry: Registry,
 
 def audit_chain_verifies(store: Store) -> list[Violation]:
     """Invariant 8: the audit log verifies end to end against its recorded heads."""
-    from effectgate.audit import verify_store
+    from effectgate._audit import verify_store
 
     result = verify_store(store)
     return [Violation(8, f"audit lane {f.lane} seq {f.seq}: {f.problem}: {f.message}")

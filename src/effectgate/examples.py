@@ -1,7 +1,7 @@
 """Reference action classes for the paper venue: submit an order, cancel an order.
 
 They double as the worked example of how to declare an action class: a strict intent model
-(effect fields only; the audit fields come from :class:`~effectgate.core.intent.IntentBase`),
+(effect fields only; the audit fields come from :class:`~effectgate._core.intent.IntentBase`),
 ASCII identifiers, decimal strings, and the venue facts (horizon, key retention).
 """
 
@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Self
 from pydantic import model_validator
 from pydantic_core import PydanticCustomError
 
-from effectgate.core.intent import (
+from effectgate._core.intent import (
     ActionClass,
     AsciiPattern,
     EffectClass,

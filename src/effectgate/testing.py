@@ -24,6 +24,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from effectgate._execute.adapter import Adapter, OutboundRequest, Receipt, VenueRecord
+from effectgate._execute.crashpoints import (
+    CRASH_POINTS,
+    CrashMode,
+    SimulatedCrash,
+    arm,
+    armed_point,
+    disarm,
+)
 from effectgate._invariants import (
     InvariantViolation,
     Violation,
@@ -34,15 +43,6 @@ from effectgate._invariants import (
     no_write_off_inside_horizon,
 )
 from effectgate.adapters.paper import PaperAdapter, PaperVenue, VenueRejection
-from effectgate.execute.adapter import Adapter, OutboundRequest, Receipt, VenueRecord
-from effectgate.execute.crashpoints import (
-    CRASH_POINTS,
-    CrashMode,
-    SimulatedCrash,
-    arm,
-    armed_point,
-    disarm,
-)
 from effectgate.store import open_store
 from effectgate.store.roles import Store
 

@@ -14,8 +14,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
 from effectgate.errors import AdapterError, ConfigError
-from effectgate.execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
 
 __all__ = ["HttpVenueAdapter"]
 

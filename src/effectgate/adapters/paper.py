@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
 
+from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
 from effectgate.errors import AdapterError
-from effectgate.execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
 
 __all__ = ["PaperAdapter", "PaperRecord", "PaperVenue", "VenueRejection"]
 

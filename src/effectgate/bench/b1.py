@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from effectgate._core.states import State
+from effectgate._execute.executor import Gate
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.bench.common import (
     INTENT_BODY,
@@ -28,10 +30,8 @@ from effectgate.bench.common import (
     pg_commit_count,
     summarise,
 )
-from effectgate.core.states import State
 from effectgate.errors import StoreError
 from effectgate.examples import default_registry
-from effectgate.execute.executor import Gate
 from effectgate.store.base import dumps
 
 __all__ = ["FloorRow", "floor_row", "pg_floor", "run"]

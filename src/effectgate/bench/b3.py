@@ -29,10 +29,10 @@ from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
+from effectgate._core.intent import Registry
+from effectgate._core.states import State
 from effectgate.adapters.paper import PaperVenue
 from effectgate.bench.common import INTENT_BODY, Figure, Target, bench_policy, summarise
-from effectgate.core.intent import Registry
-from effectgate.core.states import State
 from effectgate.errors import ConfigError
 from effectgate.examples import cancel_order_class, submit_order_class
 
@@ -65,9 +65,9 @@ def registry(adapter: str) -> Registry:
 def _worker(url: str, venue_url: str, api_key: str, plan: list[int], cursor: Synchronized[int],
             die_after: int | None, results: Queue[dict[str, Any]]) -> None:
     """One executor process: claim submissions until none are left (or until it is killed)."""
+    from effectgate._execute import crashpoints
+    from effectgate._execute.executor import Gate
     from effectgate.adapters.http import HttpVenueAdapter
-    from effectgate.execute import crashpoints
-    from effectgate.execute.executor import Gate
     from effectgate.store import open_store
 
     store = open_store(url, create=True)
@@ -96,7 +96,7 @@ def _worker(url: str, venue_url: str, api_key: str, plan: list[int], cursor: Syn
 
 def run(target: Target, n: int, *, smoke: bool = False, workers: int = 4,
         kills: int | None = None) -> list[Figure]:
-    from effectgate.adapters.paper_server import serve_paper_venue
+    from effectgate.adapters._paper_server import serve_paper_venue
 
     kills = kills if kills is not None else (2 if smoke else 20)
     rng = random.Random(6)
@@ -208,9 +208,9 @@ def _load(url: str, venue_url: str, api_key: str, plan: list[int], workers: int,
 
 def _recover(url: str, venue_url: str, api_key: str, t_end: float) -> dict[str, Any]:
     """Sweep past the horizon, then re-authorise every written-off action under a new id."""
+    from effectgate._execute.executor import Gate
+    from effectgate._execute.reconciler import Reconciler
     from effectgate.adapters.http import HttpVenueAdapter
-    from effectgate.execute.executor import Gate
-    from effectgate.execute.reconciler import Reconciler
     from effectgate.store import open_store
 
     store = open_store(url, create=True)

@@ -29,10 +29,10 @@ from collections.abc import Iterator
 from itertools import groupby
 from typing import Any
 
+from effectgate._execute.adapter import Adapter, OutboundRequest, Receipt, VenueRecord
 from effectgate.bench.b1 import floor_row
 from effectgate.bench.common import Figure, Target
 from effectgate.errors import AdapterError, ConfigError
-from effectgate.execute.adapter import Adapter, OutboundRequest, Receipt, VenueRecord
 
 __all__ = ["SyntheticVenue", "generate_sqlite", "run"]
 
@@ -163,9 +163,9 @@ def _peak_mib() -> float:
 
 
 def child_sweep(url: str, rows: int) -> dict[str, Any]:
+    from effectgate._execute.reconciler import Reconciler
     from effectgate.bench.common import bench_policy  # noqa: F401 - warm imports before timing
     from effectgate.examples import default_registry
-    from effectgate.execute.reconciler import Reconciler
     from effectgate.store import open_store
 
     store = open_store(url, create=True)
@@ -188,7 +188,7 @@ def child_sweep(url: str, rows: int) -> dict[str, Any]:
 
 def child_floor(url: str, rows: int) -> dict[str, Any]:
     """Plain keyed paging with the store's page query, merge-joined with the same venue."""
-    from effectgate.execute.adapter import iter_records
+    from effectgate._execute.adapter import iter_records
     from effectgate.store.base import parse_store_url
 
     venue = SyntheticVenue(rows)

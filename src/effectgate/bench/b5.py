@@ -52,7 +52,7 @@ class _service:
         self.target, self.name = target, name
 
     def __enter__(self) -> tuple[str, str]:
-        from effectgate.service import write_starter
+        from effectgate._service import write_starter
 
         self._tmp = tempfile.TemporaryDirectory(prefix="effectgate-b5-")
         folder = Path(self._tmp.name)

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from effectgate.core.intent import Registry
-from effectgate.core.policy import LimitPolicy, PolicySet
+from effectgate._core.intent import Registry
+from effectgate._core.policy import LimitPolicy, PolicySet
+from effectgate._execute.adapter import Adapter
+from effectgate._execute.executor import Gate
 from effectgate.errors import ConfigError
 from effectgate.examples import EXAMPLE_ORDER, default_registry
-from effectgate.execute.adapter import Adapter
-from effectgate.execute.executor import Gate
 from effectgate.store.base import parse_store_url
 from effectgate.store.roles import Store
 

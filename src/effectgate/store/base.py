@@ -3,7 +3,7 @@
 A store owns durability and the two guarantees that cannot live in process memory: one row per
 ``(scope, operation_id)`` (a unique index, the first insert wins) and compare-and-set transitions
 (a conditional update whose row count is checked). The role protocols are in
-:mod:`effectgate.store.roles`, their one implementation in :mod:`effectgate.store.ledger`.
+:mod:`effectgate.store.roles`, their one implementation in :mod:`effectgate.store._ledger`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any
 
 import orjson
 
-from effectgate.core.controls import Verdict
-from effectgate.core.states import State, check_transition
+from effectgate._core.controls import Verdict
+from effectgate._core.states import State, check_transition
 from effectgate.errors import ConfigError, IdempotencyConflict, StoreError
 
 __all__ = [

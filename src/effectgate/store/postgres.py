@@ -6,8 +6,8 @@ count checked, and a row's audit entries are written in the same transaction (da
 CTEs on the hot path), so they commit or vanish together. Only what is PostgreSQL's own lives
 here: the hot path's one-round-trip statements, ``_run`` (locks and the audit lane of one
 transaction), leases with ``SKIP LOCKED``, the advisory sweep lock and the schema. Connections
-and commit classification are :mod:`effectgate.store.postgres_conn`; the ledger logic is
-:class:`~effectgate.store.ledger.SQLStore`.
+and commit classification are :mod:`effectgate.store._postgres_conn`; the ledger logic is
+:class:`~effectgate.store._ledger.SQLStore`.
 """
 
 from __future__ import annotations
@@ -19,24 +19,14 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql as psql
 
-from effectgate.audit import lane_for
-from effectgate.core.controls import DispatchGuard
-from effectgate.core.states import State
+from effectgate._audit import lane_for
+from effectgate._core.controls import DispatchGuard
+from effectgate._core.states import State
 from effectgate.errors import StoreError
-from effectgate.store import sql
-from effectgate.store.base import (
-    Journal,
-    LedgerEntry,
-    Move,
-    NewOperation,
-    Operation,
-    check_moves,
-    dumps,
-    moved,
-)
-from effectgate.store.guard import SEND, approval_request_args, journal_new, path_audit
-from effectgate.store.ledger import SQLStore, Work
-from effectgate.store.postgres_conn import (
+from effectgate.store import _sql as sql
+from effectgate.store._guard import SEND, approval_request_args, journal_new, path_audit
+from effectgate.store._ledger import SQLStore, Work
+from effectgate.store._postgres_conn import (
     PgConnections,
     check_schema_name,
     drop_schema,
@@ -44,8 +34,8 @@ from effectgate.store.postgres_conn import (
     lock_key_sql,
     split_schema,
 )
-from effectgate.store.postgres_schema import LANES, MIGRATIONS
-from effectgate.store.postgres_tx import (
+from effectgate.store._postgres_schema import LANES, MIGRATIONS
+from effectgate.store._postgres_tx import (
     CHANGED_COLUMNS,
     PgTx,
     audit_params,
@@ -56,7 +46,17 @@ from effectgate.store.postgres_tx import (
     pg_sql,
     row_params,
 )
-from effectgate.store.schema import apply_migrations, backfill_chain
+from effectgate.store._schema import apply_migrations, backfill_chain
+from effectgate.store.base import (
+    Journal,
+    LedgerEntry,
+    Move,
+    NewOperation,
+    Operation,
+    check_moves,
+    dumps,
+    moved,
+)
 
 __all__ = ["MIGRATIONS", "PostgresStore", "check_schema_name", "drop_schema", "split_schema"]
 

@@ -1,7 +1,7 @@
 """The store's contract, one protocol per role; :class:`Store` is all of them.
 
 Every method is its own transaction unless stated. A capability that holds state adds a role:
-a protocol here, one implementation over the dialect hooks (:mod:`effectgate.store.ledger`
+a protocol here, one implementation over the dialect hooks (:mod:`effectgate.store._ledger`
 shows the pattern: SQL written once with ``?`` placeholders, run through ``_rows`` for reads
 and ``_run`` for one write transaction), DDL in each dialect's migrations, and the same
 contract tests on both stores. Only connections and transactions, DDL, the hot path's
@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from effectgate.core.states import State
+from effectgate._core.states import State
 from effectgate.store.base import (
     AuditEvent,
     Divergence,
@@ -26,8 +26,8 @@ from effectgate.store.base import (
 )
 
 if TYPE_CHECKING:
-    from effectgate.audit import ChainEntry
-    from effectgate.core.controls import (
+    from effectgate._audit import ChainEntry
+    from effectgate._core.controls import (
         Alert,
         ApprovalOutcome,
         ApprovalRecord,
@@ -53,7 +53,7 @@ class LedgerWrites(Protocol):
 
         An existing row with another fingerprint raises :class:`IdempotencyConflict`. A path
         ending in ``submitted`` is durable when this returns. In the same transaction the
-        class's controls apply (:mod:`effectgate.store.guard`): the row may end ``rejected``
+        class's controls apply (:mod:`effectgate.store._guard`): the row may end ``rejected``
         (envelope), ``shadowed``, or stay ``validated`` held; the returned verdict says which.
         """
 

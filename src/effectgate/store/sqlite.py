@@ -5,7 +5,7 @@ Several processes may share one file: ``BEGIN IMMEDIATE`` serialises writers, th
 ``UPDATE ... WHERE state = ?`` whose row count is checked. Only what is SQLite's own lives
 here: the connections, the hot path's statements (a journal or receipt records its audit
 entry's ``(seq, hash)`` in the operations row, migration 4), the lease and sweep-lock tables and
-the recorded audit heads. The ledger logic is :class:`~effectgate.store.ledger.SQLStore`.
+the recorded audit heads. The ledger logic is :class:`~effectgate.store._ledger.SQLStore`.
 """
 
 from __future__ import annotations
@@ -16,10 +16,20 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, TypeVar
 
-from effectgate.core.controls import DispatchGuard
-from effectgate.core.states import State
+from effectgate._core.controls import DispatchGuard
+from effectgate._core.states import State
 from effectgate.errors import LedgerNotFound, StoreError
-from effectgate.store import sql
+from effectgate.store import _sql as sql
+from effectgate.store._guard import journal_new
+from effectgate.store._ledger import SQLStore, Work
+from effectgate.store._sqlite_schema import (
+    advance_head,
+    chained_audit,
+    migrate,
+    register_chain_function,
+)
+from effectgate.store._sqlite_tx import TxGate, store_error
+from effectgate.store._tx import SharedTx
 from effectgate.store.base import (
     Journal,
     Move,
@@ -29,16 +39,6 @@ from effectgate.store.base import (
     dumps,
     moved,
 )
-from effectgate.store.guard import journal_new
-from effectgate.store.ledger import SQLStore, Work
-from effectgate.store.sqlite_schema import (
-    advance_head,
-    chained_audit,
-    migrate,
-    register_chain_function,
-)
-from effectgate.store.sqlite_tx import TxGate, store_error
-from effectgate.store.tx import SharedTx
 
 __all__ = ["SQLiteStore"]
 
@@ -70,7 +70,7 @@ class _Miss(Exception):
 
 
 class SQLiteTx(SharedTx):
-    """:class:`~effectgate.store.tx.SharedTx` over the write connection, inside ``BEGIN
+    """:class:`~effectgate.store._tx.SharedTx` over the write connection, inside ``BEGIN
     IMMEDIATE``: statements run at once, and each audit entry is chained as it is written.
 
     The last entry of a transaction is recorded as the chain's head: in the operations row a
@@ -174,7 +174,7 @@ class SQLiteStore(SQLStore):
 
     def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
         """One write transaction body, durable when the block returns (group commit and how
-        its failures are classified: :mod:`effectgate.store.sqlite_tx`)."""
+        its failures are classified: :mod:`effectgate.store._sqlite_tx`)."""
         return self._gate.transaction()
 
     @contextmanager

@@ -1,0 +1,469 @@
+"""The service configuration: one TOML file, validated completely before anything starts.
+
+Secrets never live in the file. An adapter names the *environment variable* or *file* that
+holds its credential; a token is stored as its SHA-256 (or named by an environment variable).
+Every error names the key, and the line where the source allows it (see ``docs/service.md``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import ipaddress
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from effectgate._core.controls import ApprovalRules, BreakerConfig
+from effectgate._core.intent import (
+    AUDIT_FIELDS,
+    ActionClass,
+    EffectClass,
+    IntentBase,
+    Registry,
+    Tier,
+)
+from effectgate._core.policy import LimitPolicy, PolicySet
+from effectgate._service._controls_config import (
+    AlertsConfig,
+    alerts_section,
+    approvals_section,
+    breaker_section,
+)
+from effectgate._service._jsonschema import model_from_json_schema
+from effectgate._service._logging import LOG_FORMATS
+from effectgate._service._toml import Section
+from effectgate.errors import ConfigError, EffectgateError
+from effectgate.store.base import SCOPE_PATTERN, parse_store_url
+
+__all__ = [
+    "AdapterConfig", "AlertsConfig", "RateLimit", "ServiceConfig", "ServiceSettings", "StoreConfig",
+    "TokenConfig", "import_object", "load_config", "parse_config", "shown_url",
+]
+
+_NAME = r"[a-z][a-z0-9_-]{0,63}"
+_ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
+_CALLER_NAME = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}"
+_SECRET_KEYS = ("credential", "api_key", "apikey", "password", "secret", "token", "key")
+ADAPTER_KINDS = ("http", "paper", "python")
+_TIME_KEYS = ("visibility_horizon", "key_retention", "settlement_window")
+# Facts about the venue, never defaulted: a round number that is wrong for the venue writes
+# rows off too early or lets a retry outlive the venue's memory of the key.
+_HORIZON_WHY = ("seconds the venue's reads may lag its writes; take it from the venue's "
+                "documentation, there is no safe default")
+_RETENTION_WHY = ("seconds the venue remembers an idempotency key; take it from the venue's "
+                  "documentation, there is no safe default")
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """A token bucket: ``per_second`` sustained, ``burst`` at once."""
+
+    per_second: float
+    burst: int
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    host: str = "127.0.0.1"
+    port: int = 8787
+    public: bool = False
+    max_body_bytes: int = 65536
+    max_depth: int = 16
+    dispatch_timeout: float = 10.0
+    mcp_http: bool = True
+    reconcile_interval: float = 5.0
+    in_flight_grace: float = 2.0
+    rate_limit: RateLimit = RateLimit(20.0, 40)
+    log_format: str = "text"
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    url: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AdapterConfig:
+    """How to build one adapter. Holds names of where secrets are, never the secrets."""
+
+    name: str
+    kind: str
+    endpoint: str | None = None
+    credential_env: str | None = None
+    credential_file: str | None = None
+    timeout: float = 5.0
+    factory: str | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TokenConfig:
+    """A bearer token for an agent or an operator, stored as its SHA-256 hex digest."""
+
+    name: str
+    role: str
+    scope: str
+    sha256: str = field(repr=False)
+    rate_limit: RateLimit | None = None
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    path: str
+    service: ServiceSettings
+    store: StoreConfig
+    registry: Registry
+    adapters: Mapping[str, AdapterConfig]
+    policy: PolicySet
+    policy_names: frozenset[str]
+    tokens: tuple[TokenConfig, ...]
+    breakers: Mapping[str, BreakerConfig] = field(default_factory=dict)
+    approvals: ApprovalRules = field(default_factory=ApprovalRules)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+
+
+def load_config(path: str | os.PathLike[str]) -> ServiceConfig:
+    """Read and fully validate the config at ``path``; raise :class:`ConfigError` naming the key."""
+    file = Path(path)
+    try:
+        source = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read the config file: {exc.strerror}") from None
+    return parse_config(source, str(file), base_dir=file.resolve().parent)
+
+
+def parse_config(source: str, file: str = "<config>", *,
+                 base_dir: Path | None = None) -> ServiceConfig:
+    try:
+        data = tomllib.loads(source)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{file}: not valid TOML: {exc}") from None
+    if base_dir is not None and str(base_dir) not in sys.path:
+        # `module:Name` references resolve next to the config file first (effectgate init).
+        sys.path.insert(0, str(base_dir))
+    top = Section(data, (), file, source)
+    service = _service(top.table("service"))
+    store_section = top.table("store", required=True)
+    if store_section is None:  # unreachable: required=True raises first
+        top.fail("store", "is required")
+    store = _store(store_section, base_dir)
+    adapters = {name: _adapter(name, sec) for name, sec in top.tables("adapters")}
+    if not adapters:
+        top.fail("adapters", "declare at least one adapter ([adapters.NAME])")
+    registry = Registry(max_bytes=service.max_body_bytes, max_depth=service.max_depth)
+    for name, sec in top.tables("classes"):
+        registry.register(_action_class(name, sec, adapters))
+    if not len(registry):
+        top.fail("classes", "declare at least one action class ([classes.NAME])")
+    policy = PolicySet()
+    policy_names: set[str] = set()
+    for name, sec in top.tables("policies"):
+        if name not in registry:
+            sec.fail(None, f"no action class named {name!r}")
+        limits = _policy(sec)
+        if registry.get(name).value_of is None:
+            for key in ("max_value", "approve_above"):
+                if getattr(limits, key) is not None:
+                    sec.fail(key, f"class {name!r} declares no value measure (classes.{name}."
+                             "value), so this limit could never be checked")
+        policy.set(name, limits)
+        policy_names.add(name)
+    breakers = {name: breaker_section(name, sec, registry)
+                for name, sec in top.tables("controls")}
+    approvals = approvals_section(top.table("approvals"))
+    alerts = alerts_section(top.table("alerts"))
+    tokens = tuple(_token(name, sec) for name, sec in top.tables("tokens"))
+    digests = [t.sha256 for t in tokens]
+    if len(set(digests)) != len(digests):
+        top.fail("tokens", "two tokens have the same value; give each caller its own")
+    top.done()
+    return ServiceConfig(path=file, service=service, store=store, registry=registry,
+                         adapters=adapters, policy=policy, policy_names=frozenset(policy_names),
+                         tokens=tokens, breakers=breakers, approvals=approvals,
+                         alerts=alerts)
+
+
+def shown_url(url: str) -> str:
+    """``url`` whole, as written, but with any password replaced by ``***``."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def import_object(ref: str) -> Any:
+    """``package.module:Attribute`` -> the object. Raises ConfigError with the reason."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not re.fullmatch(r"[A-Za-z_][\w.]*", module_name) or not attr.isidentifier():
+        raise ConfigError(f"{ref!r} is not of the form package.module:Name")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError(f"cannot import {module_name!r}: {exc}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ConfigError(f"module {module_name!r} has no attribute {attr!r}") from None
+
+
+# --- sections ---------------------------------------------------------------------------------
+
+
+def _rate(sec: Section | None, default: RateLimit) -> RateLimit:
+    if sec is None:
+        return default
+    limit = RateLimit(sec.number("per_second", default.per_second),
+                      sec.integer("burst", default.burst, minimum=1))
+    sec.done()
+    return limit
+
+
+def _service(sec: Section | None) -> ServiceSettings:
+    if sec is None:
+        return ServiceSettings()
+    d = ServiceSettings()
+    host = sec.text("host", d.host) or d.host
+    public = sec.flag("public", d.public)
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        sec.fail("host", f"{host!r} is not an IP address")
+    if not loopback and not public:
+        sec.fail("host", f"{host!r} is not a loopback address; bind 127.0.0.1 behind a TLS "
+                 "proxy, or set public = true if you really mean it")
+    settings = ServiceSettings(
+        host=host, public=public,
+        port=sec.integer("port", d.port, minimum=0, maximum=65535),
+        max_body_bytes=sec.integer("max_body_bytes", d.max_body_bytes, minimum=256,
+                               maximum=16 * 1024 * 1024),
+        max_depth=sec.integer("max_depth", d.max_depth, minimum=2, maximum=64),
+        dispatch_timeout=sec.number("dispatch_timeout", d.dispatch_timeout),
+        mcp_http=sec.flag("mcp_http", d.mcp_http),
+        reconcile_interval=sec.number("reconcile_interval", d.reconcile_interval, exclusive=False),
+        in_flight_grace=sec.number("in_flight_grace", d.in_flight_grace, exclusive=False),
+        rate_limit=_rate(sec.table("rate_limit"), d.rate_limit),
+        log_format=sec.text("log_format", d.log_format, choices=LOG_FORMATS) or d.log_format)
+    sec.done()
+    return settings
+
+
+def _store(sec: Section, base_dir: Path | None = None) -> StoreConfig:
+    url = sec.req_text("url")
+    try:
+        dialect, target = parse_store_url(url)
+    except ConfigError:
+        sec.fail("url", f"unsupported store URL {shown_url(url)!r}; use sqlite:///PATH or "
+                 "postgresql://...")
+    options: dict[str, Any] = {}
+    if dialect == "sqlite":
+        sync = sec.text("synchronous", choices=["FULL", "EXTRA", "NORMAL", "OFF"])
+        if sync is not None:
+            options["synchronous"] = sync
+        if sec.has("busy_timeout_ms"):
+            options["busy_timeout_ms"] = sec.integer("busy_timeout_ms", 30000, minimum=1)
+    else:
+        # PostgreSQL: pool sizes and the server-side timeouts (see docs/postgresql.md).
+        for key, option, low in (("pool_min_size", "min_size", 1), ("pool_max_size", "max_size", 1),
+                                 ("statement_timeout_ms", "statement_timeout_ms", 1),
+                                 ("lock_timeout_ms", "lock_timeout_ms", 1)):
+            if sec.has(key):
+                options[option] = sec.integer(key, 1, minimum=low, maximum=10_000_000)
+        for key in ("connect_timeout", "pool_timeout"):
+            if sec.has(key):
+                options[key] = sec.number(key, 5.0)
+        schema = sec.text("schema", pattern=r"[a-z_][a-z0-9_]{0,62}")
+        if schema is not None:
+            options["schema"] = schema
+        sync = sec.text("synchronous_commit", choices=["on", "remote_apply", "remote_write",
+                                                        "local", "off"])
+        if sync is not None:
+            options["synchronous_commit"] = sync
+        if options.get("min_size", 1) > options.get("max_size", 4):
+            sec.fail("pool_min_size", "must not exceed pool_max_size (default 4)")
+    sec.done()
+    if dialect == "sqlite" and base_dir is not None and target != ":memory:" \
+            and not Path(target).is_absolute():
+        # A relative ledger path means "next to this config file", wherever the command runs
+        # from: resolved against the working directory, another folder opened another, empty
+        # ledger and a retry of an acknowledged operation was sent again.
+        url = f"sqlite:///{(base_dir / target).resolve()}"
+    return StoreConfig(url=url, options=options)
+
+
+def _refuse_secrets(sec: Section) -> None:
+    for key in sec.names():
+        if key.lower() in _SECRET_KEYS or key.lower().endswith(("_key", "_secret", "password")):
+            sec.fail(key, "secrets never go in the config file; put the credential in an "
+                     "environment variable or a file and name it with credential_env or "
+                     "credential_file")
+
+
+def _adapter(name: str, sec: Section) -> AdapterConfig:
+    if not re.fullmatch(_NAME, name):
+        sec.fail(None, f"adapter name must match {_NAME}")
+    _refuse_secrets(sec)
+    kind = sec.req_text("kind", choices=list(ADAPTER_KINDS))
+    cfg: AdapterConfig
+    if kind == "http":
+        env = sec.text("credential_env", pattern=_ENV_NAME)
+        cred_file = sec.text("credential_file")
+        if (env is None) == (cred_file is None):
+            sec.fail("credential_env", "give exactly one of credential_env or credential_file")
+        cfg = AdapterConfig(name, kind, endpoint=sec.req_text("endpoint"), credential_env=env,
+                            credential_file=cred_file, timeout=sec.number("timeout", 5.0))
+    elif kind == "paper":
+        options = {"honour_key": sec.flag("honour_key", True),
+                   "read_lag": sec.number("read_lag", 0.0, exclusive=False)}
+        cfg = AdapterConfig(name, kind, options=options)
+    else:
+        factory = sec.req_text("factory")
+        try:
+            if not callable(import_object(factory)):
+                sec.fail("factory", f"{factory!r} is not callable")
+        except ConfigError as exc:
+            sec.fail("factory", exc.message)
+        opts = sec.table("options")
+        raw = opts.take_all() if opts is not None else {}
+        cfg = AdapterConfig(name, kind, factory=factory, options=raw)
+    sec.done()
+    return cfg
+
+
+def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]) -> ActionClass:
+    schema_ref = sec.text("schema")
+    json_schema = sec.table("json_schema")
+    if (schema_ref is None) == (json_schema is None):
+        sec.fail("schema", "give exactly one of schema = \"package.module:Model\" or a "
+                 "[classes.NAME.json_schema] table")
+    model: type[IntentBase]
+    if schema_ref is not None:
+        obj = _imported(sec, "schema", schema_ref)
+        if not (isinstance(obj, type) and issubclass(obj, IntentBase)):
+            sec.fail("schema", f"{schema_ref!r} is not a subclass of effectgate.IntentBase")
+        model = obj
+    else:
+        if json_schema is None:  # unreachable: checked above
+            sec.fail("json_schema", "is required")
+        model = model_from_json_schema(name, json_schema)
+    adapter = sec.req_text("adapter")
+    if adapter not in adapters:
+        sec.fail("adapter", f"no adapter named {adapter!r} (declared: "
+                 f"{', '.join(sorted(adapters))})")
+    value_ref = sec.text("value")
+    value_of: Callable[..., Decimal | None] | None = None
+    if value_ref is not None:
+        value_of = _imported(sec, "value", value_ref)
+        if not callable(value_of):
+            sec.fail("value", f"{value_ref!r} is not callable")
+    versions = sec.text_list("schema_versions") or ["1"]
+    expect_effect = sec.text_list("effect_fields")
+    expect_decimal = sec.text_list("decimal_fields")
+    expect_audit = sec.text_list("audit_fields")
+    # Read before the try: a ConfigError from the getters is located already.
+    effect_class = EffectClass(sec.req_text("effect_class",
+                                            choices=[e.value for e in EffectClass]))
+    tier_floor = Tier(sec.text("tier_floor", "validate",
+                               choices=[t.value for t in Tier]) or "validate")
+    horizon = sec.req_number("visibility_horizon", _HORIZON_WHY)
+    retention = sec.req_number("key_retention", _RETENTION_WHY)
+    target_field = sec.text("target_field")
+    settlement = (sec.number("settlement_window", 1.0) if sec.has("settlement_window")
+                  else None)
+    try:
+        ac = ActionClass(
+            name=name, model=model, adapter=adapter, effect_class=effect_class,
+            tier_floor=tier_floor, visibility_horizon=horizon, key_retention=retention,
+            schema_versions=frozenset(versions), value_of=value_of,
+            target_field=target_field, settlement_window=settlement)
+    except EffectgateError as exc:
+        # "submit_order: visibility_horizon ...": locate the key the message is about.
+        words = exc.message.removeprefix(f"{name}: ").split(maxsplit=1)
+        if len(words) == 2 and words[0] in _TIME_KEYS:
+            sec.fail(words[0], words[1])
+        sec.fail(None, exc.message)
+    # Declared field lists are assertions: they document the class and catch drift between
+    # the config and the model it points at.
+    for key, expected, actual in (
+            ("effect_fields", expect_effect, [f for f in ac.effect_fields if f != "action"]),
+            ("decimal_fields", expect_decimal, list(ac.decimal_fields)),
+            ("audit_fields", expect_audit, sorted(AUDIT_FIELDS))):
+        if expected is not None and sorted(expected) != sorted(actual):
+            sec.fail(key, f"says {sorted(expected)} but the schema has {sorted(actual)}")
+    sec.done()
+    return ac
+
+
+def _imported(sec: Section, key: str, ref: str) -> Any:
+    try:
+        return import_object(ref)
+    except ConfigError as exc:
+        sec.fail(key, exc.message)
+
+
+def _policy(sec: Section) -> LimitPolicy:
+    sec.text("kind", "limit", choices=["limit"])
+
+    def dec(key: str) -> Decimal | None:
+        text = sec.text(key)
+        if text is None:
+            return None
+        try:
+            value = Decimal(text)
+        except InvalidOperation:
+            sec.fail(key, f"{text!r} is not a decimal (write it as a string, e.g. \"1000\")")
+        if not value.is_finite() or value < 0:
+            sec.fail(key, "must be a finite decimal >= 0")
+        return value
+
+    max_value = dec("max_value")
+    approve_above = dec("approve_above")
+    targets = sec.text_list("allowed_targets")
+    policy = LimitPolicy(max_value,
+                         version=sec.text("version", "limit-1") or "limit-1",
+                         approve_above=approve_above,
+                         allowed_targets=frozenset(targets) if targets is not None else None)
+    sec.done()
+    return policy
+
+
+def _token(name: str, sec: Section) -> TokenConfig:
+    if not re.fullmatch(_CALLER_NAME, name):
+        # The name is the caller's identity in the audit log (proposer, approver, operator).
+        sec.fail(None, f"token name must match {_CALLER_NAME}")
+    if sec.has("token") or sec.has("value"):
+        sec.fail("token" if sec.has("token") else "value",
+                 "plaintext tokens never go in the config file; store sha256 = \"<hex>\" "
+                 "or env = \"VAR\"")
+    role = sec.req_text("role", choices=["agent", "operator"])
+    scope = sec.req_text("scope")
+    if not (scope == "*" and role == "operator") and not SCOPE_PATTERN.fullmatch(scope):
+        sec.fail("scope", f"must match {SCOPE_PATTERN.pattern}" +
+                 (" (or \"*\" for an operator of every scope)" if role == "operator" else ""))
+    digest = sec.text("sha256", pattern=r"[0-9a-f]{64}")
+    env = sec.text("env", pattern=_ENV_NAME)
+    if (digest is None) == (env is None):
+        sec.fail("sha256", "give exactly one of sha256 = \"<hex digest>\" or env = \"VAR\"")
+    if env is not None:
+        value = os.environ.get(env)
+        if not value:
+            sec.fail("env", f"environment variable {env} is not set or empty")
+        digest = hashlib.sha256(value.encode("utf-8")).hexdigest()
+    limit = _rate(sec.table("rate_limit"), ServiceSettings().rate_limit) \
+        if sec.has("rate_limit") else None
+    sec.done()
+    if digest is None:  # unreachable: one of the two is set
+        sec.fail("sha256", "is required")
+    return TokenConfig(name=name, role=role, scope=scope, sha256=digest, rate_limit=limit)

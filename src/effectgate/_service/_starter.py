@@ -1,0 +1,200 @@
+"""``effectgate init``: a working starter configuration and example action classes.
+
+The starter runs with no other process: its ``paper`` adapter is an in-process paper venue
+(effects live in memory, so restart it and the venue forgets; point the adapter at
+``effectgate venue serve`` or a real venue with ``kind = "http"`` when you rehearse recovery).
+Tokens are generated here, printed once, and only their SHA-256 is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from effectgate.errors import ConfigError
+
+__all__ = ["CLASSES_FILE", "CONFIG_FILE", "Starter", "write_starter"]
+
+CONFIG_FILE = "effectgate.toml"
+CLASSES_FILE = "effectgate_classes.py"
+LEDGER_FILE = "effectgate.db"
+
+_CLASSES = '''"""Example action classes for the paper venue (from `effectgate init`; edit freely).
+
+A class's schema is a strict pydantic model: effect fields only (the audit fields such as
+`rationale` come from IntentBase). Reference it from effectgate.toml as "module:Name".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Annotated, Literal
+
+from effectgate import AsciiPattern, IntentBase, PositiveDecimal
+
+Instrument = Annotated[str, AsciiPattern(r"^[A-Z0-9][A-Z0-9._-]{0,31}$", max_length=32)]
+
+
+class SubmitOrder(IntentBase):
+    """A limit order at the paper venue."""
+
+    action: Literal["submit_order"]
+    instrument: Instrument
+    side: Literal["buy", "sell"]
+    quantity: PositiveDecimal
+    limit_price: PositiveDecimal
+
+
+def notional(effect: Mapping[str, str | int | bool]) -> Decimal:
+    """The value measure the limit policy compares with max_value."""
+    return Decimal(str(effect["quantity"])) * Decimal(str(effect["limit_price"]))
+'''
+
+_CONFIG = '''# effectgate service configuration (written by `effectgate init`).
+# Reference: docs/service.md. Secrets never go in this file: adapters name the environment
+# variable or file holding their credential; tokens are stored as SHA-256 digests.
+
+[service]
+host = "127.0.0.1"          # loopback only unless public = true (put TLS in front)
+port = 8787
+max_body_bytes = 65536      # refused before the body is read
+max_depth = 16
+dispatch_timeout = 10.0     # seconds an outbound call may take
+reconcile_interval = 5.0    # standing reconciler in `serve`; 0 turns it off
+mcp_http = true             # MCP over streamable HTTP at /mcp
+log_format = "text"         # or "json": one object per line (serve --log-format overrides)
+
+[service.rate_limit]        # per token, per process
+per_second = 20
+burst = 40
+
+[store]
+url = "sqlite:///@LEDGER@"
+# PostgreSQL for many processes: url = "postgresql://user@host/db", pool_max_size = 10
+
+@ADAPTER@
+[classes.submit_order]
+schema = "effectgate_classes:SubmitOrder"
+value = "effectgate_classes:notional"
+adapter = "paper"
+effect_class = "non_idempotent_mutation"
+tier_floor = "validate"
+# Facts about the venue, required, never defaulted: take both from the venue's documentation.
+# (These values are the paper venue's: it shows a record at once and never forgets a key.)
+visibility_horizon = 60     # seconds the venue's reads may lag its writes
+key_retention = 86400       # seconds the venue remembers an idempotency key
+target_field = "instrument"
+effect_fields = ["instrument", "side", "quantity", "limit_price"]
+decimal_fields = ["quantity", "limit_price"]
+
+# A simple class declared with JSON Schema instead of a Python model.
+[classes.cancel_order]
+adapter = "paper"
+effect_class = "idempotent_mutation"
+visibility_horizon = 60     # from the venue's documentation, as above
+key_retention = 86400       # from the venue's documentation, as above
+target_field = "instrument"
+
+[classes.cancel_order.json_schema]
+type = "object"
+required = ["instrument", "order_ref"]
+
+[classes.cancel_order.json_schema.properties.instrument]
+type = "string"
+pattern = "^[A-Z0-9][A-Z0-9._-]{0,31}$"
+maxLength = 32
+
+[classes.cancel_order.json_schema.properties.order_ref]
+type = "string"
+pattern = "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"
+maxLength = 128
+
+# A class without a policy is refused (deny by default).
+[policies.submit_order]
+kind = "limit"
+max_value = "10000"
+approve_above = "5000"
+allowed_targets = ["XYZ-PERP", "ABC-PERP"]
+
+[policies.cancel_order]
+kind = "limit"
+
+[tokens.agent]
+role = "agent"
+scope = "default"
+sha256 = "@AGENT@"
+
+[tokens.operator]
+role = "operator"
+scope = "*"
+sha256 = "@OPERATOR@"
+'''
+
+
+_IN_PROCESS = '''# The in-process paper venue: nothing else to start. To use the HTTP paper venue
+# (`EFFECTGATE_VENUE_KEY=... effectgate venue serve --port 8700`, then `effectgate init
+# --venue http://127.0.0.1:8700`) or a real venue:
+#   kind = "http"
+#   endpoint = "http://127.0.0.1:8700"
+#   credential_env = "EFFECTGATE_VENUE_KEY"   # the NAME of the variable, never the key
+[adapters.paper]
+kind = "paper"
+'''
+
+_OVER_HTTP = '''# The paper venue over HTTP (`effectgate venue serve`), or a venue speaking its
+# protocol (docs/paper-venue.md). Its API key is read from the environment variable named here.
+[adapters.paper]
+kind = "http"
+endpoint = @ENDPOINT@
+credential_env = @KEY_ENV@   # the NAME of the variable, never the key
+'''
+
+
+@dataclass(frozen=True)
+class Starter:
+    config: Path
+    classes: Path
+    agent_token: str
+    operator_token: str
+
+
+def write_starter(directory: Path, *, force: bool = False, venue: str | None = None,
+                  venue_key_env: str = "EFFECTGATE_VENUE_KEY") -> Starter:
+    """Write ``effectgate.toml`` and ``effectgate_classes.py`` into ``directory``.
+
+    The adapter is the in-process paper venue, or, with ``venue`` (a base URL), an ``http``
+    adapter reading its key from the environment variable ``venue_key_env``.
+    """
+    config, classes = directory / CONFIG_FILE, directory / CLASSES_FILE
+    existing = [p.name for p in (config, classes) if p.exists()]
+    if existing and not force:
+        raise ConfigError(f"{', '.join(existing)} already exist in {directory}; use --force "
+                          "to overwrite")
+    adapter = _IN_PROCESS
+    if venue is not None:
+        parts = urlsplit(venue)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"--venue {venue!r} is not an http(s) URL")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", venue_key_env):
+            raise ConfigError(f"--venue-key-env {venue_key_env!r} is not a variable name")
+        # json.dumps gives a valid TOML basic string for any URL (quotes, backslashes).
+        adapter = (_OVER_HTTP.replace("@ENDPOINT@", json.dumps(venue))
+                   .replace("@KEY_ENV@", json.dumps(venue_key_env)))
+    agent = f"eg_agent_{secrets.token_urlsafe(24)}"
+    operator = f"eg_op_{secrets.token_urlsafe(24)}"
+    text = (_CONFIG.replace("@LEDGER@", LEDGER_FILE).replace("@ADAPTER@", adapter)
+            .replace("@AGENT@", hashlib.sha256(agent.encode()).hexdigest())
+            .replace("@OPERATOR@", hashlib.sha256(operator.encode()).hexdigest()))
+    classes.write_text(_CLASSES, encoding="utf-8")
+    config.write_text(text, encoding="utf-8")
+    # init creates the configured ledger: the commands that use it never create one.
+    from effectgate.store import open_store
+
+    open_store(f"sqlite:///{(directory / LEDGER_FILE).resolve()}", create=True).close()
+    return Starter(config, classes, agent, operator)

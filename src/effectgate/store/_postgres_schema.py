@@ -1,0 +1,39 @@
+"""The PostgreSQL ledger's schema: its migrations (never edit an applied one; append)."""
+
+from __future__ import annotations
+
+from effectgate._audit import GENESIS
+from effectgate._core.states import State
+from effectgate.store._schema import Types, controls_tables, ledger_tables
+
+__all__ = ["LANES", "MIGRATIONS"]
+
+#: Audit lanes (fixed: an entry's lane is part of its hash).
+LANES = 16
+
+_TYPES = Types(text="text", real="double precision", int="integer", bigint="bigint",
+               bool="boolean", false="false",
+               serial="bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY", clustered="",
+               key='text COLLATE "C"',
+               state_check=f" CHECK (state IN ({', '.join(repr(s.value) for s in State)}))")
+
+MIGRATION_CONTROLS = f"""
+ALTER TABLE audit_log ADD COLUMN lane integer NOT NULL DEFAULT 0;
+ALTER TABLE audit_log ADD COLUMN prev_hash text;
+ALTER TABLE audit_log ADD COLUMN hash text;
+CREATE INDEX audit_by_operation ON audit_log (scope, operation_id, seq);
+CREATE TABLE audit_heads (lane integer PRIMARY KEY, seq bigint NOT NULL, hash text NOT NULL);
+INSERT INTO audit_heads SELECT g, 0, '{GENESIS}' FROM generate_series(0, {LANES - 1}) g;
+""" + controls_tables(_TYPES)
+
+
+# One ordered list for this dialect; index + 1 is the schema version. Never edit an applied
+# entry: append a new one. ``op_key`` is compared with venue keys in the sweep's merge-join, so it
+# uses the "C" collation: index order is byte order, which is Python's str order.
+MIGRATIONS: list[str] = [
+    ledger_tables(_TYPES) + """;
+    CREATE INDEX operations_state_updated ON operations (state, updated_at)
+    """,
+    # 2: operational controls and the hash-chained audit log.
+    MIGRATION_CONTROLS,
+]

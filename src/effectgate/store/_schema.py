@@ -1,0 +1,155 @@
+"""DDL both dialects share, written once over a dialect's type names.
+
+A dialect passes its :class:`Types`; the text it gets back is what that dialect's migration
+runs. Applied migrations are never edited: a later change appends a migration in each dialect
+(a new table a role needs can be one more shared template here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from effectgate._audit import rechain
+from effectgate.store.base import refuse_newer_schema
+
+__all__ = ["Types", "apply_migrations", "backfill_chain", "controls_tables", "ledger_tables"]
+
+
+@dataclass(frozen=True, slots=True)
+class Types:
+    """A dialect's names for the column kinds the shared tables use."""
+
+    text: str
+    real: str
+    int: str
+    bigint: str
+    bool: str
+    false: str
+    #: An integer primary key the database assigns.
+    serial: str
+    #: Appended to tables keyed by their primary key alone (SQLite: ``WITHOUT ROWID``).
+    clustered: str
+    #: Text compared in byte order (operation keys: the sweep merges them with venue keys).
+    key: str
+    #: A check on ``operations.state`` (empty where the dialect keeps none).
+    state_check: str = ""
+
+
+def ledger_tables(t: Types) -> str:
+    """Migration 1's tables: the operations ledger, the audit log and the divergences."""
+    return """
+CREATE TABLE operations (
+    scope {text} NOT NULL, operation_id {text} NOT NULL, op_key {key} NOT NULL UNIQUE,
+    action {text} NOT NULL, fingerprint {text} NOT NULL, state {text} NOT NULL{state_check},
+    intent {text} NOT NULL, effect {text} NOT NULL,
+    tier {text}, reason {text}, policy_version {text}, venue_id {text}, detail {text},
+    created_at {real} NOT NULL, updated_at {real} NOT NULL, submitted_at {real},
+    version {int} NOT NULL DEFAULT 1, lease_owner {text}, lease_until {real},
+    PRIMARY KEY (scope, operation_id)
+){clustered};
+CREATE INDEX operations_uncertain ON operations (op_key) WHERE state = 'submitted';
+CREATE TABLE audit_log (
+    seq {serial}, at {real} NOT NULL, scope {text}, operation_id {text},
+    kind {text} NOT NULL, detail {text} NOT NULL
+);
+CREATE TABLE divergences (
+    id {serial}, kind {text} NOT NULL, op_key {key} NOT NULL, venue_ids {text} NOT NULL,
+    ledger_state {text}, first_seen {real} NOT NULL, UNIQUE (kind, op_key, venue_ids)
+);
+""".format(**asdict(t))
+
+
+def controls_tables(t: Types) -> str:
+    """Migration 2's tables (controls, breaker windows, steps, approvals, shadow, alerts)."""
+    return """
+CREATE TABLE class_controls (
+    action {text} PRIMARY KEY, killed {bool} NOT NULL DEFAULT {false}, kill_reason {text},
+    breaker_open {bool} NOT NULL DEFAULT {false}, breaker_reason {text},
+    shadow {bool} NOT NULL DEFAULT {false}, envelope {text} NOT NULL DEFAULT '{{}}',
+    envelope_version {int} NOT NULL DEFAULT 0, updated_by {text}, updated_at {real}
+);
+CREATE TABLE control_signals (
+    id {serial}, action {text} NOT NULL, at {real} NOT NULL,
+    op_key {text} NOT NULL, fingerprint {text} NOT NULL, value_micros {bigint},
+    rejected {bool} NOT NULL, new_target {bool} NOT NULL
+);
+CREATE INDEX control_signals_window ON control_signals (action, at);
+CREATE INDEX control_signals_fingerprint ON control_signals (action, fingerprint, at);
+CREATE TABLE known_targets (
+    action {text} NOT NULL, target {text} NOT NULL, first_seen {real} NOT NULL,
+    PRIMARY KEY (action, target)
+){clustered};
+CREATE TABLE dispatch_log (
+    id {serial}, action {text} NOT NULL, at {real} NOT NULL,
+    op_key {text} NOT NULL, value_micros {bigint}
+);
+CREATE INDEX dispatch_log_window ON dispatch_log (action, at);
+CREATE TABLE authority_steps (
+    id {serial}, action {text} NOT NULL, axis {text} NOT NULL,
+    old {text} NOT NULL, new {text} NOT NULL, evidence {text} NOT NULL,
+    reverse_on {text} NOT NULL, operator {text} NOT NULL, at {real} NOT NULL,
+    kind {text} NOT NULL, reverses {bigint}, active {bool} NOT NULL
+);
+CREATE INDEX authority_steps_by_action ON authority_steps (action, id);
+CREATE TABLE approval_requests (
+    scope {text} NOT NULL, operation_id {text} NOT NULL, fingerprint {text} NOT NULL,
+    required {int} NOT NULL, expires_at {real} NOT NULL, proposers {text} NOT NULL,
+    PRIMARY KEY (scope, operation_id)
+){clustered};
+CREATE TABLE approvals (
+    scope {text} NOT NULL, operation_id {text} NOT NULL, approver {text} NOT NULL,
+    verdict {text} NOT NULL, fingerprint {text} NOT NULL, reason {text},
+    at {real} NOT NULL, PRIMARY KEY (scope, operation_id, approver)
+){clustered};
+CREATE TABLE shadow_records (
+    scope {text} NOT NULL, operation_id {text} NOT NULL, action {text} NOT NULL,
+    correlation_id {text} NOT NULL, fingerprint {text} NOT NULL, request {text} NOT NULL,
+    at {real} NOT NULL, PRIMARY KEY (scope, operation_id)
+){clustered};
+CREATE INDEX shadow_by_correlation ON shadow_records (correlation_id);
+CREATE TABLE incumbent_outcomes (
+    correlation_id {text} PRIMARY KEY, action {text} NOT NULL, fingerprint {text},
+    effect {text}, source {text} NOT NULL, at {real} NOT NULL
+);
+CREATE TABLE alerts (
+    id {serial}, kind {text} NOT NULL, subject {text} NOT NULL, action {text},
+    message {text} NOT NULL, detail {text} NOT NULL, at {real} NOT NULL,
+    UNIQUE (kind, subject)
+)
+""".format(**asdict(t))
+
+
+def backfill_chain(execute: Callable[..., Any], set_head: str) -> None:
+    """Chain entries written before the log was hash-chained (migration 2, once).
+
+    ``execute(query, args)`` runs one statement with ``?`` placeholders; ``set_head`` records
+    ``(seq, hash)`` as lane 0's head.
+    """
+    rows = execute("SELECT seq, at, scope, operation_id, kind, detail FROM audit_log "
+                   "ORDER BY seq").fetchall()
+    last: tuple[int, str] | None = None
+    for seq, prev, entry_hash in rechain(rows):
+        execute("UPDATE audit_log SET prev_hash = ?, hash = ? WHERE seq = ?",
+                (prev, entry_hash, seq))
+        last = (seq, entry_hash)
+    if last is not None:
+        execute(set_head, last)
+
+
+def apply_migrations(applied: set[int], migrations: Sequence[str],
+                     ddl: Callable[[str], object], after: Mapping[int, Callable[[], None]],
+                     record: Callable[[int], object]) -> None:
+    """Run each migration not yet ``applied``, in order, in the caller's transaction:
+    its ``;``-separated statements, its Python step, then its record."""
+    refuse_newer_schema(applied, len(migrations))
+    for version, script in enumerate(migrations, start=1):
+        if version in applied:
+            continue
+        for statement in filter(str.strip, script.split(";")):
+            ddl(statement)
+        step = after.get(version)
+        if step is not None:
+            step()
+        record(version)

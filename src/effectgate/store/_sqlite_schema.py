@@ -1,0 +1,159 @@
+"""The SQLite ledger's schema: its migrations and the chained audit insert.
+
+Dialect-specific by nature (types, ``WITHOUT ROWID``, the chain function registered on the
+connection); everything that reads or writes these tables is written once, in
+:mod:`effectgate.store._ledger` and :mod:`effectgate.store._tx`.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+
+from effectgate._audit import GENESIS, chain_hash, content_digest
+from effectgate.store._schema import (
+    Types,
+    apply_migrations,
+    backfill_chain,
+    controls_tables,
+    ledger_tables,
+)
+from effectgate.store.base import dumps
+
+__all__ = ["MIGRATIONS", "advance_head", "chained_audit", "migrate", "register_chain_function"]
+
+_TYPES = Types(text="TEXT", real="REAL", int="INTEGER", bigint="INTEGER", bool="INTEGER",
+               false="0", serial="INTEGER PRIMARY KEY AUTOINCREMENT", clustered=" WITHOUT ROWID",
+               key="TEXT")
+
+MIGRATION_CONTROLS = """
+ALTER TABLE audit_log ADD COLUMN lane INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE audit_log ADD COLUMN prev_hash TEXT;
+ALTER TABLE audit_log ADD COLUMN hash TEXT;
+CREATE INDEX audit_by_operation ON audit_log (scope, operation_id, seq);
+CREATE TABLE audit_heads (lane INTEGER PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL);
+""" + controls_tables(_TYPES)
+
+#: The SQL function the chained insert calls: ``sha256(prev_hash || digest)`` in Python
+#: (:func:`effectgate._audit.chain_hash`), registered on every store connection.
+CHAIN_FUNCTION = "effectgate_chain_hash"
+
+# One statement per entry: it reads the chain's last entry (the tail of the rowid B-tree, the
+# page this insert writes anyway), links the entry to it (the digest is computed beforehand, the
+# link by CHAIN_FUNCTION), inserts it and hands back its seq and hash. BEGIN IMMEDIATE holds
+# the write lock, so no other writer can append between the read and the insert.
+_CHAINED_INSERT = (
+    "INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, prev_hash, hash) "
+    "SELECT coalesce(t.seq, 0) + 1, ?, ?, ?, ?, ?, 0, coalesce(t.hash, ?), "
+    f"{CHAIN_FUNCTION}(coalesce(t.hash, ?), ?) FROM (SELECT 0) l LEFT JOIN "
+    "(SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1) t ON 1 "
+    "RETURNING seq, hash")
+_ADVANCE_HEAD = (
+    "INSERT INTO audit_heads (lane, seq, hash) VALUES (0, ?, ?) ON CONFLICT (lane) DO UPDATE "
+    "SET seq = excluded.seq, hash = excluded.hash WHERE excluded.seq > audit_heads.seq")
+
+# Kept for migration 3, which created it; migration 4 drops it (see MIGRATION_ANCHORS).
+MIGRATION_HEAD_TRIGGER = """
+CREATE TRIGGER audit_head_advance AFTER INSERT ON audit_log BEGIN
+    INSERT INTO audit_heads (lane, seq, hash) VALUES (NEW.lane, NEW.seq, NEW.hash)
+    ON CONFLICT (lane) DO UPDATE SET seq = excluded.seq, hash = excluded.hash
+    WHERE excluded.seq > audit_heads.seq;
+END
+"""
+
+# 4: the recorded head that catches a cut-off tail moves out of the hot path. A journal or
+# receipt transaction records its entry's (seq, hash) in the operations row it writes anyway,
+# instead of rewriting the audit_heads row: one page less per commit (each page costs a WAL
+# frame under synchronous=FULL). Every other entry still advances audit_heads. The recorded
+# head is the later of the two (SQLiteStore.audit_heads); cutting entries off the tail removes
+# the entry one of them names, which verification reports.
+MIGRATION_ANCHORS = """
+ALTER TABLE operations ADD COLUMN audit_seq INTEGER;
+ALTER TABLE operations ADD COLUMN audit_hash TEXT;
+DROP TRIGGER IF EXISTS audit_head_advance
+"""
+
+
+def register_chain_function(conn: sqlite3.Connection) -> None:
+    conn.create_function(CHAIN_FUNCTION, 2, chain_hash, deterministic=True)
+
+
+def chained_audit(conn: sqlite3.Connection, now: float, scope: str | None,
+                  operation_id: str | None, kind: str, detail: Mapping[str, object], *,
+                  advance_head: bool = True) -> tuple[int, str]:
+    """Append one audit entry linked to the chain's last one, in the caller's transaction.
+
+    Returns the entry's ``(seq, hash)``. ``advance_head=False`` leaves audit_heads to the
+    caller (a batch advances it once).
+    """
+    at, text = float(now), dumps(detail)
+    digest = content_digest(0, at, scope, operation_id, kind, text)
+    seq, entry_hash = conn.execute(_CHAINED_INSERT, (at, scope, operation_id, kind, text,
+                                                     GENESIS, GENESIS, digest)).fetchone()
+    if advance_head:
+        conn.execute(_ADVANCE_HEAD, (seq, entry_hash))
+    return int(seq), str(entry_hash)
+
+
+def advance_head(conn: sqlite3.Connection, seq: int, entry_hash: str) -> None:
+    """Record ``(seq, hash)`` as the chain's head, unless a later one is recorded already."""
+    conn.execute(_ADVANCE_HEAD, (seq, entry_hash))
+
+
+MIGRATIONS: list[str] = [
+    ledger_tables(_TYPES) + """;
+    CREATE TABLE locks (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL)
+    """,
+    # 2: operational controls and the hash-chained audit log (store/sqlite_controls.py).
+    MIGRATION_CONTROLS,
+    # 3: no AUTOINCREMENT on the two tables the hot path appends to. Their keys are assigned
+    # by us (audit seq = chain head + 1) or never referenced (dispatch_log.id), and
+    # AUTOINCREMENT rewrote a `sqlite_sequence` row (one more page per commit) on every insert.
+    # SQLite cannot drop it in place: rebuild, copy, swap, re-index. (The audit head trigger
+    # is created right after, in _AFTER_MIGRATION.)
+    """
+    CREATE TABLE audit_log_v3 (
+        seq INTEGER PRIMARY KEY,
+        at REAL NOT NULL, scope TEXT, operation_id TEXT,
+        kind TEXT NOT NULL, detail TEXT NOT NULL,
+        lane INTEGER NOT NULL DEFAULT 0, prev_hash TEXT, hash TEXT
+    );
+    INSERT INTO audit_log_v3 (seq, at, scope, operation_id, kind, detail, lane, prev_hash, hash)
+        SELECT seq, at, scope, operation_id, kind, detail, lane, prev_hash, hash FROM audit_log;
+    DROP TABLE audit_log;
+    ALTER TABLE audit_log_v3 RENAME TO audit_log;
+    CREATE INDEX audit_by_operation ON audit_log (scope, operation_id, seq);
+    -- dispatch_log is only ever read by (action, at) window: clustered on that key, one
+    -- B-tree instead of a table plus an index (one page less per journal commit). A row is
+    -- dispatched once, so (action, at, op_key) is unique.
+    CREATE TABLE dispatch_log_v3 (
+        action TEXT NOT NULL, at REAL NOT NULL, op_key TEXT NOT NULL, value_micros INTEGER,
+        PRIMARY KEY (action, at, op_key)
+    ) WITHOUT ROWID;
+    INSERT OR IGNORE INTO dispatch_log_v3 SELECT action, at, op_key, value_micros
+        FROM dispatch_log;
+    DROP TABLE dispatch_log;
+    ALTER TABLE dispatch_log_v3 RENAME TO dispatch_log
+    """,
+    # 4: journal and receipt entries are anchored in their operations row, not audit_heads
+    # (store/sqlite_controls.py, MIGRATION_ANCHORS).
+    MIGRATION_ANCHORS,
+]
+
+
+def _head_trigger(conn: sqlite3.Connection) -> None:
+    # Migration 3, continued: its body holds ';', so it is not part of the ';'-split script.
+    conn.execute(MIGRATION_HEAD_TRIGGER)
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Apply pending migrations in the caller's write transaction."""
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
+                 "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+    apply_migrations(
+        {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}, MIGRATIONS,
+        conn.execute,
+        {2: lambda: backfill_chain(conn.execute, "INSERT INTO audit_heads VALUES (0, ?, ?)"),
+         3: lambda: _head_trigger(conn)},
+        lambda version: conn.execute("INSERT INTO schema_migrations VALUES "
+                                     "(?, julianday('now'))", (version,)))
