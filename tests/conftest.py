@@ -53,6 +53,7 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[
 
         def cleanup() -> None:
             return None
+
         factory.url = f"sqlite:///{path}"  # type: ignore[attr-defined]
     else:
         url = require_pg()
@@ -67,6 +68,7 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[
 
         def cleanup() -> None:
             drop_schema(url, schema)
+
         factory.url = f"{url}{'&' if '?' in url else '?'}schema={schema}"  # type: ignore[attr-defined]
     try:
         yield factory

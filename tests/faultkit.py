@@ -34,6 +34,7 @@ PG_BIN = Path("/usr/lib/postgresql/15/bin")
 
 # --- intents and gates (shared by the parent and the children) -----------------------------
 
+
 def intent(variant: int = 0) -> dict[str, object]:
     """Variant 0 is the example order; others change an effect field (a changed payload)."""
     from effectgate.examples import EXAMPLE_ORDER
@@ -53,8 +54,7 @@ def fingerprint(variant: int) -> str:
 def policy() -> Any:
     from effectgate._core.policy import LimitPolicy, PolicySet
 
-    return PolicySet({"submit_order": LimitPolicy(Decimal("1000")),
-                      "cancel_order": LimitPolicy()})
+    return PolicySet({"submit_order": LimitPolicy(Decimal("1000")), "cancel_order": LimitPolicy()})
 
 
 def http_gate(store: Any, venue_url: str, clock: Callable[[], float] = time.time) -> Any:
@@ -63,8 +63,13 @@ def http_gate(store: Any, venue_url: str, clock: Callable[[], float] = time.time
     from effectgate.examples import default_registry
 
     adapter = HttpVenueAdapter(venue_url, credential_env=VENUE_KEY_ENV)
-    return Gate(store=store, registry=default_registry(adapter="http"),
-                adapters={"http": adapter}, policy=policy(), clock=clock)
+    return Gate(
+        store=store,
+        registry=default_registry(adapter="http"),
+        adapters={"http": adapter},
+        policy=policy(),
+        clock=clock,
+    )
 
 
 def http_reconciler(store: Any, venue_url: str, offset: float = 0.0, **kw: Any) -> Any:
@@ -73,8 +78,13 @@ def http_reconciler(store: Any, venue_url: str, offset: float = 0.0, **kw: Any) 
     from effectgate.examples import default_registry
 
     adapter = HttpVenueAdapter(venue_url, credential_env=VENUE_KEY_ENV)
-    return Reconciler(store=store, registry=default_registry(adapter="http"),
-                      adapters={"http": adapter}, clock=lambda: time.time() + offset, **kw)
+    return Reconciler(
+        store=store,
+        registry=default_registry(adapter="http"),
+        adapters={"http": adapter},
+        clock=lambda: time.time() + offset,
+        **kw,
+    )
 
 
 @contextlib.contextmanager
@@ -98,14 +108,21 @@ def open_url(url: str) -> Any:
 
 # --- child processes -------------------------------------------------------------------------
 
-def spawn(command: str, args: dict[str, Any], *,
-          crash_at: str | None = None) -> subprocess.Popen[str]:
+
+def spawn(
+    command: str, args: dict[str, Any], *, crash_at: str | None = None
+) -> subprocess.Popen[str]:
     env = dict(os.environ)
     env.pop("EFFECTGATE_CRASH_AT", None)
     if crash_at:
         env["EFFECTGATE_CRASH_AT"] = crash_at
-    return subprocess.Popen([sys.executable, str(HERE), command, json.dumps(args)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(HERE), command, json.dumps(args)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @dataclass
@@ -126,8 +143,9 @@ def finish(child: subprocess.Popen[str], timeout: float = 120.0) -> ChildResult:
     return ChildResult(child.returncode, json.loads(lines[-1]) if lines else None, err)
 
 
-def run_child(command: str, args: dict[str, Any], *, crash_at: str | None = None,
-              timeout: float = 120.0) -> ChildResult:
+def run_child(
+    command: str, args: dict[str, Any], *, crash_at: str | None = None, timeout: float = 120.0
+) -> ChildResult:
     return finish(spawn(command, args, crash_at=crash_at), timeout)
 
 
@@ -167,8 +185,11 @@ def _child_submit(args: dict[str, Any]) -> dict[str, Any]:
             outcomes[operation_id] = kind
             break
     store.close()
-    return {"counts": counts, "outcomes": outcomes,
-            "seconds": round(time.perf_counter() - began, 3)}
+    return {
+        "counts": counts,
+        "outcomes": outcomes,
+        "seconds": round(time.perf_counter() - began, 3),
+    }
 
 
 def _child_reconcile(args: dict[str, Any]) -> dict[str, Any]:
@@ -177,14 +198,21 @@ def _child_reconcile(args: dict[str, Any]) -> dict[str, Any]:
     from effectgate.errors import OutcomeUnknown, StoreError
 
     store = open_url(args["store_url"])
-    rec = http_reconciler(store, args["venue_url"], args.get("offset", 0.0),
-                          page_size=args.get("page_size", 500))
+    rec = http_reconciler(
+        store, args["venue_url"], args.get("offset", 0.0), page_size=args.get("page_size", 500)
+    )
     if args.get("start_at"):
         time.sleep(max(0.0, args["start_at"] - time.time()))
     stop_file = args.get("stop_file")
     deadline = time.time() + args.get("max_seconds", 90)
-    totals = {"rounds": 0, "sweeps": 0, "confirmed": 0, "written_off": 0, "quarantined": 0,
-              "store_errors": 0}
+    totals = {
+        "rounds": 0,
+        "sweeps": 0,
+        "confirmed": 0,
+        "written_off": 0,
+        "quarantined": 0,
+        "store_errors": 0,
+    }
     repaired: list[list[str]] = []
     divergences: list[list[Any]] = []
     while time.time() < deadline:
@@ -290,8 +318,7 @@ class PgProxy:
             for s in (client, server):
                 s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             cut = threading.Event()
-            threading.Thread(target=self._frontend, args=(client, server, cut),
-                             daemon=True).start()
+            threading.Thread(target=self._frontend, args=(client, server, cut), daemon=True).start()
             threading.Thread(target=_pump, args=(server, client, cut), daemon=True).start()
 
     def _decide(self, kind: str, body: bytes, conn: _ConnState) -> str:
@@ -309,8 +336,7 @@ class PgProxy:
             self.cuts.append("after-forward" if forward else "before-forward")
             return "cut-after" if forward else "cut-before"
 
-    def _frontend(self, client: socket.socket, server: socket.socket,
-                  cut: threading.Event) -> None:
+    def _frontend(self, client: socket.socket, server: socket.socket, cut: threading.Event) -> None:
         reader = _Reader(client)
         state = _ConnState()
         try:
@@ -338,8 +364,9 @@ class PgProxy:
                     while kind_b != b"S":
                         kind_b = reader.exact(1)
                         length = struct.unpack("!i", reader.exact(4))[0]
-                        server.sendall(kind_b + struct.pack("!i", length)
-                                       + reader.exact(length - 4))
+                        server.sendall(
+                            kind_b + struct.pack("!i", length) + reader.exact(length - 4)
+                        )
                 if action != "pass":
                     if action == "cut-after":
                         # Let the server run the batch and its COMMIT before either socket
@@ -424,6 +451,7 @@ def _pump(src: socket.socket, dst: socket.socket, cut: threading.Event) -> None:
 
 # --- a throwaway PostgreSQL cluster ----------------------------------------------------------
 
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -438,26 +466,27 @@ class Cluster:
         self.data = self.root / "data"
         self.port = free_port()
         shutil.chown(self.root, "postgres", "postgres")
-        self._as_postgres(f"{PG_BIN}/initdb -D {self.data} -A trust -U postgres -E UTF8 "
-                          "--no-instructions --no-sync")
+        self._as_postgres(
+            f"{PG_BIN}/initdb -D {self.data} -A trust -U postgres -E UTF8 "
+            "--no-instructions --no-sync"
+        )
 
     @staticmethod
     def available() -> bool:
-        return (PG_BIN / "initdb").exists() and shutil.which("su") is not None \
-            and os.geteuid() == 0
+        return (PG_BIN / "initdb").exists() and shutil.which("su") is not None and os.geteuid() == 0
 
     @property
     def url(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
     def _as_postgres(self, command: str) -> None:
-        subprocess.run(["su", "postgres", "-c", command], check=True, capture_output=True,
-                       timeout=120)
+        subprocess.run(
+            ["su", "postgres", "-c", command], check=True, capture_output=True, timeout=120
+        )
 
     def start(self) -> None:
         opts = f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=on"
-        self._as_postgres(f"{PG_BIN}/pg_ctl -D {self.data} -l {self.root}/log -w "
-                          f"-o '{opts}' start")
+        self._as_postgres(f"{PG_BIN}/pg_ctl -D {self.data} -l {self.root}/log -w -o '{opts}' start")
 
     def stop(self, mode: str = "fast") -> None:
         self._as_postgres(f"{PG_BIN}/pg_ctl -D {self.data} -m {mode} -w stop")

@@ -24,20 +24,32 @@ VENUE_KEY_ENV = "EG_TEST_VENUE_KEY"
 #: The venue credential in security tests: it must never show up anywhere an agent can see.
 CANARY = "CANARY-c0ffee-5e1f-venue-credential"
 
-ORDER = {"intent_version": "1", "action": "submit_order", "instrument": "XYZ-PERP",
-         "side": "buy", "order_type": "limit", "quantity": "4", "limit_price": "100.00"}
+ORDER = {
+    "intent_version": "1",
+    "action": "submit_order",
+    "instrument": "XYZ-PERP",
+    "side": "buy",
+    "order_type": "limit",
+    "quantity": "4",
+    "limit_price": "100.00",
+}
 
 
 def sha(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def config_text(*, venue_url: str | None = None, service: str = "", store_url: str,
-                horizon: float = 60.0) -> str:
+def config_text(
+    *, venue_url: str | None = None, service: str = "", store_url: str, horizon: float = 60.0
+) -> str:
     """A complete config: the example classes, an http adapter (or the in-process paper venue),
     two agent tenants, a global operator and an operator limited to tenant alpha."""
-    adapter = (f'kind = "http"\nendpoint = "{venue_url}"\ncredential_env = "{VENUE_KEY_ENV}"\n'
-               'timeout = 5.0' if venue_url else 'kind = "paper"')
+    adapter = (
+        f'kind = "http"\nendpoint = "{venue_url}"\ncredential_env = "{VENUE_KEY_ENV}"\n'
+        "timeout = 5.0"
+        if venue_url
+        else 'kind = "paper"'
+    )
     return f'''
 [service]
 host = "127.0.0.1"
@@ -123,16 +135,29 @@ class LiveService:
 
 
 @contextmanager
-def live_service(config: Path, *, env: dict[str, str] | None = None,
-                 log: Path | None = None) -> Iterator[LiveService]:
+def live_service(
+    config: Path, *, env: dict[str, str] | None = None, log: Path | None = None
+) -> Iterator[LiveService]:
     """``effectgate serve`` in a subprocess on a free loopback port; killed on exit."""
     port = free_port()
     log = log or config.with_suffix(f".{port}.log")
     full_env = {**os.environ, **(env or {})}
     with open(log, "wb") as out:
-        proc = subprocess.Popen([*effectgate_cmd(), "serve", "--config", str(config),
-                                 "--port", str(port), "--log-level", "warning"],
-                                stdout=out, stderr=subprocess.STDOUT, env=full_env)
+        proc = subprocess.Popen(
+            [
+                *effectgate_cmd(),
+                "serve",
+                "--config",
+                str(config),
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+        )
     live = LiveService(f"http://127.0.0.1:{port}", proc, log)
     try:
         deadline = time.monotonic() + 20
@@ -166,8 +191,9 @@ def uvicorn_thread(app: Any) -> Iterator[str]:
     import uvicorn
 
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

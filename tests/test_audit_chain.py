@@ -14,15 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from effectgate import (
-    Gate,
-    LimitPolicy,
-    Operator,
-    PolicySet,
-    State,
-    verify_bundle,
-    verify_entries,
-)
+from effectgate import Gate, LimitPolicy, Operator, PolicySet, State, verify_bundle, verify_entries
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store.roles import Store
@@ -34,8 +26,13 @@ INTENT = dict(EXAMPLE_ORDER)
 def fill(store: Store) -> Operator:
     clock = ManualClock()
     reg = default_registry()
-    gate = Gate(store=store, registry=reg, adapters={"paper": PaperAdapter(PaperVenue())},
-                policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}), clock=clock)
+    gate = Gate(
+        store=store,
+        registry=reg,
+        adapters={"paper": PaperAdapter(PaperVenue())},
+        policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+        clock=clock,
+    )
     for i in range(6):
         gate.submit("submit_order", f"op-{i}", {**INTENT, "quantity": str(i + 1)})
         clock.advance(1)
@@ -116,10 +113,12 @@ class TestVerify:
         """The last entries are a journal and a receipt (SQLite records their head in the
         operations row, not audit_heads): cutting them off is still reported."""
         op = fill(store)
-        Gate(store=store, registry=default_registry(),
-             adapters={"paper": PaperAdapter(PaperVenue())},
-             policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
-             ).submit("submit_order", "op-last", INTENT)
+        Gate(
+            store=store,
+            registry=default_registry(),
+            adapters={"paper": PaperAdapter(PaperVenue())},
+            policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+        ).submit("submit_order", "op-last", INTENT)
         tail = seqs(store)[-2:]
         sql(store, "DELETE FROM audit_log WHERE seq >= ?", tail[0])
         result = op.verify_audit()
@@ -129,9 +128,12 @@ class TestVerify:
         """Later appends may re-use a cut-off tail's seqs (SQLite chains from the last entry
         left); the operations row that named the cut entry keeps saying so."""
         op = fill(store)
-        gate = Gate(store=store, registry=default_registry(),
-                    adapters={"paper": PaperAdapter(PaperVenue())},
-                    policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}))
+        gate = Gate(
+            store=store,
+            registry=default_registry(),
+            adapters={"paper": PaperAdapter(PaperVenue())},
+            policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+        )
         gate.submit("submit_order", "op-victim", INTENT)
         tail = seqs(store)[-2:]
         sql(store, "DELETE FROM audit_log WHERE seq >= ?", tail[0])
@@ -139,8 +141,7 @@ class TestVerify:
         gate.submit("submit_order", "op-after-2", INTENT)
         result = op.verify_audit()
         assert not result.ok, "a cut tail healed over by later appends"
-        assert {f.problem for f in result.findings} & {"broken_link", "anchor", "truncated",
-                                                        "head"}
+        assert {f.problem for f in result.findings} & {"broken_link", "anchor", "truncated", "head"}
 
     def test_insert(self, store: Store) -> None:
         op = fill(store)
@@ -163,18 +164,32 @@ class TestVerify:
             sql(store, "UPDATE audit_log SET seq = seq + 1000 WHERE seq >= ?", after.seq)
         seq = before.seq + 1
         text = json.dumps({"state": "acknowledged"})
-        forged = chain_hash(before.hash, content_digest(before.lane, before.at, None, None,
-                                                        "transition", text))
-        sql(store, "INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, "
+        forged = chain_hash(
+            before.hash, content_digest(before.lane, before.at, None, None, "transition", text)
+        )
+        sql(
+            store,
+            "INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, "
             "prev_hash, hash) OVERRIDING SYSTEM VALUE VALUES (?,?,?,?,?,?,?,?,?)"
-            if "Postgres" in type(store).__name__ else
-            "INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, prev_hash,"
-            " hash) VALUES (?,?,?,?,?,?,?,?,?)",
-            seq, before.at, None, None, "transition", text, before.lane, before.hash, forged)
+            if "Postgres" in type(store).__name__
+            else "INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, "
+            "prev_hash, hash) VALUES (?,?,?,?,?,?,?,?,?)",
+            seq,
+            before.at,
+            None,
+            None,
+            "transition",
+            text,
+            before.lane,
+            before.hash,
+            forged,
+        )
         result = op.verify_audit()
         assert not result.ok
-        assert any(f.problem in ("broken_link", "edited") and f.seq and f.seq > seq
-                   for f in result.findings)
+        assert any(
+            f.problem in ("broken_link", "edited") and f.seq and f.seq > seq
+            for f in result.findings
+        )
 
     def test_reorder(self, store: Store) -> None:
         """Two entries swap places (every column but seq moves)."""
@@ -185,9 +200,19 @@ class TestVerify:
         cols = "at, scope, operation_id, kind, detail, lane, prev_hash, hash"
         rows = {e.seq: e for e in store.audit_entries(limit=10_000)}
         for dst, src in ((a, rows[b]), (b, rows[a])):
-            sql(store, f"UPDATE audit_log SET ({cols}) = (?,?,?,?,?,?,?,?) WHERE seq = ?",
-                src.at, src.scope, src.operation_id, src.kind, src.detail_text, src.lane,
-                src.prev_hash, src.hash, dst)
+            sql(
+                store,
+                f"UPDATE audit_log SET ({cols}) = (?,?,?,?,?,?,?,?) WHERE seq = ?",
+                src.at,
+                src.scope,
+                src.operation_id,
+                src.kind,
+                src.detail_text,
+                src.lane,
+                src.prev_hash,
+                src.hash,
+                dst,
+            )
         result = op.verify_audit()
         assert not result.ok and a in {f.seq for f in result.findings}
 
@@ -198,8 +223,13 @@ class TestVerify:
         (first,) = store.audit_entries(limit=1)
         sql(store, "DELETE FROM audit_log WHERE seq > ?", first.seq)
         sql(store, "DELETE FROM audit_heads WHERE lane <> ?", first.lane)
-        sql(store, "UPDATE audit_heads SET seq = ?, hash = ? WHERE lane = ?", first.seq,
-            first.hash, first.lane)
+        sql(
+            store,
+            "UPDATE audit_heads SET seq = ?, hash = ? WHERE lane = ?",
+            first.seq,
+            first.hash,
+            first.lane,
+        )
         if _is_sqlite(store):  # the attacker rewrites the operations rows' anchors too
             sql(store, "UPDATE operations SET audit_seq = NULL, audit_hash = NULL")
         assert op.verify_audit().ok  # consistent with itself...
@@ -228,8 +258,12 @@ class TestSQLiteRowAnchors:
         """Editing the head a journal or receipt recorded in its row is a rewritten head."""
         store = sqlite_store
         op = fill(store)
-        sql(store, "UPDATE operations SET audit_hash = ? WHERE audit_seq = "
-            "(SELECT max(audit_seq) FROM operations)", "0" * 64)
+        sql(
+            store,
+            "UPDATE operations SET audit_hash = ? WHERE audit_seq = "
+            "(SELECT max(audit_seq) FROM operations)",
+            "0" * 64,
+        )
         sql(store, "DELETE FROM audit_heads")  # only the row anchor is left to say it
         assert [f.problem for f in op.verify_audit().findings] == ["head"]
 
@@ -240,15 +274,18 @@ class TestSQLiteRowAnchors:
         fill(store)
         conn = store._conn  # type: ignore[attr-defined]
         before = conn.execute("SELECT seq FROM audit_heads").fetchone()
-        Gate(store=store, registry=default_registry(),
-             adapters={"paper": PaperAdapter(PaperVenue())},
-             policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
-             ).submit("submit_order", "op-anchor", INTENT)
+        Gate(
+            store=store,
+            registry=default_registry(),
+            adapters={"paper": PaperAdapter(PaperVenue())},
+            policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+        ).submit("submit_order", "op-anchor", INTENT)
         assert conn.execute("SELECT seq FROM audit_heads").fetchone() == before
         last = store.audit_entries(limit=10_000)[-1]
         assert last.operation_id == "op-anchor"
-        assert conn.execute("SELECT audit_seq, audit_hash FROM operations WHERE "
-                            "operation_id = 'op-anchor'").fetchone() == (last.seq, last.hash)
+        assert conn.execute(
+            "SELECT audit_seq, audit_hash FROM operations WHERE operation_id = 'op-anchor'"
+        ).fetchone() == (last.seq, last.hash)
         assert store.audit_heads() == {0: (last.seq, last.hash)}
 
 
@@ -266,9 +303,13 @@ class TestEvidenceBundle:
         assert detail["model"] == "example-model" and detail["harness_version"] == "0.1"
         assert detail["context_digest"] == INTENT["context_digest"]
         assert detail["decision"]["policy_version"] == "limit-1"
-        states = [s for e in bundle["entries"]
-                  for s in json.loads(e["detail_text"]).get("path", [json.loads(
-                      e["detail_text"]).get("state")])]
+        states = [
+            s
+            for e in bundle["entries"]
+            for s in json.loads(e["detail_text"]).get(
+                "path", [json.loads(e["detail_text"]).get("state")]
+            )
+        ]
         assert states == ["proposed", "validated", "submitted", "acknowledged"]
         assert bundle["operation"]["venue_id"] and bundle["operation"]["state"] == "acknowledged"
 
@@ -278,7 +319,8 @@ class TestEvidenceBundle:
         bundle = op.export_evidence("op-1")
         if tamper == "edit":
             bundle["entries"][0]["detail_text"] = bundle["entries"][0]["detail_text"].replace(
-                "validated", "rejected")
+                "validated", "rejected"
+            )
         elif tamper == "drop_segment":
             del bundle["segment"][1]
         else:

@@ -14,9 +14,19 @@ from effectgate._frontends.cli import app
 
 def test_bench_smoke_runs_and_prints_ratios(tmp_path) -> None:
     out = tmp_path / "bench.json"
-    result = CliRunner().invoke(app, [
-        "bench", "--smoke", "--store", f"sqlite:///{tmp_path / 'ledger.db'}",
-        "--workload", "B1,B2,B3,B4,B5", "--json", str(out)])
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--smoke",
+            "--store",
+            f"sqlite:///{tmp_path / 'ledger.db'}",
+            "--workload",
+            "B1,B2,B3,B4,B5",
+            "--json",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "ratio" in result.output
     report = json.loads(out.read_text())

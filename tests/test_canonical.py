@@ -36,9 +36,18 @@ class Note(IntentBase):
     text: str
 
 
-NOTES = Registry([ActionClass(name="send_note", model=Note, adapter="mail",
-                              effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
-                              visibility_horizon=10, key_retention=3600)])
+NOTES = Registry(
+    [
+        ActionClass(
+            name="send_note",
+            model=Note,
+            adapter="mail",
+            effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
+            visibility_horizon=10,
+            key_retention=3600,
+        )
+    ]
+)
 
 
 class TestSeedCase4:
@@ -51,8 +60,11 @@ class TestSeedCase4:
         assert fp(context_digest="sha256:" + "00" * 32) == base
         assert fp(proposed_by={"model": "other-model", "session": "s-9"}) == base
         assert fp(tool_output_digests=["sha256:abcdef"]) == base
-        without = {k: v for k, v in EXAMPLE_ORDER.items()
-                   if k not in {"rationale", "context_digest", "proposed_by"}}
+        without = {
+            k: v
+            for k, v in EXAMPLE_ORDER.items()
+            if k not in {"rationale", "context_digest", "proposed_by"}
+        }
         assert REGISTRY.parse("submit_order", without).fingerprint == base
 
     @pytest.mark.parametrize("spelling", ["100.00", "100.0", "0100.00", "1E2", "100", "1e+2"])
@@ -62,13 +74,21 @@ class TestSeedCase4:
 
     def test_reference_fingerprint(self) -> None:
         """Invariant 2: the canonical form documented in canonical.py, byte for byte."""
-        effect = {"action": "submit_order", "instrument": "XYZ-PERP", "side": "buy",
-                  "order_type": "limit", "quantity": "4", "limit_price": "100"}
+        effect = {
+            "action": "submit_order",
+            "instrument": "XYZ-PERP",
+            "side": "buy",
+            "order_type": "limit",
+            "quantity": "4",
+            "limit_price": "100",
+        }
         assert canonical_effect(effect) == (
             b'{"action":"submit_order","instrument":"XYZ-PERP","limit_price":"100",'
-            b'"order_type":"limit","quantity":"4","side":"buy"}')
+            b'"order_type":"limit","quantity":"4","side":"buy"}'
+        )
         assert fingerprint(effect) == (
-            "fa43b085bb84bf4c1f0b457bd49a9b07d5166faf779430a348d4e1a0b2ab891f")
+            "fa43b085bb84bf4c1f0b457bd49a9b07d5166faf779430a348d4e1a0b2ab891f"
+        )
 
 
 class TestFingerprintIdentity:
@@ -85,8 +105,10 @@ class TestFingerprintIdentity:
             return NOTES.parse("send_note", json.dumps(doc).encode()).fingerprint
 
         assert note(composed) == note(decomposed)
-        intent = NOTES.parse("send_note", {"intent_version": "1", "action": "send_note",
-                                           "to": "ops", "text": decomposed})
+        intent = NOTES.parse(
+            "send_note",
+            {"intent_version": "1", "action": "send_note", "to": "ops", "text": decomposed},
+        )
         assert intent.effect["text"] == composed  # the adapter sees what was fingerprinted
 
     def test_key_order_is_irrelevant(self) -> None:
@@ -99,9 +121,17 @@ class TestFingerprintIdentity:
         compact = json.dumps(EXAMPLE_ORDER, separators=(",", ":"))
         assert REGISTRY.parse("submit_order", compact).fingerprint == fp()
 
-    @pytest.mark.parametrize("change", [{"quantity": "5"}, {"quantity": "4.0001"},
-                                        {"side": "sell"}, {"limit_price": "100.01"},
-                                        {"instrument": "ABC-PERP"}, {"account": "acct-1"}])
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"quantity": "5"},
+            {"quantity": "4.0001"},
+            {"side": "sell"},
+            {"limit_price": "100.01"},
+            {"instrument": "ABC-PERP"},
+            {"account": "acct-1"},
+        ],
+    )
     def test_a_different_effect_changes_the_fingerprint(self, change: dict[str, str]) -> None:
         """Invariant 2: a changed payload is detectable, so a reused id can be refused."""
         assert fp(**change) != fp()
@@ -116,26 +146,50 @@ class TestFingerprintIdentity:
 class TestCanonicalDecimal:
     """Invariant 2: decimals are parsed and re-rendered; floats refused."""
 
-    @pytest.mark.parametrize(("raw", "canonical"), [
-        ("100.00", "100"), ("100.0", "100"), ("0100.00", "100"), ("1E2", "100"),
-        ("0.50", "0.5"), (".5", "0.5"), ("5.", "5"), ("1e-30", "0." + "0" * 29 + "1"),
-        ("1234567.890123456789012345678901234567800", "1234567.8901234567890123456789012345678"),
-    ])
+    @pytest.mark.parametrize(
+        ("raw", "canonical"),
+        [
+            ("100.00", "100"),
+            ("100.0", "100"),
+            ("0100.00", "100"),
+            ("1E2", "100"),
+            ("0.50", "0.5"),
+            (".5", "0.5"),
+            ("5.", "5"),
+            ("1e-30", "0." + "0" * 29 + "1"),
+            (
+                "1234567.890123456789012345678901234567800",
+                "1234567.8901234567890123456789012345678",
+            ),
+        ],
+    )
     def test_renderings(self, raw: str, canonical: str) -> None:
         assert canonical_decimal(raw, field="f") == canonical
 
-    @pytest.mark.parametrize(("raw", "canonical"), [("-0", "0"), ("0.000", "0"),
-                                                    ("-1.50", "-1.5"), ("0E-1000", "0")])
+    @pytest.mark.parametrize(
+        ("raw", "canonical"), [("-0", "0"), ("0.000", "0"), ("-1.50", "-1.5"), ("0E-1000", "0")]
+    )
     def test_signed(self, raw: str, canonical: str) -> None:
         assert canonical_decimal(raw, field="f", positive=False) == canonical
 
-    @pytest.mark.parametrize(("raw", "reason"), [
-        (1.5, "float_not_allowed"), (True, "not_a_decimal_string"), (4, "not_a_decimal_string"),
-        ("sNaN", "non_finite"), ("-Infinity", "non_finite"), ("1E31", "out_of_range"),
-        ("1" * 39, "out_of_range"), ("1." + "1" * 38, "out_of_range"),
-        ("9" * 101, "out_of_range"), ("4 ", "not_a_decimal_string"), ("", "not_a_decimal_string"),
-        ("\uff14", "not_a_decimal_string"), ("4e", "not_a_decimal_string"),
-    ])
+    @pytest.mark.parametrize(
+        ("raw", "reason"),
+        [
+            (1.5, "float_not_allowed"),
+            (True, "not_a_decimal_string"),
+            (4, "not_a_decimal_string"),
+            ("sNaN", "non_finite"),
+            ("-Infinity", "non_finite"),
+            ("1E31", "out_of_range"),
+            ("1" * 39, "out_of_range"),
+            ("1." + "1" * 38, "out_of_range"),
+            ("9" * 101, "out_of_range"),
+            ("4 ", "not_a_decimal_string"),
+            ("", "not_a_decimal_string"),
+            ("\uff14", "not_a_decimal_string"),
+            ("4e", "not_a_decimal_string"),
+        ],
+    )
     def test_refusals(self, raw: object, reason: str) -> None:
         with pytest.raises(IntentError) as caught:
             canonical_decimal(raw, field="price")
@@ -143,8 +197,7 @@ class TestCanonicalDecimal:
 
 
 _keys = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True)
-_values = st.one_of(st.text(max_size=20), st.integers(-MAX_SAFE_INT, MAX_SAFE_INT),
-                    st.booleans())
+_values = st.one_of(st.text(max_size=20), st.integers(-MAX_SAFE_INT, MAX_SAFE_INT), st.booleans())
 
 
 @st.composite
@@ -163,17 +216,24 @@ class TestProperties:
     @given(st.dictionaries(_keys, _values, max_size=12))
     def test_canonical_effect_is_rfc8785(self, effect: dict[str, str | int | bool]) -> None:
         """Invariant 2: the canonical bytes are exactly RFC 8785 (JCS) of the NFC'd effect."""
-        nfc = {k: unicodedata.normalize("NFC", v) if isinstance(v, str) else v
-               for k, v in effect.items()}
+        nfc = {
+            k: unicodedata.normalize("NFC", v) if isinstance(v, str) else v
+            for k, v in effect.items()
+        }
         assert canonical_effect(effect) == rfc8785.dumps(nfc)
 
     @settings(max_examples=300)
     @given(_decimals(), st.sampled_from(["str", "f", "e", "padded"]))
     def test_canonical_decimal_is_idempotent_and_exact(self, value: Decimal, form: str) -> None:
         """Invariant 2: canonicalising keeps the value and is a fixed point."""
-        text = {"str": str(value), "f": format(value, "f"), "e": format(value, "e"),
-                "padded": format(value, "f").replace("-", "-00") if value < 0
-                else "00" + format(value, "f")}[form]
+        text = {
+            "str": str(value),
+            "f": format(value, "f"),
+            "e": format(value, "e"),
+            "padded": format(value, "f").replace("-", "-00")
+            if value < 0
+            else "00" + format(value, "f"),
+        }[form]
         canonical = canonical_decimal(text, field="f", positive=False)
         assert Decimal(canonical) == value
         assert canonical == format(value.normalize(Context(prec=100)), "f")

@@ -20,9 +20,14 @@ KEY = "cli-test-key"
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "effectgate", *args], capture_output=True,
-                          text=True, timeout=60, check=False,
-                          env={**os.environ, "EFFECTGATE_VENUE_KEY": KEY, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "effectgate", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "EFFECTGATE_VENUE_KEY": KEY, **(env or {})},
+    )
 
 
 @pytest.fixture
@@ -33,9 +38,12 @@ def ledger_and_venue(tmp_path, monkeypatch):
         path = tmp_path / "ledger.db"
         store = SQLiteStore(str(path))
         adapter = HttpVenueAdapter(server.url, credential_env="EFFECTGATE_VENUE_KEY")
-        gate = Gate(store=store, registry=default_registry(adapter="http"),
-                    adapters={"http": adapter},
-                    policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}))
+        gate = Gate(
+            store=store,
+            registry=default_registry(adapter="http"),
+            adapters={"http": adapter},
+            policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+        )
         gate.submit("submit_order", "op-1", EXAMPLE_ORDER)
         yield f"sqlite:///{path}", server, venue
         adapter.close()
@@ -73,9 +81,9 @@ class TestOpsCommands:
         rows = json.loads(cli("ops", "list", "--store", url, "--json").stdout)
         assert [(r["operation_id"], r["state"]) for r in rows] == [("op-1", "acknowledged")]
         shown = json.loads(cli("ops", "show", "--store", url, "op-1").stdout)
-        assert [s for e in shown["audit"]
-                for s in e["detail"].get("path", [e["detail"]["state"]])] == [
-            "proposed", "validated", "submitted", "acknowledged"]
+        assert [
+            s for e in shown["audit"] for s in e["detail"].get("path", [e["detail"]["state"]])
+        ] == ["proposed", "validated", "submitted", "acknowledged"]
 
     def test_show_says_why_an_operation_is_uncertain(self, tmp_path, monkeypatch) -> None:
         """Issue 11 item 4: the venue was down at dispatch; `ops show` gives the cause from the
@@ -89,9 +97,12 @@ class TestOpsCommands:
         path = tmp_path / "ledger.db"
         store = SQLiteStore(str(path))
         adapter = HttpVenueAdapter(down, credential_env="EFFECTGATE_VENUE_KEY")
-        gate = Gate(store=store, registry=default_registry(adapter="http"),
-                    adapters={"http": adapter},
-                    policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}))
+        gate = Gate(
+            store=store,
+            registry=default_registry(adapter="http"),
+            adapters={"http": adapter},
+            policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+        )
         assert gate.submit("submit_order", "op-down", EXAMPLE_ORDER).state.value == "submitted"
         adapter.close()
         store.close()

@@ -17,19 +17,33 @@ from effectgate.examples import EXAMPLE_ORDER, default_registry
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "effectgate", *args], capture_output=True,
-                          text=True, timeout=60, check=False,
-                          env={**os.environ, "EFFECTGATE_STORE": url,
-                               "EFFECTGATE_OPERATOR": "alice", "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "effectgate", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={
+            **os.environ,
+            "EFFECTGATE_STORE": url,
+            "EFFECTGATE_OPERATOR": "alice",
+            "COLUMNS": "200",
+        },
+    )
 
 
 @pytest.fixture
 def ledger(tmp_path):
     path = tmp_path / "ledger.db"
     store = SQLiteStore(str(path))
-    gate = Gate(store=store, registry=default_registry(), adapters={"paper": PaperAdapter(
-        PaperVenue())}, policy=PolicySet({"submit_order": LimitPolicy(
-            Decimal("10000"), approve_above=Decimal("1000"))}))
+    gate = Gate(
+        store=store,
+        registry=default_registry(),
+        adapters={"paper": PaperAdapter(PaperVenue())},
+        policy=PolicySet(
+            {"submit_order": LimitPolicy(Decimal("10000"), approve_above=Decimal("1000"))}
+        ),
+    )
     gate.submit("submit_order", "op-1", EXAMPLE_ORDER)
     gate.propose("submit_order", "op-2", EXAMPLE_ORDER)
     big = gate.submit("submit_order", "op-big", {**EXAMPLE_ORDER, "quantity": "20"})
@@ -63,17 +77,28 @@ def test_approvals_from_the_cli(ledger) -> None:
     assert gate.dispatch("op-big").state is State.ACKNOWLEDGED
 
 
-@pytest.mark.parametrize("args,needle", [
-    (["authority", "step", "wire_money", "max_value", '"10"', "--evidence", '{"n":1}'],
-     "no action class named 'wire_money'"),
-    (["authority", "step", "submit_order", "max_value", "10.5", "--evidence", '{"n":1}'],
-     "max_value: must be a decimal string"),
-    (["authority", "step", "submit_order", "max_value", "{oops", "--evidence", '{"n":1}'],
-     "not JSON"),
-    (["authority", "step", "submit_order", "tier", '"validate"', "--evidence", '{"n":1}'],
-     "floor never moves"),
-    (["kill", "on", "wire_money"], "no action class named 'wire_money'"),
-])
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (
+            ["authority", "step", "wire_money", "max_value", '"10"', "--evidence", '{"n":1}'],
+            "no action class named 'wire_money'",
+        ),
+        (
+            ["authority", "step", "submit_order", "max_value", "10.5", "--evidence", '{"n":1}'],
+            "max_value: must be a decimal string",
+        ),
+        (
+            ["authority", "step", "submit_order", "max_value", "{oops", "--evidence", '{"n":1}'],
+            "not JSON",
+        ),
+        (
+            ["authority", "step", "submit_order", "tier", '"validate"', "--evidence", '{"n":1}'],
+            "floor never moves",
+        ),
+        (["kill", "on", "wire_money"], "no action class named 'wire_money'"),
+    ],
+)
 def test_bad_operator_input_is_refused_and_changes_nothing(ledger, args, needle) -> None:
     url, _, _, path = ledger
     before = [r for r in sqlite3.connect(path).execute("SELECT count(*) FROM audit_log")]
@@ -86,8 +111,16 @@ def test_bad_operator_input_is_refused_and_changes_nothing(ledger, args, needle)
 
 def test_staged_step_and_history(ledger) -> None:
     url, _, _, _ = ledger
-    step = cli(url, "authority", "step", "submit_order", "exposure",
-               '{"limit": "5000", "window": 3600}', "--evidence", '{"clean_actions": 200}')
+    step = cli(
+        url,
+        "authority",
+        "step",
+        "submit_order",
+        "exposure",
+        '{"limit": "5000", "window": 3600}',
+        "--evidence",
+        '{"clean_actions": 200}',
+    )
     assert step.returncode == 0, step.stderr
     shown = json.loads(cli(url, "authority", "show", "submit_order").stdout)
     assert shown["exposure"] == {"limit": "5000", "window": 3600.0} and shown["version"] == 1
@@ -98,14 +131,24 @@ def test_staged_step_and_history(ledger) -> None:
 def test_shadow_report(ledger) -> None:
     url, gate, _, _ = ledger
     assert cli(url, "shadow", "on", "submit_order").returncode == 0
-    gate.submit("submit_order", "op-s", {**EXAMPLE_ORDER, "quantity": "2"},
-                correlation_id="ticket-9")
-    fed = cli(url, "shadow", "feed", "ticket-9", "--action", "submit_order", "--source", "desk",
-              "--intent", json.dumps({**EXAMPLE_ORDER, "quantity": "3"}))
+    gate.submit(
+        "submit_order", "op-s", {**EXAMPLE_ORDER, "quantity": "2"}, correlation_id="ticket-9"
+    )
+    fed = cli(
+        url,
+        "shadow",
+        "feed",
+        "ticket-9",
+        "--action",
+        "submit_order",
+        "--source",
+        "desk",
+        "--intent",
+        json.dumps({**EXAMPLE_ORDER, "quantity": "3"}),
+    )
     assert fed.returncode == 0, fed.stderr
     report = json.loads(cli(url, "shadow", "report", "--json").stdout)
-    assert report["disagreement_rate"] == 1.0 and report["cases"][0]["correlation_id"] == \
-        "ticket-9"
+    assert report["disagreement_rate"] == 1.0 and report["cases"][0]["correlation_id"] == "ticket-9"
 
 
 def test_audit_verify_export_and_tamper(ledger, tmp_path) -> None:
@@ -133,12 +176,18 @@ def test_controls_read_the_service_config(tmp_path) -> None:
     env = {**os.environ, "EFFECTGATE_OPERATOR": "alice", "COLUMNS": "200"}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "effectgate", *args], capture_output=True,
-                              text=True, timeout=60, check=False, env=env, cwd=str(tmp_path))
+        return subprocess.run(
+            [sys.executable, "-m", "effectgate", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=env,
+            cwd=str(tmp_path),
+        )
 
     assert run("kill", "on", "cancel_order", "--config", config).returncode == 0
-    status = json.loads(run("kill", "status", "cancel_order", "--config", config,
-                            "--json").stdout)
+    status = json.loads(run("kill", "status", "cancel_order", "--config", config, "--json").stdout)
     assert [s["killed"] for s in status if s["action"] == "cancel_order"] == [True]
     unknown = run("kill", "on", "wire_money", "--config", config)
     assert unknown.returncode == 1 and "[unknown_action_class]" in unknown.stderr

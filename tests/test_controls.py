@@ -32,8 +32,12 @@ from effectgate.store.roles import Store
 from effectgate.testing import CountingAdapter, ManualClock
 
 INTENT = dict(EXAMPLE_ORDER)  # notional 400 (4 x 100.00)
-CANCEL = {"intent_version": "1", "action": "cancel_order", "instrument": "XYZ-PERP",
-          "order_ref": "V-000001"}
+CANCEL = {
+    "intent_version": "1",
+    "action": "cancel_order",
+    "instrument": "XYZ-PERP",
+    "order_ref": "V-000001",
+}
 
 
 def order(qty: str = "4", instrument: str = "XYZ-PERP", **extra: object) -> dict:
@@ -41,17 +45,28 @@ def order(qty: str = "4", instrument: str = "XYZ-PERP", **extra: object) -> dict
 
 
 def registry(floor: Tier = Tier.VALIDATE, settlement: float | None = None) -> Registry:
-    submit = ActionClass(name="submit_order", model=SubmitOrder, adapter="paper",
-                         effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
-                         visibility_horizon=60.0, key_retention=86400.0, value_of=notional,
-                         target_field="instrument", tier_floor=floor,
-                         settlement_window=settlement)
+    submit = ActionClass(
+        name="submit_order",
+        model=SubmitOrder,
+        adapter="paper",
+        effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
+        visibility_horizon=60.0,
+        key_retention=86400.0,
+        value_of=notional,
+        target_field="instrument",
+        tier_floor=floor,
+        settlement_window=settlement,
+    )
     return Registry([submit, cancel_order_class()])
 
 
 def policy() -> PolicySet:
-    return PolicySet({"submit_order": LimitPolicy(Decimal("100000"), approve_above=Decimal("5000")),
-                      "cancel_order": LimitPolicy(Decimal("1"))})
+    return PolicySet(
+        {
+            "submit_order": LimitPolicy(Decimal("100000"), approve_above=Decimal("5000")),
+            "cancel_order": LimitPolicy(Decimal("1")),
+        }
+    )
 
 
 @dataclass
@@ -66,20 +81,34 @@ class World:
 
     def gate_on(self, store: Store) -> Gate:
         """Another executor process: its own store handle, same ledger, same venue."""
-        return Gate(store=store, registry=self.gate.registry, adapters={"paper": self.adapter},
-                    policy=self.gate.policy, clock=self.clock, breakers=self.gate.breakers,
-                    alerts=self.alerts.append)
+        return Gate(
+            store=store,
+            registry=self.gate.registry,
+            adapters={"paper": self.adapter},
+            policy=self.gate.policy,
+            clock=self.clock,
+            breakers=self.gate.breakers,
+            alerts=self.alerts.append,
+        )
 
 
-def make_world(store: Store, *, floor: Tier = Tier.VALIDATE,
-               breakers: dict[str, BreakerConfig] | None = None) -> World:
+def make_world(
+    store: Store, *, floor: Tier = Tier.VALIDATE, breakers: dict[str, BreakerConfig] | None = None
+) -> World:
     clock = ManualClock()
     venue = PaperVenue(clock=clock)
     adapter = CountingAdapter(PaperAdapter(venue))
     alerts: list[Alert] = []
     reg = registry(floor)
-    gate = Gate(store=store, registry=reg, adapters={"paper": adapter}, policy=policy(),
-                clock=clock, breakers=breakers, alerts=alerts.append)
+    gate = Gate(
+        store=store,
+        registry=reg,
+        adapters={"paper": adapter},
+        policy=policy(),
+        clock=clock,
+        breakers=breakers,
+        alerts=alerts.append,
+    )
     op = Operator(store=store, registry=reg, alerts=alerts.append, clock=clock)
     return World(store, venue, adapter, gate, op, clock, alerts)
 
@@ -103,14 +132,16 @@ class TestKillSwitch:
         assert world.gate.dispatch("op-1").state is State.ACKNOWLEDGED
 
     def test_switch_flipped_through_one_handle_stops_dispatch_through_another(
-            self, store_factory) -> None:
+        self, store_factory
+    ) -> None:
         """Invariant 7 across processes: the switch lives in the store and is read in the
         transaction that would write `submitted` (insert path and validated->submitted)."""
         executor, operator_side = store_factory(), store_factory()
         w = make_world(executor)
         w.gate.propose("submit_order", "op-approved", INTENT)
         Operator(store=operator_side, registry=w.gate.registry).kill(
-            "submit_order", operator="alice")
+            "submit_order", operator="alice"
+        )
         assert w.gate.submit("submit_order", "op-new", INTENT).state is State.VALIDATED
         assert w.gate.dispatch("op-approved").state is State.VALIDATED
         assert w.adapter.execute_calls == 0
@@ -128,61 +159,93 @@ class TestKillSwitch:
     def test_agent_facing_gate_cannot_flip_a_switch(self, world: World) -> None:
         """Invariant 7: operators only. The Gate exposes no control-changing method."""
         names = {n for n in dir(world.gate) if not n.startswith("_")}
-        assert not names & {"kill", "release", "reset_breaker", "set_shadow", "step",
-                            "approve", "refuse", "set_kill"}
+        assert not names & {
+            "kill",
+            "release",
+            "reset_breaker",
+            "set_shadow",
+            "step",
+            "approve",
+            "refuse",
+            "set_kill",
+        }
 
 
 class TestBadOperatorInput:
-    @pytest.mark.parametrize("call", [
-        lambda op: op.kill("wire_money", operator="alice"),
-        lambda op: op.reset_breaker("wire_money", operator="alice"),
-        lambda op: op.set_shadow("wire_money", True, operator="alice"),
-        lambda op: op.step("wire_money", "max_value", "10", evidence={"n": 1}, operator="alice"),
-    ])
-    def test_unknown_class_is_a_clear_error_and_changes_nothing(self, world: World,
-                                                                call) -> None:
+    @pytest.mark.parametrize(
+        "call",
+        [
+            lambda op: op.kill("wire_money", operator="alice"),
+            lambda op: op.reset_breaker("wire_money", operator="alice"),
+            lambda op: op.set_shadow("wire_money", True, operator="alice"),
+            lambda op: op.step(
+                "wire_money", "max_value", "10", evidence={"n": 1}, operator="alice"
+            ),
+        ],
+    )
+    def test_unknown_class_is_a_clear_error_and_changes_nothing(self, world: World, call) -> None:
         with pytest.raises(UnknownActionClass, match="wire_money"):
             call(world.operator)
         assert world.store.list_controls() == [] and list(world.store.iter_audit()) == []
 
-    @pytest.mark.parametrize("axis,value,field", [
-        ("max_value", 100.5, "max_value"), ("max_value", "-3", "max_value"),
-        ("max_value", "lots", "max_value"), ("exposure", {"limit": "10"}, "exposure"),
-        ("exposure", {"limit": "10", "window": -1}, "exposure.window"),
-        ("rate", {"limit": 0, "interval": 60}, "rate.limit"),
-        ("allowed_targets", "XYZ-PERP", "allowed_targets"),
-        ("allowed_targets", ["XYZ-P\u0415RP"], "allowed_targets"),
-        ("tier", "validate", "axis"), ("blast", "1", "axis"),
-    ])
-    def test_malformed_envelope_is_refused_and_changes_nothing(self, world: World, axis: str,
-                                                               value: object, field: str) -> None:
+    @pytest.mark.parametrize(
+        "axis,value,field",
+        [
+            ("max_value", 100.5, "max_value"),
+            ("max_value", "-3", "max_value"),
+            ("max_value", "lots", "max_value"),
+            ("exposure", {"limit": "10"}, "exposure"),
+            ("exposure", {"limit": "10", "window": -1}, "exposure.window"),
+            ("rate", {"limit": 0, "interval": 60}, "rate.limit"),
+            ("allowed_targets", "XYZ-PERP", "allowed_targets"),
+            ("allowed_targets", ["XYZ-P\u0415RP"], "allowed_targets"),
+            ("tier", "validate", "axis"),
+            ("blast", "1", "axis"),
+        ],
+    )
+    def test_malformed_envelope_is_refused_and_changes_nothing(
+        self, world: World, axis: str, value: object, field: str
+    ) -> None:
         with pytest.raises(ControlError) as info:
-            world.operator.step("submit_order", axis, value, evidence={"clean": 10},
-                                operator="alice")
+            world.operator.step(
+                "submit_order", axis, value, evidence={"clean": 10}, operator="alice"
+            )
         assert info.value.field == field
         assert world.operator.envelope("submit_order").to_json()["max_value"] is None
         assert world.operator.history() == [] and list(world.store.iter_audit()) == []
 
-    @pytest.mark.parametrize("kwargs", [
-        {"evidence": {}}, {"evidence": {"n": 1}, "reverse_on": "whenever"},
-        {"evidence": {"n": 1}, "operator": "system:breaker"}, {"evidence": {"n": 1},
-                                                                "operator": ""},
-    ])
-    def test_step_needs_evidence_a_condition_and_an_operator(self, world: World,
-                                                             kwargs: dict) -> None:
+    @pytest.mark.parametrize(
+        "kwargs",
+        [
+            {"evidence": {}},
+            {"evidence": {"n": 1}, "reverse_on": "whenever"},
+            {"evidence": {"n": 1}, "operator": "system:breaker"},
+            {"evidence": {"n": 1}, "operator": ""},
+        ],
+    )
+    def test_step_needs_evidence_a_condition_and_an_operator(
+        self, world: World, kwargs: dict
+    ) -> None:
         with pytest.raises(ControlError):
-            world.operator.step("submit_order", "max_value", "500",
-                                **{"operator": "alice", **kwargs})
+            world.operator.step(
+                "submit_order", "max_value", "500", **{"operator": "alice", **kwargs}
+            )
         assert world.operator.history() == []
 
 
 class TestEnvelope:
     def test_per_action_axes_reject_with_the_axis_named(self, world: World) -> None:
         """Envelope ceiling and allowlist refuse out-of-envelope proposals (journalled reason)."""
-        world.operator.step("submit_order", "max_value", "500", evidence={"initial": True},
-                            operator="alice")
-        world.operator.step("submit_order", "allowed_targets", ["XYZ-PERP"],
-                            evidence={"initial": True}, operator="alice")
+        world.operator.step(
+            "submit_order", "max_value", "500", evidence={"initial": True}, operator="alice"
+        )
+        world.operator.step(
+            "submit_order",
+            "allowed_targets",
+            ["XYZ-PERP"],
+            evidence={"initial": True},
+            operator="alice",
+        )
         big = world.gate.submit("submit_order", "op-big", order("6"))
         other = world.gate.submit("submit_order", "op-abc", order(instrument="ABC"))
         assert big.state is State.REJECTED and "ceiling 500" in (big.reason or "")
@@ -191,39 +254,59 @@ class TestEnvelope:
         assert world.gate.submit("submit_order", "op-ok", INTENT).state is State.ACKNOWLEDGED
 
     def test_unmeasurable_value_is_refused_by_the_ceiling_and_held_by_exposure(
-            self, world: World) -> None:
+        self, world: World
+    ) -> None:
         """A limit that cannot be checked is not a limit: a market order has no notional.
 
         The class policy has no value axis here, so only the envelope can refuse it."""
         market = {**INTENT, "order_type": "market"}
         del market["limit_price"]
         world.gate.policy = PolicySet({"submit_order": LimitPolicy()})
-        world.operator.step("submit_order", "exposure", {"limit": "1000", "window": 60},
-                            evidence={"initial": True}, operator="alice")
+        world.operator.step(
+            "submit_order",
+            "exposure",
+            {"limit": "1000", "window": 60},
+            evidence={"initial": True},
+            operator="alice",
+        )
         held = world.gate.submit("submit_order", "op-m1", market)
         assert held.state is State.VALIDATED and "cannot be measured" in (held.detail or "")
-        world.operator.step("submit_order", "max_value", "500", evidence={"initial": True},
-                            operator="alice")
+        world.operator.step(
+            "submit_order", "max_value", "500", evidence={"initial": True}, operator="alice"
+        )
         refused = world.gate.submit("submit_order", "op-m2", market)
         assert refused.state is State.REJECTED and "cannot be measured" in (refused.reason or "")
         assert world.adapter.execute_calls == 0
 
     def test_rate_axis_holds_the_extra_dispatch(self, world: World) -> None:
-        world.operator.step("submit_order", "rate", {"limit": 2, "interval": 60},
-                            evidence={"initial": True}, operator="alice")
+        world.operator.step(
+            "submit_order",
+            "rate",
+            {"limit": 2, "interval": 60},
+            evidence={"initial": True},
+            operator="alice",
+        )
         states = [world.gate.submit("submit_order", f"op-{i}", INTENT).state for i in range(3)]
         assert states == [State.ACKNOWLEDGED, State.ACKNOWLEDGED, State.VALIDATED]
         world.clock.advance(61)
         assert world.gate.dispatch("op-2").state is State.ACKNOWLEDGED
 
     def test_exposure_axis_is_a_sliding_window(self, world: World) -> None:
-        world.operator.step("submit_order", "exposure", {"limit": "1000", "window": 60},
-                            evidence={"initial": True}, operator="alice")
+        world.operator.step(
+            "submit_order",
+            "exposure",
+            {"limit": "1000", "window": 60},
+            evidence={"initial": True},
+            operator="alice",
+        )
         a = world.gate.submit("submit_order", "op-a", order("6"))  # 600
         b = world.gate.submit("submit_order", "op-b", order("5"))  # 500: 1100 > 1000
         c = world.gate.submit("submit_order", "op-c", order("4"))  # 400: 1000 fits
-        assert (a.state, b.state, c.state) == (State.ACKNOWLEDGED, State.VALIDATED,
-                                               State.ACKNOWLEDGED)
+        assert (a.state, b.state, c.state) == (
+            State.ACKNOWLEDGED,
+            State.VALIDATED,
+            State.ACKNOWLEDGED,
+        )
         assert "exposure" in (b.detail or "")
         world.clock.advance(61)
         assert world.gate.dispatch("op-b").state is State.ACKNOWLEDGED
@@ -234,13 +317,17 @@ class TestEnvelope:
         from concurrent.futures import ThreadPoolExecutor
 
         w = make_world(store_factory())
-        w.operator.step("submit_order", "exposure", {"limit": "2000", "window": 3600},
-                        evidence={"initial": True}, operator="alice")
+        w.operator.step(
+            "submit_order",
+            "exposure",
+            {"limit": "2000", "window": 3600},
+            evidence={"initial": True},
+            operator="alice",
+        )
         gates = [w.gate_on(store_factory()) for _ in range(8)]
 
         def burst(i: int) -> list[State]:
-            return [gates[i].submit("submit_order", f"op-{i}-{j}", INTENT).state
-                    for j in range(3)]
+            return [gates[i].submit("submit_order", f"op-{i}-{j}", INTENT).state for j in range(3)]
 
         with ThreadPoolExecutor(8) as pool:
             states = [s for batch in pool.map(burst, range(8)) for s in batch]
@@ -252,22 +339,37 @@ class TestStagedAuthority:
     def test_steps_are_recorded_and_the_breaker_reverses_them(self, store: Store) -> None:
         """Envelope changes are recorded steps (axis, old, new, evidence, reversal, operator);
         a breaker trip returns the envelope to where it was, and that is recorded too."""
-        w = make_world(store, breakers={"submit_order": BreakerConfig(
-            window=60, max_repeats=2)})
-        w.operator.step("submit_order", "max_value", "1000", evidence={"initial": True},
-                        operator="alice", reverse_on="manual")
-        w.operator.step("submit_order", "max_value", "2000",
-                        evidence={"clean_actions": 500, "max_seen": "990"}, operator="bob")
-        w.operator.step("submit_order", "max_value", "4000",
-                        evidence={"clean_actions": 900}, operator="bob")
+        w = make_world(store, breakers={"submit_order": BreakerConfig(window=60, max_repeats=2)})
+        w.operator.step(
+            "submit_order",
+            "max_value",
+            "1000",
+            evidence={"initial": True},
+            operator="alice",
+            reverse_on="manual",
+        )
+        w.operator.step(
+            "submit_order",
+            "max_value",
+            "2000",
+            evidence={"clean_actions": 500, "max_seen": "990"},
+            operator="bob",
+        )
+        w.operator.step(
+            "submit_order", "max_value", "4000", evidence={"clean_actions": 900}, operator="bob"
+        )
         assert w.operator.envelope("submit_order").max_value == Decimal("4000")
         for i in range(3):  # the same payload under three ids trips `repeats`
             w.gate.submit("submit_order", f"dup-{i}", INTENT)
         assert w.operator.envelope("submit_order").max_value == Decimal("1000")
         history = w.operator.history("submit_order")
         assert [(h.kind, h.old, h.new) for h in history] == [
-            ("step", None, "1000"), ("step", "1000", "2000"), ("step", "2000", "4000"),
-            ("reversal", "4000", "2000"), ("reversal", "2000", "1000")]
+            ("step", None, "1000"),
+            ("step", "1000", "2000"),
+            ("step", "2000", "4000"),
+            ("reversal", "4000", "2000"),
+            ("reversal", "2000", "1000"),
+        ]
         assert history[1].evidence == {"clean_actions": 500, "max_seen": "990"}
         assert history[3].operator == "system:breaker" and history[3].reverses == 3
         kinds = [e.kind for e in store.iter_audit()]
@@ -277,11 +379,21 @@ class TestStagedAuthority:
         """A class whose floor is `approve` stays behind approval however large its envelope
         grows; the tier is not an axis a step can move."""
         w = make_world(store, floor=Tier.APPROVE)
-        w.operator.step("submit_order", "max_value", "1000000",
-                        evidence={"clean_actions": 10_000}, operator="alice")
+        w.operator.step(
+            "submit_order",
+            "max_value",
+            "1000000",
+            evidence={"clean_actions": 10_000},
+            operator="alice",
+        )
         with pytest.raises(ControlError, match="floor never moves"):
-            w.operator.step("submit_order", "tier", "validate",
-                            evidence={"clean_actions": 10_000}, operator="alice")
+            w.operator.step(
+                "submit_order",
+                "tier",
+                "validate",
+                evidence={"clean_actions": 10_000},
+                operator="alice",
+            )
         row = w.gate.submit("submit_order", "op-1", INTENT)
         assert row.state is State.AWAITING_APPROVAL and row.tier == "approve"
         assert w.adapter.execute_calls == 0
@@ -326,8 +438,7 @@ class TestBreaker:
             w.gate.submit("submit_order", f"op-{i}", order(instrument=target))
         self.assert_open_and_staying(w, "new_targets")
 
-    def test_trip_is_logged_at_error(self, store: Store,
-                                     caplog: pytest.LogCaptureFixture) -> None:
+    def test_trip_is_logged_at_error(self, store: Store, caplog: pytest.LogCaptureFixture) -> None:
         w = self.trip_world(store, max_repeats=0)
         w.gate.submit("submit_order", "op-0", INTENT)
         assert any(r.levelname == "ERROR" and "breaker" in r.message for r in caplog.records)
@@ -350,8 +461,11 @@ class TestShadow:
         assert world.gate.dispatch("op-2", correlation_id="ticket-2").state is State.SHADOWED
         assert row.state is State.SHADOWED and proposed.state is State.VALIDATED
         assert world.adapter.execute_calls == 0 and world.venue.calls == 0
-        (shadowed,) = [e for e in world.store.iter_audit()
-                       if e.operation_id == "op-1" and e.detail.get("state") == "shadowed"]
+        (shadowed,) = [
+            e
+            for e in world.store.iter_audit()
+            if e.operation_id == "op-1" and e.detail.get("state") == "shadowed"
+        ]
         assert shadowed.detail["request"]["effect"]["quantity"] == "4"
 
     def test_report_gives_the_disagreement_rate_and_cases(self, world: World) -> None:
@@ -359,9 +473,9 @@ class TestShadow:
         op.set_shadow("submit_order", True, operator="alice")
         for i, qty in enumerate(["4", "2", "3"]):
             world.gate.submit("submit_order", f"op-{i}", order(qty), correlation_id=f"t-{i}")
-        op.feed_incumbent("t-0", "submit_order", order("4"), source="desk")   # agrees
-        op.feed_incumbent("t-1", "submit_order", order("5"), source="desk")   # differs
-        op.feed_incumbent("t-9", "submit_order", None, source="desk")          # agent silent
+        op.feed_incumbent("t-0", "submit_order", order("4"), source="desk")  # agrees
+        op.feed_incumbent("t-1", "submit_order", order("5"), source="desk")  # differs
+        op.feed_incumbent("t-9", "submit_order", None, source="desk")  # agent silent
         report = op.shadow_report("submit_order")
         assert report.compared == 3 and len(report.agreed) == 1
         assert report.disagreement_rate == pytest.approx(2 / 3)
@@ -423,8 +537,9 @@ class TestApprovals:
 
     def test_refusal_denies(self, world: World) -> None:
         fp = self.big(world, "op-r")
-        outcome = world.operator.refuse("op-r", fingerprint=fp, approver="alice",
-                                        reason="too large")
+        outcome = world.operator.refuse(
+            "op-r", fingerprint=fp, approver="alice", reason="too large"
+        )
         assert outcome.operation.state is State.DENIED
         assert world.gate.dispatch("op-r").state is State.DENIED
         with pytest.raises(ApprovalError):
@@ -459,18 +574,31 @@ class TestAlerts:
         venue = PaperVenue(clock=clock, honour_key=False)
         alerts: list[Alert] = []
         reg = registry()
-        gate = Gate(store=store, registry=reg, adapters={"paper": PaperAdapter(venue)},
-                    policy=policy(), clock=clock)
+        gate = Gate(
+            store=store,
+            registry=reg,
+            adapters={"paper": PaperAdapter(venue)},
+            policy=policy(),
+            clock=clock,
+        )
         gate.submit("submit_order", "op-1", INTENT)
         venue.inject_record("default:op-1")
         venue.inject_record("default:op-ghost")
-        rec = Reconciler(store=store, registry=reg, adapters={"paper": PaperAdapter(venue)},
-                         clock=clock, alerts=alerts.append)
+        rec = Reconciler(
+            store=store,
+            registry=reg,
+            adapters={"paper": PaperAdapter(venue)},
+            clock=clock,
+            alerts=alerts.append,
+        )
         rec.run_once()
         rec.run_once()
         assert sorted(a.kind for a in alerts) == ["breaker-tripped", "duplicate-effect", "orphan"]
-        assert sorted(a.kind for a in store.list_alerts()) == ["breaker-tripped",
-                                                               "duplicate-effect", "orphan"]
+        assert sorted(a.kind for a in store.list_alerts()) == [
+            "breaker-tripped",
+            "duplicate-effect",
+            "orphan",
+        ]
 
     def test_uncertain_past_settlement_window_alerts(self, store: Store) -> None:
         from effectgate._execute.maintenance import check_maintenance
@@ -482,8 +610,13 @@ class TestAlerts:
             def execute(self, request, *, timeout):  # the venue never answers
                 raise TimeoutError
 
-        gate = Gate(store=store, registry=reg, adapters={"paper": Silent(PaperVenue())},
-                    policy=policy(), clock=clock)
+        gate = Gate(
+            store=store,
+            registry=reg,
+            adapters={"paper": Silent(PaperVenue())},
+            policy=policy(),
+            clock=clock,
+        )
         assert gate.submit("submit_order", "op-u", INTENT).state is State.SUBMITTED
         alerts: list[Alert] = []
         assert check_maintenance(store, reg, alerts.append, now=clock()) == []
@@ -495,10 +628,19 @@ class TestAlerts:
     def test_horizon_not_well_inside_retention_alerts(self, store: Store) -> None:
         from effectgate._execute.maintenance import check_maintenance
 
-        reg = Registry([ActionClass(name="submit_order", model=SubmitOrder, adapter="paper",
-                                    effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
-                                    visibility_horizon=60.0, key_retention=1000.0,
-                                    settlement_window=900.0)])
+        reg = Registry(
+            [
+                ActionClass(
+                    name="submit_order",
+                    model=SubmitOrder,
+                    adapter="paper",
+                    effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
+                    visibility_horizon=60.0,
+                    key_retention=1000.0,
+                    settlement_window=900.0,
+                )
+            ]
+        )
         alerts: list[Alert] = []
         check_maintenance(store, reg, alerts.append, now=1.0)
         assert [a.kind for a in alerts] == ["horizon-retention"]

@@ -53,8 +53,12 @@ print(json.dumps({"states": states, "venue_calls": venue.calls}))
 
 
 def run_child(payload: dict, *, wait: bool = True) -> subprocess.Popen | dict:
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(payload)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, json.dumps(payload)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return finish(proc) if wait else proc
 
 
@@ -69,15 +73,28 @@ def test_switch_flipped_in_one_process_stops_dispatch_in_another(store_factory) 
     holding a validated row, cannot dispatch it or anything new; releasing lets it go."""
     url = store_factory.url
     run_child({"url": url, "role": "gate", "ops": [["warm-up", "1"]]})
-    run_child({"url": url, "role": "operator", "call": "kill", "args": ["submit_order"],
-               "kwargs": {"operator": "alice", "reason": "drill"}})
+    run_child(
+        {
+            "url": url,
+            "role": "operator",
+            "call": "kill",
+            "args": ["submit_order"],
+            "kwargs": {"operator": "alice", "reason": "drill"},
+        }
+    )
     held = run_child({"url": url, "role": "gate", "ops": [["op-1", "4"], ["op-2", "2"]]})
     assert held == {"states": {"op-1": "validated", "op-2": "validated"}, "venue_calls": 0}
-    run_child({"url": url, "role": "operator", "call": "release", "args": ["submit_order"],
-               "kwargs": {"operator": "alice"}})
+    run_child(
+        {
+            "url": url,
+            "role": "operator",
+            "call": "release",
+            "args": ["submit_order"],
+            "kwargs": {"operator": "alice"},
+        }
+    )
     sent = run_child({"url": url, "role": "gate", "ops": [], "dispatch": ["op-1", "op-2"]})
-    assert sent == {"states": {"op-1": "acknowledged", "op-2": "acknowledged"},
-                    "venue_calls": 2}
+    assert sent == {"states": {"op-1": "acknowledged", "op-2": "acknowledged"}, "venue_calls": 2}
 
 
 def test_concurrent_processes_cannot_exceed_the_aggregate_envelope(store_factory) -> None:
@@ -85,12 +102,25 @@ def test_concurrent_processes_cannot_exceed_the_aggregate_envelope(store_factory
     submitting at once together stay within it."""
     store = store_factory()
     Operator(store=store, registry=default_registry()).step(
-        "submit_order", "exposure", {"limit": "4000", "window": 3600},
-        evidence={"initial": True}, operator="alice")
+        "submit_order",
+        "exposure",
+        {"limit": "4000", "window": 3600},
+        evidence={"initial": True},
+        operator="alice",
+    )
     start_at = time.time() + 2.0
-    procs = [run_child({"url": store_factory.url, "role": "gate", "start_at": start_at,
-                        "ops": [[f"p{p}-{i}", "4"] for i in range(5)]}, wait=False)
-             for p in range(6)]
+    procs = [
+        run_child(
+            {
+                "url": store_factory.url,
+                "role": "gate",
+                "start_at": start_at,
+                "ops": [[f"p{p}-{i}", "4"] for i in range(5)],
+            },
+            wait=False,
+        )
+        for p in range(6)
+    ]
     results = [finish(p) for p in procs]  # type: ignore[arg-type]
     sent = sum(r["venue_calls"] for r in results)
     acknowledged = [row for row in store.list_operations(state=State.ACKNOWLEDGED, limit=100)]
@@ -102,8 +132,14 @@ def test_concurrent_processes_cannot_exceed_the_aggregate_envelope(store_factory
 def test_breaker_tripped_in_one_process_blocks_another(store_factory) -> None:
     """An open breaker is store state: the process that tripped it and every other one stop."""
     url = store_factory.url
-    tripped = run_child({"url": url, "role": "gate", "breaker": {"max_repeats": 1},
-                         "ops": [["a-1", "4"], ["a-2", "4"]]})
+    tripped = run_child(
+        {
+            "url": url,
+            "role": "gate",
+            "breaker": {"max_repeats": 1},
+            "ops": [["a-1", "4"], ["a-2", "4"]],
+        }
+    )
     assert tripped["states"] == {"a-1": "acknowledged", "a-2": "validated"}
     other = run_child({"url": url, "role": "gate", "ops": [["b-1", "1"]]})
     assert other == {"states": {"b-1": "validated"}, "venue_calls": 0}
@@ -113,7 +149,14 @@ def test_breaker_tripped_in_one_process_blocks_another(store_factory) -> None:
 
 def test_shadow_mode_set_elsewhere_never_calls_the_venue(store_factory) -> None:
     url = store_factory.url
-    run_child({"url": url, "role": "operator", "call": "set_shadow",
-               "args": ["submit_order", True], "kwargs": {"operator": "alice"}})
+    run_child(
+        {
+            "url": url,
+            "role": "operator",
+            "call": "set_shadow",
+            "args": ["submit_order", True],
+            "kwargs": {"operator": "alice"},
+        }
+    )
     shadow = run_child({"url": url, "role": "gate", "ops": [["s-1", "4"], ["s-2", "1"]]})
     assert shadow == {"states": {"s-1": "shadowed", "s-2": "shadowed"}, "venue_calls": 0}

@@ -16,8 +16,13 @@ def test_every_demo_scenario_holds_on_sqlite() -> None:
 
 
 def test_cli_demo_exits_zero_and_prints_the_table() -> None:
-    proc = subprocess.run([sys.executable, "-m", "effectgate", "demo"], capture_output=True,
-                          text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "effectgate", "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "all 14 guarantees held" in proc.stdout
     assert "SIGKILL" in proc.stdout

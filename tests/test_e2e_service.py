@@ -42,8 +42,9 @@ class GatedVenue(PaperVenue):
         self.entered = threading.Event()
         self.release = threading.Event()
 
-    def submit(self, operation_key: str, action: str,
-               effect: Mapping[str, str | int | bool]) -> tuple[str, bool]:
+    def submit(
+        self, operation_key: str, action: str, effect: Mapping[str, str | int | bool]
+    ) -> tuple[str, bool]:
         if self.hold.is_set():
             self.entered.set()
             self.release.wait(10)
@@ -61,19 +62,29 @@ def venue() -> Iterator[tuple[GatedVenue, PaperVenueServer]]:
 
 def write_config(tmp_path: Path, venue_url: str) -> Path:
     path = tmp_path / "effectgate.toml"
-    path.write_text(config_text(
-        store_url=f"sqlite:///{tmp_path}/ledger.db", venue_url=venue_url, horizon=HORIZON,
-        service="dispatch_timeout = 1.0\nin_flight_grace = 0.5\nreconcile_interval = 0"))
+    path.write_text(
+        config_text(
+            store_url=f"sqlite:///{tmp_path}/ledger.db",
+            venue_url=venue_url,
+            horizon=HORIZON,
+            service="dispatch_timeout = 1.0\nin_flight_grace = 0.5\nreconcile_interval = 0",
+        )
+    )
     return path
 
 
-def propose(url: str, key: str | None, body: dict | None = None, token: str = AGENT_A,
-            timeout: float = 10) -> httpx.Response:
+def propose(
+    url: str, key: str | None, body: dict | None = None, token: str = AGENT_A, timeout: float = 10
+) -> httpx.Response:
     headers = bearer(token, **{"Content-Type": "application/json"})
     if key is not None:
         headers["Idempotency-Key"] = key
-    return httpx.post(f"{url}/v1/actions/submit_order", content=json.dumps(body or ORDER),
-                      headers=headers, timeout=timeout)
+    return httpx.post(
+        f"{url}/v1/actions/submit_order",
+        content=json.dumps(body or ORDER),
+        headers=headers,
+        timeout=timeout,
+    )
 
 
 class TestIdempotencyKeyMatrix:
@@ -95,8 +106,9 @@ class TestIdempotencyKeyMatrix:
             assert changed.headers["content-type"] == "application/problem+json"
 
             missing = propose(live.url, None)
-            assert missing.status_code == 400 and missing.json()["code"] == \
-                "idempotency_key_missing"
+            assert (
+                missing.status_code == 400 and missing.json()["code"] == "idempotency_key_missing"
+            )
 
             other = propose(live.url, "k-1", token=AGENT_B)
             assert other.status_code == 201
@@ -118,16 +130,21 @@ class TestIdempotencyKeyMatrix:
             assert propose(live.url, "k-2").status_code == 200
 
             metrics = httpx.get(f"{live.url}/metrics", headers=bearer(OPERATOR)).text
-            assert 'effectgate_operations{action="submit_order",state="acknowledged"} 3.0' \
-                in metrics
+            assert (
+                'effectgate_operations{action="submit_order",state="acknowledged"} 3.0' in metrics
+            )
         assert gated.effect_count == 3
         assert CANARY not in live.output()
 
 
 def reconcile(config: Path) -> dict:
-    out = subprocess.run([*effectgate_cmd(), "reconcile", "--config", str(config), "--json"],
-                         capture_output=True, text=True, env={**os.environ, **ENV},
-                         timeout=60)
+    out = subprocess.run(
+        [*effectgate_cmd(), "reconcile", "--config", str(config), "--json"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **ENV},
+        timeout=60,
+    )
     assert out.returncode in (0, 3), out.stderr
     assert CANARY not in out.stdout + out.stderr
     return json.loads(out.stdout)
@@ -135,15 +152,17 @@ def reconcile(config: Path) -> dict:
 
 class TestCrashBetweenJournalAndDispatch:
     @pytest.mark.parametrize("point,at_venue", [("after_journal", 0), ("after_venue_call", 1)])
-    def test_kill9_restart_reconcile(self, tmp_path: Path, venue, point: str,
-                                     at_venue: int) -> None:
+    def test_kill9_restart_reconcile(
+        self, tmp_path: Path, venue, point: str, at_venue: int
+    ) -> None:
         """Invariant 3: SIGKILL after the journal leaves the row uncertain, never failed and
         never re-sent; after restart the reconciler settles it against the venue. The
         operation is never lost and the effect happens at most once."""
         gated, server = venue
         config = write_config(tmp_path, server.url)
-        with live_service(config, env={**ENV, "EFFECTGATE_CRASH_AT": point},
-                          log=tmp_path / "crash.log") as live:
+        with live_service(
+            config, env={**ENV, "EFFECTGATE_CRASH_AT": point}, log=tmp_path / "crash.log"
+        ) as live:
             with pytest.raises(httpx.HTTPError):
                 propose(live.url, "k-crash")
             live.proc.wait(timeout=10)
@@ -152,18 +171,17 @@ class TestCrashBetweenJournalAndDispatch:
 
         with live_service(config, env=ENV, log=tmp_path / "restart.log") as live:
             row = httpx.get(f"{live.url}/v1/operations/k-crash", headers=bearer(AGENT_A))
-            assert row.json()["state"] == "submitted"        # uncertain, not failed
+            assert row.json()["state"] == "submitted"  # uncertain, not failed
             early = propose(live.url, "k-crash")
-            assert early.status_code in (200, 409)           # 409 inside the dispatch bound
+            assert early.status_code in (200, 409)  # 409 inside the dispatch bound
             time.sleep(max(0.0, row.json()["submitted_at"] + 1.6 - time.time()))
             late = propose(live.url, "k-crash")
             assert late.status_code == 200 and late.json()["state"] == "submitted"
-            assert gated.effect_count == at_venue            # a replay never re-sends
+            assert gated.effect_count == at_venue  # a replay never re-sends
 
             time.sleep(HORIZON)
             report = reconcile(config)
-            settled = httpx.get(f"{live.url}/v1/operations/k-crash",
-                                headers=bearer(AGENT_A)).json()
+            settled = httpx.get(f"{live.url}/v1/operations/k-crash", headers=bearer(AGENT_A)).json()
             if at_venue:
                 assert report["confirmed"] == 1 and settled["state"] == "acknowledged"
                 assert settled["venue_id"]

@@ -18,12 +18,14 @@ from effectgate._audit import content_digest
 from effectgate.store.base import RawJSON, dumps
 
 _REFERENCE = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
-_STORED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                           allow_nan=False)
+_STORED = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
 
 
-def reference_digest(lane: int, at: float, scope: str | None, op: str | None, kind: str,
-                     text: str) -> str:
+def reference_digest(
+    lane: int, at: float, scope: str | None, op: str | None, kind: str, text: str
+) -> str:
     import hashlib
 
     body = _REFERENCE.encode([lane, at, scope, op, kind, text])
@@ -33,9 +35,14 @@ def reference_digest(lane: int, at: float, scope: str | None, op: str | None, ki
 # Every code point class that matters: ASCII, DEL and controls, BMP, astral.
 texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=60)
 ascii_texts = st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=60)
+
+
 def trees(leaves: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
-    return st.recursive(leaves, lambda inner: st.lists(inner, max_size=4)
-                        | st.dictionaries(texts, inner, max_size=4), max_leaves=20)
+    return st.recursive(
+        leaves,
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
+        max_leaves=20,
+    )
 
 
 exact_values = trees(st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | texts)
@@ -44,20 +51,26 @@ float_values = trees(st.none() | st.floats(allow_nan=False, allow_infinity=False
 
 class TestContentDigest:
     @settings(max_examples=400)
-    @given(lane=st.integers(0, 15),
-           at=st.floats(allow_nan=False, allow_infinity=False),
-           scope=st.none() | ascii_texts | texts, op=st.none() | ascii_texts | texts,
-           kind=ascii_texts | texts, text=ascii_texts | texts)
-    def test_fast_path_matches_the_standard_encoder(self, lane: int, at: float,
-                                                    scope: str | None, op: str | None,
-                                                    kind: str, text: str) -> None:
-        assert content_digest(lane, at, scope, op, kind, text) == \
-            reference_digest(lane, at, scope, op, kind, text)
+    @given(
+        lane=st.integers(0, 15),
+        at=st.floats(allow_nan=False, allow_infinity=False),
+        scope=st.none() | ascii_texts | texts,
+        op=st.none() | ascii_texts | texts,
+        kind=ascii_texts | texts,
+        text=ascii_texts | texts,
+    )
+    def test_fast_path_matches_the_standard_encoder(
+        self, lane: int, at: float, scope: str | None, op: str | None, kind: str, text: str
+    ) -> None:
+        assert content_digest(lane, at, scope, op, kind, text) == reference_digest(
+            lane, at, scope, op, kind, text
+        )
 
     def test_del_and_controls_take_the_escaping_path(self) -> None:
         for text in ("a\x7fb", "tab\there", "nul\x00", 'quote"back\\slash', "\u2028"):
-            assert content_digest(0, 1.5, "s", "o", "k", text) == \
-                reference_digest(0, 1.5, "s", "o", "k", text)
+            assert content_digest(0, 1.5, "s", "o", "k", text) == reference_digest(
+                0, 1.5, "s", "o", "k", text
+            )
 
 
 class TestDumps:
@@ -99,10 +112,13 @@ class TestDumps:
 
     def test_embedded_text_is_not_encoded_twice(self) -> None:
         inner = dumps({"b": [1, "é"], "a": None})
-        assert dumps({"z": 1, "intent": RawJSON(inner)}) == \
-            _STORED.encode({"z": 1, "intent": json.loads(inner)})
+        assert dumps({"z": 1, "intent": RawJSON(inner)}) == _STORED.encode(
+            {"z": 1, "intent": json.loads(inner)}
+        )
 
     def test_embedded_text_survives_the_fallback(self) -> None:
         inner = dumps({"a": 1})
-        assert json.loads(dumps({"big": 2**70, "intent": RawJSON(inner)})) == \
-            {"big": 2**70, "intent": {"a": 1}}
+        assert json.loads(dumps({"big": 2**70, "intent": RawJSON(inner)})) == {
+            "big": 2**70,
+            "intent": {"a": 1},
+        }

@@ -91,7 +91,11 @@ class TestTheTree:
         for cls in tree():
             status, body, _ = problem_for(instance(cls))
             assert (status, body["status"], body["code"], body["outcome"]) == (
-                cls.status, cls.status, cls.code, cls.outcome.value), cls
+                cls.status,
+                cls.status,
+                cls.code,
+                cls.outcome.value,
+            ), cls
             assert body["type"] == f"urn:effectgate:problem:{cls.code}"
 
     def test_an_unknown_commit_is_not_a_store_error(self) -> None:
@@ -103,16 +107,20 @@ class TestTheTree:
         # The old name is gone: nothing may catch it expecting a StoreError.
         assert not hasattr(errors, "IndeterminateCommit")
 
-    @pytest.mark.parametrize(("name", "status", "reason"), [
-        ("NotAwaitingApproval", 409, "not_awaiting"),
-        ("ApprovalFingerprintMismatch", 409, "fingerprint_mismatch"),
-        ("SelfApproval", 403, "self_approval"),
-        ("DuplicateApprover", 409, "duplicate_approver"),
-        ("InvalidApprover", 400, "invalid_approver"),
-        ("ApprovalExpired", 409, "expired"),
-    ])
-    def test_each_approval_refusal_is_its_own_class(self, name: str, status: int,
-                                                     reason: str) -> None:
+    @pytest.mark.parametrize(
+        ("name", "status", "reason"),
+        [
+            ("NotAwaitingApproval", 409, "not_awaiting"),
+            ("ApprovalFingerprintMismatch", 409, "fingerprint_mismatch"),
+            ("SelfApproval", 403, "self_approval"),
+            ("DuplicateApprover", 409, "duplicate_approver"),
+            ("InvalidApprover", 400, "invalid_approver"),
+            ("ApprovalExpired", 409, "expired"),
+        ],
+    )
+    def test_each_approval_refusal_is_its_own_class(
+        self, name: str, status: int, reason: str
+    ) -> None:
         cls = getattr(errors, name)
         assert issubclass(cls, ApprovalError) and cls.status == status
         assert instance(cls).to_dict()["reason"] == reason
@@ -125,26 +133,50 @@ class TestTheTree:
     def test_no_front_door_writes_a_code_as_a_string(self) -> None:
         """Grep-able rule: outside errors.py nothing passes a literal code around."""
         pattern = re.compile(r"""\bcode\s*=\s*["']|["']code["']\s*:\s*["']""")
-        offenders = [f"{path.relative_to(SRC)}:{n}"
-                     for path in SRC.rglob("*.py") if path.name != "errors.py"
-                     for n, line in enumerate(path.read_text().splitlines(), 1)
-                     if pattern.search(line)]
+        offenders = [
+            f"{path.relative_to(SRC)}:{n}"
+            for path in SRC.rglob("*.py")
+            if path.name != "errors.py"
+            for n, line in enumerate(path.read_text().splitlines(), 1)
+            if pattern.search(line)
+        ]
         assert offenders == []
 
 
 @pytest.mark.parametrize("state", list(State))
 def test_every_ledger_state_tells_a_model_one_outcome(state: State) -> None:
     """Issue 11 item 4: a small set of outcomes covers every state, each with a message."""
-    op = Operation(scope="s", operation_id="op-1", action="submit_order", fingerprint="f",
-                   state=state, intent={}, effect={}, tier="validate", reason="because",
-                   policy_version="p", venue_id=None, detail=None, created_at=1.0,
-                   updated_at=1.0, submitted_at=None, version=1)
+    op = Operation(
+        scope="s",
+        operation_id="op-1",
+        action="submit_order",
+        fingerprint="f",
+        state=state,
+        intent={},
+        effect={},
+        tier="validate",
+        reason="because",
+        policy_version="p",
+        venue_id=None,
+        detail=None,
+        created_at=1.0,
+        updated_at=1.0,
+        submitted_at=None,
+        version=1,
+    )
     outcome, message = describe(op, 30.0)
-    expected = {State.ACKNOWLEDGED: "done", State.SHADOWED: "done", State.REJECTED: "refused",
-                State.DENIED: "refused", State.FAILED: "failed",
-                State.AWAITING_APPROVAL: "waiting_for_approval", State.VALIDATED: "held",
-                State.PROPOSED: "held", State.SUBMITTED: "uncertain",
-                State.QUARANTINED: "uncertain"}
+    expected = {
+        State.ACKNOWLEDGED: "done",
+        State.SHADOWED: "done",
+        State.REJECTED: "refused",
+        State.DENIED: "refused",
+        State.FAILED: "failed",
+        State.AWAITING_APPROVAL: "waiting_for_approval",
+        State.VALIDATED: "held",
+        State.PROPOSED: "held",
+        State.SUBMITTED: "uncertain",
+        State.QUARANTINED: "uncertain",
+    }
     assert outcome.value == expected[state] and message.endswith(".")
     if outcome is ModelOutcome.UNCERTAIN or outcome is ModelOutcome.HELD:
         assert "new operation id" in message  # never "resend it as a new action"
@@ -164,8 +196,9 @@ def service(tmp_path: Path) -> Iterator[Service]:
 def check_problem(status: int, doc: dict[str, Any]) -> str:
     cls = BY_CODE.get(doc.get("code", ""))
     assert cls is not None, f"code {doc.get('code')!r} belongs to no class"
-    assert (status, doc["status"], doc["outcome"]) == (cls.status, cls.status,
-                                                       cls.outcome.value), doc
+    assert (status, doc["status"], doc["outcome"]) == (cls.status, cls.status, cls.outcome.value), (
+        doc
+    )
     return cls.code
 
 
@@ -173,8 +206,9 @@ def test_http_problems_use_only_codes_of_the_tree(service: Service) -> None:
     big = json.dumps({**ORDER, "quantity": "10", "limit_price": "95.00"}).encode()
     order = json.dumps(ORDER).encode()
 
-    def post(key: str | None, data: bytes = order, token: str = AGENT_A,
-             media: str = "application/json") -> Any:
+    def post(
+        key: str | None, data: bytes = order, token: str = AGENT_A, media: str = "application/json"
+    ) -> Any:
         h = bearer(token, **{"Content-Type": media})
         if key is not None:
             h["Idempotency-Key"] = key
@@ -187,30 +221,49 @@ def test_http_problems_use_only_codes_of_the_tree(service: Service) -> None:
         fp = post("big", big).json()["fingerprint"]
         post("op-1")
         answers = [
-            post(None), post("bad key!"), post("op-2", b'{"a": 1, "a": 2}'),
+            post(None),
+            post("bad key!"),
+            post("op-2", b'{"a": 1, "a": 2}'),
             post("op-3", b"{" + b" " * 70_000 + b"}"),
             post("op-1", json.dumps({**ORDER, "quantity": "5"}).encode()),
-            post("op-4", token="nope"), post("op-5", token=OPERATOR),
-            c.get("/nowhere"), c.delete("/v1/actions/submit_order", headers=bearer(AGENT_A)),
+            post("op-4", token="nope"),
+            post("op-5", token=OPERATOR),
+            c.get("/nowhere"),
+            c.delete("/v1/actions/submit_order", headers=bearer(AGENT_A)),
             c.get("/v1/operations/missing", headers=bearer(AGENT_A)),
             admin("POST", "/approvals/alpha/big/approve", json={"fingerprint": "0" * 64}),
             admin("POST", "/approvals/alpha/big/approve", json={"fingerprint": fp}),
             admin("POST", "/approvals/alpha/big/approve", json={"fingerprint": fp}),
             admin("POST", "/approvals/alpha/big/approve", json={"nope": 1}),
             admin("PUT", "/kill/launch_rocket", json={}),
-            admin("POST", "/envelope/submit_order/step",
-                  json={"axis": "tier", "value": "validate", "evidence": {"n": 1}}),
+            admin(
+                "POST",
+                "/envelope/submit_order/step",
+                json={"axis": "tier", "value": "validate", "evidence": {"n": 1}},
+            ),
             post("op-6", media="text/plain"),
         ]
     problems = [a for a in answers if a.status_code >= 400]
     assert all(p.headers["content-type"] == "application/problem+json" for p in problems)
     codes = [check_problem(p.status_code, p.json()) for p in problems]
     assert codes == [
-        "idempotency_key_missing", "invalid_idempotency_key", "invalid_intent",
-        "body_too_large", "idempotency_conflict", "unauthenticated", "forbidden",
-        "not_found", "method_not_allowed", "operation_not_found",
-        "approval_fingerprint_mismatch", "not_awaiting_approval", "bad_request",
-        "unknown_action_class", "invalid_control", "unsupported_media_type"]
+        "idempotency_key_missing",
+        "invalid_idempotency_key",
+        "invalid_intent",
+        "body_too_large",
+        "idempotency_conflict",
+        "unauthenticated",
+        "forbidden",
+        "not_found",
+        "method_not_allowed",
+        "operation_not_found",
+        "approval_fingerprint_mismatch",
+        "not_awaiting_approval",
+        "bad_request",
+        "unknown_action_class",
+        "invalid_control",
+        "unsupported_media_type",
+    ]
 
 
 def test_mcp_error_results_use_only_codes_of_the_tree(service: Service) -> None:
@@ -235,6 +288,12 @@ def test_mcp_error_results_use_only_codes_of_the_tree(service: Service) -> None:
                 codes.append(check_problem(doc["status"], doc))
 
     anyio.run(go)
-    assert codes == ["unknown_action_class", "invalid_intent", "invalid_intent",
-                     "invalid_intent", "idempotency_conflict", "operation_not_found",
-                     "invalid_intent"]
+    assert codes == [
+        "unknown_action_class",
+        "invalid_intent",
+        "invalid_intent",
+        "invalid_intent",
+        "idempotency_conflict",
+        "operation_not_found",
+        "invalid_intent",
+    ]

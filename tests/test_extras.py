@@ -11,14 +11,22 @@ import subprocess
 import sys
 from pathlib import Path
 
-BLOCK = ("import sys\n"
-         "for name in ('fastapi', 'uvicorn', 'mcp', 'psycopg', 'psycopg_pool', 'starlette'):\n"
-         "    sys.modules[name] = None\n")
+BLOCK = (
+    "import sys\n"
+    "for name in ('fastapi', 'uvicorn', 'mcp', 'psycopg', 'psycopg_pool', 'starlette'):\n"
+    "    sys.modules[name] = None\n"
+)
 
 
 def child(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", BLOCK + code], capture_output=True, text=True,
-                          timeout=120, check=False, cwd=str(cwd))
+    return subprocess.run(
+        [sys.executable, "-c", BLOCK + code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=str(cwd),
+    )
 
 
 def test_embedding_the_gate_needs_no_extra(tmp_path: Path) -> None:
@@ -33,23 +41,29 @@ def test_embedding_the_gate_needs_no_extra(tmp_path: Path) -> None:
         "            policy=PolicySet({'submit_order': LimitPolicy(Decimal('1000'))}))\n"
         "row = gate.submit('submit_order', 'op-1', EXAMPLE_ORDER)\n"
         "assert row.state is State.ACKNOWLEDGED, row\n"
-        "print('ok')\n", tmp_path)
+        "print('ok')\n",
+        tmp_path,
+    )
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
 def test_serve_without_the_server_extra_names_it(tmp_path: Path) -> None:
-    out = child("from effectgate._service import write_starter\n"
-                "from pathlib import Path\n"
-                "write_starter(Path('.'))\n"
-                "sys.argv = ['effectgate', 'serve', '--config', 'effectgate.toml']\n"
-                "from effectgate._frontends.cli import main\n"
-                "main()\n", tmp_path)
+    out = child(
+        "from effectgate._service import write_starter\n"
+        "from pathlib import Path\n"
+        "write_starter(Path('.'))\n"
+        "sys.argv = ['effectgate', 'serve', '--config', 'effectgate.toml']\n"
+        "from effectgate._frontends.cli import main\n"
+        "main()\n",
+        tmp_path,
+    )
     assert out.returncode == 2, out.stderr
     assert "pip install 'effectgate[server]'" in out.stderr
 
 
 def test_postgres_without_the_postgres_extra_names_it(tmp_path: Path) -> None:
-    out = child("from effectgate import open_store\n"
-                "open_store('postgresql://127.0.0.1/none')\n", tmp_path)
+    out = child(
+        "from effectgate import open_store\nopen_store('postgresql://127.0.0.1/none')\n", tmp_path
+    )
     assert out.returncode != 0
     assert "pip install 'effectgate[postgres]'" in out.stderr

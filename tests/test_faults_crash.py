@@ -32,18 +32,26 @@ def test_sigkill_at_every_crash_point_then_restart_and_reconcile(store_factory) 
         exits: dict[str, list[int]] = {}
         after_kill: dict[str, list[str]] = {}
         for point, ids in ops.items():
-            children = [faultkit.spawn("submit", {"store_url": url, "venue_url": venue_url,
-                                                  "ops": [[op, 0]]}, crash_at=point)
-                        for op in ids]
+            children = [
+                faultkit.spawn(
+                    "submit",
+                    {"store_url": url, "venue_url": venue_url, "ops": [[op, 0]]},
+                    crash_at=point,
+                )
+                for op in ids
+            ]
             exits[point] = [faultkit.finish(c).returncode for c in children]
-            after_kill[point] = [store.get("default", op).state.value  # type: ignore[union-attr]
-                                 for op in ids]
+            after_kill[point] = [
+                store.get("default", op).state.value  # type: ignore[union-attr]
+                for op in ids
+            ]
         calls_before_restart = venue.calls
 
         # Restart: a fresh executor retries every id. Nothing may be sent again.
         every = [[op, 0] for ids in ops.values() for op in ids]
-        restart = faultkit.run_child("submit", {"store_url": url, "venue_url": venue_url,
-                                                "ops": every})
+        restart = faultkit.run_child(
+            "submit", {"store_url": url, "venue_url": venue_url, "ops": every}
+        )
         calls_after_restart = venue.calls
 
         # Reconcile inside the horizon: the never-sent rows stay uncertain and are reported.
@@ -51,24 +59,37 @@ def test_sigkill_at_every_crash_point_then_restart_and_reconcile(store_factory) 
         # ... and past it: everything settles.
         past = faultkit.http_reconciler(store, venue_url, offset=120.0).run_once()
 
-        effects = {point: [venue.effects_for(f"default:{op}") for op in ids]
-                   for point, ids in ops.items()}
-        final = {point: [store.get("default", op).state for op in ids]  # type: ignore[union-attr]
-                 for point, ids in ops.items()}
-        silent = [op for ids in ops.values() for op in ids
-                  if store.get("default", op).state is State.SUBMITTED]  # type: ignore[union-attr]
+        effects = {
+            point: [venue.effects_for(f"default:{op}") for op in ids] for point, ids in ops.items()
+        }
+        final = {
+            point: [store.get("default", op).state for op in ids]  # type: ignore[union-attr]
+            for point, ids in ops.items()
+        }
+        silent = [
+            op
+            for ids in ops.values()
+            for op in ids
+            if store.get("default", op).state is State.SUBMITTED
+        ]  # type: ignore[union-attr]
         total_calls = venue.calls
 
     print(f"\n[crash points on {url.split(':')[0]}] covered={list(CRASH_POINTS)}")
     for point in CRASH_POINTS:
-        print(f"  {point}: exit={exits[point]} state after kill={after_kill[point]} "
-              f"venue effects per op={effects[point]} final={[s.value for s in final[point]]}")
-    print(f"  venue calls: before restart={calls_before_restart} after restart+retry="
-          f"{calls_after_restart} total={total_calls}; restart outcomes="
-          f"{restart.result['counts'] if restart.result else restart.stderr[-300:]}")
-    print(f"  reconcile inside horizon: still_uncertain={inside.still_uncertain} "
-          f"confirmed={inside.confirmed}; past horizon: written_off={past.written_off}; "
-          f"left non-terminal with no alarm={len(silent)}")
+        print(
+            f"  {point}: exit={exits[point]} state after kill={after_kill[point]} "
+            f"venue effects per op={effects[point]} final={[s.value for s in final[point]]}"
+        )
+    print(
+        f"  venue calls: before restart={calls_before_restart} after restart+retry="
+        f"{calls_after_restart} total={total_calls}; restart outcomes="
+        f"{restart.result['counts'] if restart.result else restart.stderr[-300:]}"
+    )
+    print(
+        f"  reconcile inside horizon: still_uncertain={inside.still_uncertain} "
+        f"confirmed={inside.confirmed}; past horizon: written_off={past.written_off}; "
+        f"left non-terminal with no alarm={len(silent)}"
+    )
 
     assert all(code == -9 for codes in exits.values() for code in codes)
     assert after_kill["after_journal"] == ["submitted"] * OPS_PER_POINT

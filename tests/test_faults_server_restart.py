@@ -26,10 +26,13 @@ OPERATIONS = 240
 def cluster():
     if not faultkit.Cluster.available():
         if IN_CI:
-            pytest.fail("CI=true but PostgreSQL 15 server binaries (initdb, pg_ctl) or root/su "
-                        "are not available for the server-restart test")
-        pytest.skip("needs /usr/lib/postgresql/15/bin/initdb and root (su postgres) for a "
-                    "throwaway cluster")
+            pytest.fail(
+                "CI=true but PostgreSQL 15 server binaries (initdb, pg_ctl) or root/su "
+                "are not available for the server-restart test"
+            )
+        pytest.skip(
+            "needs /usr/lib/postgresql/15/bin/initdb and root (su postgres) for a throwaway cluster"
+        )
     c = faultkit.Cluster()
     try:
         c.start()
@@ -49,11 +52,20 @@ def test_immediate_shutdown_mid_run_loses_and_duplicates_nothing(cluster, tmp_pa
     stop_file = tmp_path / "stop"
     with faultkit.venue_server(honour_key=False) as (venue, venue_url):
         common = {"store_url": url, "venue_url": venue_url, "retry": True, "max_seconds": 120}
-        executors = [faultkit.spawn("submit", dict(common, ops=[[op, 0] for op in order]))
-                     for order in (ids, list(reversed(ids)))]
-        reconciler = faultkit.spawn("reconcile", {"store_url": url, "venue_url": venue_url,
-                                                  "offset": 0.0, "stop_file": str(stop_file),
-                                                  "max_seconds": 150})
+        executors = [
+            faultkit.spawn("submit", dict(common, ops=[[op, 0] for op in order]))
+            for order in (ids, list(reversed(ids)))
+        ]
+        reconciler = faultkit.spawn(
+            "reconcile",
+            {
+                "store_url": url,
+                "venue_url": venue_url,
+                "offset": 0.0,
+                "stop_file": str(stop_file),
+                "max_seconds": 150,
+            },
+        )
         deadline = time.time() + 60
         while venue.calls < OPERATIONS // 3 and time.time() < deadline:
             time.sleep(0.01)
@@ -79,16 +91,23 @@ def test_immediate_shutdown_mid_run_loses_and_duplicates_nothing(cluster, tmp_pa
     for r in results:
         counts.update(r.result["counts"])  # type: ignore[index]
     states = Counter(row.state.value for row in rows.values() if row is not None)
-    mismatched = [op for op, row in rows.items()
-                  if row is None
-                  or (row.state is State.ACKNOWLEDGED) != (per_key[op] == 1)
-                  or row.state not in (State.ACKNOWLEDGED, State.FAILED)]
-    print(f"\n[server restart] {OPERATIONS} ids x 2 executors + 1 reconciler; pg_ctl stop -m "
-          f"immediate after {calls_at_crash} venue calls, back after {outage:.1f}s")
+    mismatched = [
+        op
+        for op, row in rows.items()
+        if row is None
+        or (row.state is State.ACKNOWLEDGED) != (per_key[op] == 1)
+        or row.state not in (State.ACKNOWLEDGED, State.FAILED)
+    ]
+    print(
+        f"\n[server restart] {OPERATIONS} ids x 2 executors + 1 reconciler; pg_ctl stop -m "
+        f"immediate after {calls_at_crash} venue calls, back after {outage:.1f}s"
+    )
     print(f"  executor outcomes={dict(counts)} reconciler={rec.result['totals']}")  # type: ignore[index]
-    print(f"  venue calls={calls} effects per id={sorted(Counter(per_key.values()).items())} "
-          f"ledger={dict(states)} final pass: confirmed={final.confirmed} "
-          f"written_off={final.written_off} divergences={final.alarms}; mismatched={mismatched}")
+    print(
+        f"  venue calls={calls} effects per id={sorted(Counter(per_key.values()).items())} "
+        f"ledger={dict(states)} final pass: confirmed={final.confirmed} "
+        f"written_off={final.written_off} divergences={final.alarms}; mismatched={mismatched}"
+    )
     assert max(per_key.values()) <= 1, "an operation was dispatched twice"
     assert calls == sum(per_key.values())
     assert not mismatched and not final.new_divergences

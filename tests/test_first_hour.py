@@ -30,15 +30,7 @@ from effectgate._service import Service, load_config, parse_config
 from effectgate.adapters._paper_server import serve_paper_venue
 from effectgate.adapters.paper import PaperVenue
 from effectgate.errors import ConfigError
-from servicekit import (
-    AGENT_A,
-    ORDER,
-    VENUE_KEY_ENV,
-    bearer,
-    config_text,
-    effectgate_cmd,
-    free_port,
-)
+from servicekit import AGENT_A, ORDER, VENUE_KEY_ENV, bearer, config_text, effectgate_cmd, free_port
 
 GOOD = config_text(store_url="sqlite:///:memory:")
 
@@ -79,14 +71,19 @@ class TestConfigMessages:
         text = GOOD.replace("key_retention = 86400", "key_retention = 100", 1)
         message = config_error(text)
         line = line_of(text, "visibility_horizon")
-        assert message.startswith(f"svc.toml:{line}: classes.submit_order.visibility_horizon: "
-                                  "60.0s is not well inside key_retention 100.0s"), message
+        assert message.startswith(
+            f"svc.toml:{line}: classes.submit_order.visibility_horizon: "
+            "60.0s is not well inside key_retention 100.0s"
+        ), message
         assert message.count("submit_order") == 1, message
 
-    @pytest.mark.parametrize(("url", "shown"), [
-        ("mysql://db.example/ledger", "'mysql://db.example/ledger'"),
-        ("mysql://eg:hunter2@db.example/ledger", "'mysql://eg:***@db.example/ledger'"),
-    ])
+    @pytest.mark.parametrize(
+        ("url", "shown"),
+        [
+            ("mysql://db.example/ledger", "'mysql://db.example/ledger'"),
+            ("mysql://eg:hunter2@db.example/ledger", "'mysql://eg:***@db.example/ledger'"),
+        ],
+    )
     def test_a_store_url_is_quoted_whole(self, url: str, shown: str) -> None:
         message = config_error(GOOD.replace("sqlite:///:memory:", url))
         assert f"unsupported store URL {shown}" in message, message
@@ -102,8 +99,9 @@ class TestCheckIsWhatServeChecks:
             text = text.replace(old, new)
         return write(tmp_path, text)
 
-    def test_unset_credential_variable(self, tmp_path: Path,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_unset_credential_variable(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         monkeypatch.delenv(VENUE_KEY_ENV, raising=False)
         config = self.http_config(tmp_path)
         for command in (["check"], ["serve"]):
@@ -115,8 +113,10 @@ class TestCheckIsWhatServeChecks:
         assert CliRunner().invoke(app, ["check", "--config", config]).exit_code == 0
 
     def test_missing_credential_file(self, tmp_path: Path) -> None:
-        config = self.http_config(tmp_path, **{
-            f'credential_env = "{VENUE_KEY_ENV}"': f'credential_file = "{tmp_path}/nope.key"'})
+        config = self.http_config(
+            tmp_path,
+            **{f'credential_env = "{VENUE_KEY_ENV}"': f'credential_file = "{tmp_path}/nope.key"'},
+        )
         out = CliRunner().invoke(app, ["check", "--config", config])
         assert out.exit_code == 2 and "adapters.venue.credential_file" in out.output, out.output
 
@@ -139,8 +139,9 @@ class TestCheckIsWhatServeChecks:
         assert any("not contacted" in n for n in json.loads(unchecked.stdout)["checked"])
         out = CliRunner().invoke(app, ["check", "--config", config, "--connect"])
         assert out.exit_code == 2, out.output
-        assert "store.url: cannot connect to 'postgresql://eg:***@127.0.0.1:1/nowhere'" \
-            in out.output, out.output
+        assert (
+            "store.url: cannot connect to 'postgresql://eg:***@127.0.0.1:1/nowhere'" in out.output
+        ), out.output
         assert "hunter2" not in out.output
 
     @pytest.mark.postgres
@@ -153,8 +154,10 @@ class TestCheckIsWhatServeChecks:
         assert any("answers" in n for n in json.loads(out.stdout)["checked"])
 
 
-TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "
-                         r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: ")
+TIMESTAMPED = re.compile(
+    r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z "
+    r"(DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.]+: "
+)
 
 
 def serve_briefly(config: Path, *extra: str, seconds: float = 1.5) -> list[str]:
@@ -162,10 +165,12 @@ def serve_briefly(config: Path, *extra: str, seconds: float = 1.5) -> list[str]:
     port = free_port()
     log = config.with_suffix(".log")
     with open(log, "wb") as out:
-        proc = subprocess.Popen([*effectgate_cmd(), "serve", "--config", str(config),
-                                 "--port", str(port), *extra],
-                                stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, VENUE_KEY_ENV: "k"})
+        proc = subprocess.Popen(
+            [*effectgate_cmd(), "serve", "--config", str(config), "--port", str(port), *extra],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, VENUE_KEY_ENV: "k"},
+        )
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -177,8 +182,11 @@ def serve_briefly(config: Path, *extra: str, seconds: float = 1.5) -> list[str]:
                 pass
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
-        reply = httpx.post(f"http://127.0.0.1:{port}/v1/actions/submit_order",
-                           headers=bearer(AGENT_A, **{"Idempotency-Key": "op-log"}), json=ORDER)
+        reply = httpx.post(
+            f"http://127.0.0.1:{port}/v1/actions/submit_order",
+            headers=bearer(AGENT_A, **{"Idempotency-Key": "op-log"}),
+            json=ORDER,
+        )
         assert reply.status_code in (200, 201), reply.text  # 200: a replay, second run
         time.sleep(seconds)
     finally:
@@ -192,9 +200,13 @@ class TestLogs:
     def config(self, tmp_path: Path) -> Iterator[Path]:
         with serve_paper_venue(PaperVenue(), api_key="k") as venue:
             path = tmp_path / "svc.toml"
-            path.write_text(config_text(store_url=f"sqlite:///{tmp_path}/l.db",
-                                        venue_url=venue.url,
-                                        service="reconcile_interval = 0.1"))
+            path.write_text(
+                config_text(
+                    store_url=f"sqlite:///{tmp_path}/l.db",
+                    venue_url=venue.url,
+                    service="reconcile_interval = 0.1",
+                )
+            )
             yield path
 
     def test_lines_are_timestamped_and_polls_are_quiet(self, config: Path) -> None:
@@ -207,13 +219,15 @@ class TestLogs:
         assert len(lines) < 15, lines
 
     def test_json_lines_from_the_config_or_the_flag(self, config: Path) -> None:
-        config.write_text(config.read_text().replace("[service]\n",
-                                                     '[service]\nlog_format = "json"\n'))
+        config.write_text(
+            config.read_text().replace("[service]\n", '[service]\nlog_format = "json"\n')
+        )
         for extra in ((), ("--log-format", "json")):
             lines = serve_briefly(config, *extra, seconds=0.3)
             entries = [json.loads(line) for line in lines]
-            assert entries and all({"ts", "level", "logger", "message"} <= set(e)
-                                   for e in entries), lines
+            assert entries and all(
+                {"ts", "level", "logger", "message"} <= set(e) for e in entries
+            ), lines
             assert any(e["logger"].startswith("uvicorn") for e in entries), lines
         text = serve_briefly(config, "--log-format", "text", seconds=0.3)
         assert all(TIMESTAMPED.match(line) for line in text), text
@@ -231,16 +245,24 @@ class TestBusyPort:
 
     def test_serve(self, busy: int, tmp_path: Path) -> None:
         config = write(tmp_path, config_text(store_url=f"sqlite:///{tmp_path}/l.db"))
-        proc = subprocess.run([*effectgate_cmd(), "serve", "--config", config, "--port",
-                               str(busy)], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [*effectgate_cmd(), "serve", "--config", config, "--port", str(busy)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert proc.returncode == 2, proc.stderr
         assert f"port {busy} on 127.0.0.1 is already in use" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
 
     def test_venue_serve(self, busy: int) -> None:
-        proc = subprocess.run([*effectgate_cmd(), "venue", "serve", "--port", str(busy)],
-                              capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "EFFECTGATE_VENUE_KEY": "k"})
+        proc = subprocess.run(
+            [*effectgate_cmd(), "venue", "serve", "--port", str(busy)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "EFFECTGATE_VENUE_KEY": "k"},
+        )
         assert proc.returncode == 2, proc.stderr
         assert f"port {busy} on 127.0.0.1 is already in use" in proc.stderr, proc.stderr
         assert "Traceback" not in proc.stderr
@@ -271,9 +293,13 @@ class TestCliConventions:
     def test_shell_completion_is_offered(self) -> None:
         helped = CliRunner().invoke(app, ["--help"], prog_name="effectgate")
         assert "--install-completion" in helped.output and "--show-completion" in helped.output
-        shown = subprocess.run([str(Path(sys.executable).with_name("effectgate")),
-                                "--show-completion", "bash"], capture_output=True, text=True,
-                               timeout=60, env={**os.environ, "SHELL": "/bin/bash"})
+        shown = subprocess.run(
+            [str(Path(sys.executable).with_name("effectgate")), "--show-completion", "bash"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "SHELL": "/bin/bash"},
+        )
         assert shown.returncode == 0, shown.stderr
         assert "_EFFECTGATE_COMPLETE=complete_bash" in shown.stdout, shown.stdout
 
@@ -300,8 +326,9 @@ class TestWholeValuesInPipes:
         assert LONG_ID in out.stdout and "…" not in out.stdout, out.stdout
 
     def test_approvals_list_shows_the_fingerprint_to_approve(self, config: str) -> None:
-        rows = json.loads(CliRunner().invoke(app, ["approvals", "list", "--config", config,
-                                                   "--json"]).stdout)
+        rows = json.loads(
+            CliRunner().invoke(app, ["approvals", "list", "--config", config, "--json"]).stdout
+        )
         out = CliRunner().invoke(app, ["approvals", "list", "--config", config])
         assert out.exit_code == 0, out.output
         assert rows[0]["fingerprint"] in out.stdout and f"alpha:{LONG_ID}-big" in out.stdout
@@ -313,17 +340,23 @@ class TestWholeValuesInPipes:
         venue = PaperVenue()
         venue.inject_record(f"default:{LONG_ID}")
         with serve_paper_venue(venue, api_key="k") as server:
-            out = CliRunner().invoke(app, ["reconcile", "--store", f"sqlite:///{tmp_path}/l.db",
-                                           "--venue", server.url],
-                                     env={"EFFECTGATE_VENUE_KEY": "k"})
+            out = CliRunner().invoke(
+                app,
+                ["reconcile", "--store", f"sqlite:///{tmp_path}/l.db", "--venue", server.url],
+                env={"EFFECTGATE_VENUE_KEY": "k"},
+            )
         assert out.exit_code == 3, out.output
         assert out.stdout.count("\n") == 1 and "probe_errors=0" in out.stdout, out.stdout
         assert f"ALARM orphan key=default:{LONG_ID} venue_ids=" in out.stderr, out.stderr
 
     def test_demo_fits_the_terminal_it_is_given(self) -> None:
-        out = subprocess.run([*effectgate_cmd(), "demo"], capture_output=True, text=True,
-                             timeout=300, env={**os.environ, "TTY_COMPATIBLE": "1",
-                                               "COLUMNS": "100"})
+        out = subprocess.run(
+            [*effectgate_cmd(), "demo"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "TTY_COMPATIBLE": "1", "COLUMNS": "100"},
+        )
         assert out.returncode == 0, out.stderr
         widths = [len(ANSI.sub("", line)) for line in out.stdout.splitlines()]
         assert max(widths) <= 100, max(widths)
@@ -336,15 +369,28 @@ class TestJsonEverywhere:
         svc.propose(svc.tokens.from_token(AGENT_A), "submit_order", "op-1", ORDER)
         svc.close()
         bundle = tmp_path / "op-1.json"
-        exported = CliRunner().invoke(app, ["audit", "export", "op-1", "--scope", "alpha",
-                                            "--config", config, "--out", str(bundle)])
+        exported = CliRunner().invoke(
+            app,
+            [
+                "audit",
+                "export",
+                "op-1",
+                "--scope",
+                "alpha",
+                "--config",
+                config,
+                "--out",
+                str(bundle),
+            ],
+        )
         assert exported.exit_code == 0, exported.output
         out = CliRunner().invoke(app, ["audit", "verify-bundle", str(bundle), "--json"])
         assert out.exit_code == 0, out.output
         assert json.loads(out.stdout)["ok"] is True
         data = json.loads(bundle.read_text())
         data["entries"][0]["detail_text"] = data["entries"][0]["detail_text"].replace(
-            '"quantity":"4"', '"quantity":"40"')
+            '"quantity":"4"', '"quantity":"40"'
+        )
         bundle.write_text(json.dumps(data))
         out = CliRunner().invoke(app, ["audit", "verify-bundle", str(bundle), "--json"])
         assert out.exit_code == 3 and json.loads(out.stdout)["ok"] is False
@@ -365,12 +411,12 @@ class TestVenueFactsAreDeclared:
 
     @pytest.mark.parametrize("key", ["visibility_horizon", "key_retention"])
     def test_a_class_without_them_is_refused_naming_the_key(self, key: str) -> None:
-        text = "\n".join(line for line in GOOD.splitlines()
-                         if not line.startswith(f"{key} ="))
+        text = "\n".join(line for line in GOOD.splitlines() if not line.startswith(f"{key} ="))
         message = config_error(text)
         header = line_of(text, "[classes.submit_order]")
-        assert message.startswith(f"svc.toml:{header}: classes.submit_order.{key}: is "
-                                  "required"), message
+        assert message.startswith(f"svc.toml:{header}: classes.submit_order.{key}: is required"), (
+            message
+        )
         assert "venue's documentation" in message, message
 
     def test_init_writes_them_saying_where_they_come_from(self, tmp_path: Path) -> None:
@@ -388,20 +434,31 @@ class TestVenueFactsAreDeclared:
         from effectgate.errors import RegistryError
         from effectgate.examples import SubmitOrder
 
-        text = GOOD.replace("key_retention = 86400", "key_retention = 86400\n"
-                            "settlement_window = 90000", 1)
+        text = GOOD.replace(
+            "key_retention = 86400", "key_retention = 86400\nsettlement_window = 90000", 1
+        )
         message = config_error(text)
-        assert message.startswith(f"svc.toml:{line_of(text, 'settlement_window')}: "
-                                  "classes.submit_order.settlement_window: "), message
+        assert message.startswith(
+            f"svc.toml:{line_of(text, 'settlement_window')}: "
+            "classes.submit_order.settlement_window: "
+        ), message
         assert "key_retention" in message
         with pytest.raises(RegistryError, match="settlement_window"):
-            ActionClass(name="submit_order", model=SubmitOrder, adapter="paper",
-                        effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
-                        visibility_horizon=60.0, key_retention=1000.0,
-                        settlement_window=1000.0)
+            ActionClass(
+                name="submit_order",
+                model=SubmitOrder,
+                adapter="paper",
+                effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
+                visibility_horizon=60.0,
+                key_retention=1000.0,
+                settlement_window=1000.0,
+            )
         # Inside the retention but not well inside: accepted, and alerted (test_controls).
-        parse_config(GOOD.replace("key_retention = 86400", "key_retention = 86400\n"
-                                  "settlement_window = 80000", 1))
+        parse_config(
+            GOOD.replace(
+                "key_retention = 86400", "key_retention = 86400\nsettlement_window = 80000", 1
+            )
+        )
 
 
 class TestAgeingAlarmWithoutAConfiguredSink:
@@ -420,25 +477,41 @@ class TestAgeingAlarmWithoutAConfiguredSink:
                 raise TimeoutError  # the venue never answers: the row stays uncertain
 
         clock = ManualClock()
-        registry = Registry([ActionClass(
-            name="submit_order", model=SubmitOrder, adapter="paper",
-            effect_class=EffectClass.NON_IDEMPOTENT_MUTATION, visibility_horizon=600.0,
-            key_retention=86400.0, settlement_window=30.0)])
+        registry = Registry(
+            [
+                ActionClass(
+                    name="submit_order",
+                    model=SubmitOrder,
+                    adapter="paper",
+                    effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
+                    visibility_horizon=600.0,
+                    key_retention=86400.0,
+                    settlement_window=30.0,
+                )
+            ]
+        )
         store = SQLiteStore(str(tmp_path / "l.db"))
         adapter = Silent(PaperVenue())
-        gate = Gate(store=store, registry=registry, adapters={"paper": adapter},
-                    policy=PolicySet({"submit_order": LimitPolicy(None)}), clock=clock)
+        gate = Gate(
+            store=store,
+            registry=registry,
+            adapters={"paper": adapter},
+            policy=PolicySet({"submit_order": LimitPolicy(None)}),
+            clock=clock,
+        )
         assert gate.submit("submit_order", "op-u", ORDER).state is State.SUBMITTED
         clock.advance(31)
-        rec = Reconciler(store=store, registry=registry, adapters={"paper": adapter},
-                         clock=clock)  # no alerts= : a library user's reconciler
+        rec = Reconciler(
+            store=store, registry=registry, adapters={"paper": adapter}, clock=clock
+        )  # no alerts= : a library user's reconciler
         with caplog.at_level(logging.ERROR, logger="effectgate.alerts"):
             rec.run_once()
         store.close()
         assert any("uncertain-aged" in r.getMessage() for r in caplog.records), caplog.text
 
     def test_reconcile_with_store_and_venue_runs_the_maintenance_rules(
-            self, tmp_path: Path) -> None:
+        self, tmp_path: Path
+    ) -> None:
         from effectgate import SQLiteStore
 
         url = f"sqlite:///{tmp_path}/l.db"
@@ -446,8 +519,11 @@ class TestAgeingAlarmWithoutAConfiguredSink:
         venue = PaperVenue()
         venue.inject_record("default:op-outside")
         with serve_paper_venue(venue, api_key="k") as server:
-            out = CliRunner().invoke(app, ["reconcile", "--store", url, "--venue", server.url,
-                                           "--json"], env={"EFFECTGATE_VENUE_KEY": "k"})
+            out = CliRunner().invoke(
+                app,
+                ["reconcile", "--store", url, "--venue", server.url, "--json"],
+                env={"EFFECTGATE_VENUE_KEY": "k"},
+            )
         assert out.exit_code == 3, out.output
         assert "ERROR effectgate.alerts: alert orphan" in out.stderr, out.stderr
         listed = CliRunner().invoke(app, ["alerts", "list", "--store", url, "--json"])
@@ -463,8 +539,14 @@ def shell_blocks(markdown: str, heading: str) -> list[str]:
 def bash(script: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     # The venv's bin first, so `effectgate` is this checkout's, as after `pip install -e .`.
     path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
-    return subprocess.run(["bash", "-c", script], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "PATH": path})
+    return subprocess.run(
+        ["bash", "-c", script],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "PATH": path},
+    )
 
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
@@ -472,31 +554,40 @@ README = (Path(__file__).parent.parent / "README.md").read_text()
 
 class TestReadmeServiceSection:
     def test_init_shell_sets_the_tokens(self, tmp_path: Path) -> None:
-        out = bash('eval "$(effectgate init --shell)" && echo "$AGENT_TOKEN $OPERATOR_TOKEN"',
-                   tmp_path)
+        out = bash(
+            'eval "$(effectgate init --shell)" && echo "$AGENT_TOKEN $OPERATOR_TOKEN"', tmp_path
+        )
         assert out.returncode == 0, out.stderr
         agent, operator = out.stdout.split()
         config = load_config(tmp_path / "effectgate.toml")
         assert {t.name: t.sha256 for t in config.tokens} == {
             "agent": hashlib.sha256(agent.encode()).hexdigest(),
-            "operator": hashlib.sha256(operator.encode()).hexdigest()}
+            "operator": hashlib.sha256(operator.encode()).hexdigest(),
+        }
 
     def test_the_commands_work_when_pasted(self, tmp_path: Path) -> None:
         setup, propose = shell_blocks(README, "## Run it as a service")
         lines = setup.strip().splitlines()
         # The service needs the server extra (the test venv has it).
-        assert lines[0] == ("python3 -m venv .venv && . .venv/bin/activate && "
-                            "pip install -e '.[server]'")
+        assert lines[0] == (
+            "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[server]'"
+        )
         # Another free port than 8787 (other test runs may hold it); nothing else is changed.
         port = str(free_port())
         serve = lines[2].replace("effectgate.toml &", f"effectgate.toml --port {port} &")
-        script = "\n".join([
-            # If a step fails, the background service is stopped all the same.
-            "set -e", "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT", lines[1], serve,
-            f"for _ in $(seq 100); do curl -sf http://127.0.0.1:{port}/healthz >/dev/null "
-            "&& break; sleep 0.1; done",
-            propose.replace("127.0.0.1:8787", f"127.0.0.1:{port}"),
-            "kill %1"])
+        script = "\n".join(
+            [
+                # If a step fails, the background service is stopped all the same.
+                "set -e",
+                "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT",
+                lines[1],
+                serve,
+                f"for _ in $(seq 100); do curl -sf http://127.0.0.1:{port}/healthz >/dev/null "
+                "&& break; sleep 0.1; done",
+                propose.replace("127.0.0.1:8787", f"127.0.0.1:{port}"),
+                "kill %1",
+            ]
+        )
         out = bash(script, tmp_path)
         assert out.returncode == 0, out.stderr
         reply = json.loads(out.stdout)
@@ -514,8 +605,9 @@ class TestPaperVenueProtocolDocument:
 
         committed = (DOCS / "paper-venue.openapi.json").read_text()
         assert committed == openapi_json(), (
-            "regenerate: python -c \"from effectgate.adapters._paper_openapi import "
-            "openapi_json; print(openapi_json(), end='')\" > docs/paper-venue.openapi.json")
+            'regenerate: python -c "from effectgate.adapters._paper_openapi import '
+            "openapi_json; print(openapi_json(), end='')\" > docs/paper-venue.openapi.json"
+        )
 
     def test_the_server_answers_as_documented(self) -> None:
         """Generated requests to every operation: status codes, content types and bodies
@@ -534,17 +626,31 @@ class TestPaperVenueProtocolDocument:
             operations = [result.ok() for result in schema.get_all_operations()]
             # (schemathesis leaves out the document's own path, /openapi.json)
             assert {(op.method.upper(), op.path) for op in operations} == {
-                ("POST", "/v1/orders"), ("GET", "/v1/orders"), ("GET", "/v1/records"),
-                ("GET", "/v1/health")}
+                ("POST", "/v1/orders"),
+                ("GET", "/v1/orders"),
+                ("GET", "/v1/records"),
+                ("GET", "/v1/health"),
+            }
             for operation in operations:
-                @settings(max_examples=25, deadline=None, database=None,
-                          suppress_health_check=list(HealthCheck))
+
+                @settings(
+                    max_examples=25,
+                    deadline=None,
+                    database=None,
+                    suppress_health_check=list(HealthCheck),
+                )
                 @given(case=operation.as_strategy())
                 def check(case: schemathesis.Case) -> None:
                     case.call_and_validate(
-                        base_url=server.url, headers={"Authorization": "Bearer k"},
-                        checks=[not_a_server_error, status_code_conformance,
-                                content_type_conformance, response_schema_conformance])
+                        base_url=server.url,
+                        headers={"Authorization": "Bearer k"},
+                        checks=[
+                            not_a_server_error,
+                            status_code_conformance,
+                            content_type_conformance,
+                            response_schema_conformance,
+                        ],
+                    )
 
                 check()
 
@@ -553,20 +659,22 @@ class TestQuickstart:
     def test_five_commands_reach_a_reconciled_divergence(self, tmp_path: Path) -> None:
         """docs/quickstart.md as pasted: an effect made behind the gate's back is an orphan
         alarm (exit 3) on the first reconcile."""
-        block = re.findall(r"```sh\n(.*?)```", (DOCS / "quickstart.md").read_text(),
-                           flags=re.S)[0]
+        block = re.findall(r"```sh\n(.*?)```", (DOCS / "quickstart.md").read_text(), flags=re.S)[0]
         install, rest = block.split("\n", 1)
         assert install == "python3 -m venv .venv && . .venv/bin/activate && pip install -e ."
         # A command's continuation lines are indented.
         commands = [c for c in re.split(r"\n(?=\S)", rest) if c.strip()]
         assert len(commands) == 4, commands  # five with the install
         port = str(free_port())  # not 8700: other test runs may hold it
-        script = "\n".join([
-            "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT",
-            commands[0].replace("8700", port),
-            f"for _ in $(seq 100); do curl -sf http://127.0.0.1:{port}/v1/health >/dev/null "
-            "&& break; sleep 0.1; done",
-            *(c.replace("8700", port) for c in commands[1:])])
+        script = "\n".join(
+            [
+                "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT",
+                commands[0].replace("8700", port),
+                f"for _ in $(seq 100); do curl -sf http://127.0.0.1:{port}/v1/health >/dev/null "
+                "&& break; sleep 0.1; done",
+                *(c.replace("8700", port) for c in commands[1:]),
+            ]
+        )
         out = bash(script, tmp_path)
         assert out.returncode == 3, out.stdout + out.stderr
         assert "ALARM orphan key=default:op-outside venue_ids=['V-000001']" in out.stderr
@@ -578,9 +686,12 @@ def test_the_licence_file_is_the_one_pyproject_declares() -> None:
     import tomllib
 
     root = Path(__file__).parent.parent
-    assert tomllib.loads((root / "pyproject.toml").read_text())["project"]["license"] == \
-        "Apache-2.0"
+    assert (
+        tomllib.loads((root / "pyproject.toml").read_text())["project"]["license"] == "Apache-2.0"
+    )
     text = (root / "LICENSE").read_bytes()
     # sha256 of apache.org's LICENSE-2.0.txt
-    assert hashlib.sha256(text).hexdigest() == \
-        "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
+    assert (
+        hashlib.sha256(text).hexdigest()
+        == "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
+    )

@@ -45,16 +45,24 @@ class World:
     clock: ManualClock
 
     def crash_submit(self, op: str, intent: dict | None = None) -> None:
-        dying = Gate(store=self.store, registry=self.gate.registry,
-                     adapters={"paper": DyingAdapter(self.venue)}, policy=self.gate.policy,
-                     clock=self.clock)
+        dying = Gate(
+            store=self.store,
+            registry=self.gate.registry,
+            adapters={"paper": DyingAdapter(self.venue)},
+            policy=self.gate.policy,
+            clock=self.clock,
+        )
         with pytest.raises(Died):
             dying.submit("submit_order", op, intent or INTENT)
 
 
 def policy() -> PolicySet:
-    return PolicySet({"submit_order": LimitPolicy(Decimal("1000"), approve_above=Decimal("900")),
-                      "cancel_order": LimitPolicy()})
+    return PolicySet(
+        {
+            "submit_order": LimitPolicy(Decimal("1000"), approve_above=Decimal("900")),
+            "cancel_order": LimitPolicy(),
+        }
+    )
 
 
 @pytest.fixture
@@ -63,10 +71,12 @@ def world(store: Store) -> World:
     venue = PaperVenue(clock=clock)
     adapter = CountingAdapter(PaperAdapter(venue))
     registry = default_registry()
-    gate = Gate(store=store, registry=registry, adapters={"paper": adapter}, policy=policy(),
-                clock=clock)
-    rec = Reconciler(store=store, registry=registry, adapters={"paper": PaperAdapter(venue)},
-                     clock=clock)
+    gate = Gate(
+        store=store, registry=registry, adapters={"paper": adapter}, policy=policy(), clock=clock
+    )
+    rec = Reconciler(
+        store=store, registry=registry, adapters={"paper": PaperAdapter(venue)}, clock=clock
+    )
     return World(store, venue, adapter, gate, rec, clock)
 
 
@@ -93,14 +103,20 @@ class TestIdentity:
             world.gate.submit("submit_order", "op-a", dict(INTENT, quantity="5"))
         assert world.adapter.execute_calls == 1
 
-    @pytest.mark.parametrize("change", [
-        {"rationale": "reworded entirely"},
-        {"context_digest": "sha256:00ff00ff00ff"},
-        {"proposed_by": {"model": "other-model"}},
-        {"limit_price": "100.0"}, {"limit_price": "0100.00"}, {"limit_price": "1E2"},
-    ])
-    def test_audit_fields_and_decimal_spelling_keep_identity(self, world: World,
-                                                             change: dict) -> None:
+    @pytest.mark.parametrize(
+        "change",
+        [
+            {"rationale": "reworded entirely"},
+            {"context_digest": "sha256:00ff00ff00ff"},
+            {"proposed_by": {"model": "other-model"}},
+            {"limit_price": "100.0"},
+            {"limit_price": "0100.00"},
+            {"limit_price": "1E2"},
+        ],
+    )
+    def test_audit_fields_and_decimal_spelling_keep_identity(
+        self, world: World, change: dict
+    ) -> None:
         """Invariant 2: audit fields and decimal spellings never change the fingerprint."""
         first = world.gate.submit("submit_order", "op-1", INTENT)
         again = world.gate.submit("submit_order", "op-1", {**INTENT, **change})
@@ -109,11 +125,16 @@ class TestIdentity:
 
 
 class TestBadInput:
-    @pytest.mark.parametrize("bad,field", [
-        ({"limit_price": 100.0}, "limit_price"), ({"quantity": "-4"}, "quantity"),
-        ({"quantity": "0"}, "quantity"), ({"quantity": "NaN"}, "quantity"),
-        ({"endpoint": "http://evil.example"}, "endpoint"),
-    ])
+    @pytest.mark.parametrize(
+        "bad,field",
+        [
+            ({"limit_price": 100.0}, "limit_price"),
+            ({"quantity": "-4"}, "quantity"),
+            ({"quantity": "0"}, "quantity"),
+            ({"quantity": "NaN"}, "quantity"),
+            ({"endpoint": "http://evil.example"}, "endpoint"),
+        ],
+    )
     def test_refusal_writes_only_an_audit_line(self, world: World, bad: dict, field: str) -> None:
         """Bad input is refused with the field named; nothing but the audit log changes."""
         with pytest.raises(IntentError) as info:
@@ -154,8 +175,9 @@ class TestCrashAndReconcile:
         assert world.gate.dispatch("op-c").state is State.SUBMITTED
         assert world.adapter.execute_calls == 0
 
-    def test_inside_horizon_stays_uncertain_then_late_appearance_confirms(self,
-                                                                         world: World) -> None:
+    def test_inside_horizon_stays_uncertain_then_late_appearance_confirms(
+        self, world: World
+    ) -> None:
         """Invariant 4: absence inside the visibility horizon is not failure."""
         world.crash_submit("op-c")
         world.clock.advance(10)
@@ -213,8 +235,13 @@ class TestCrashAndReconcile:
 
     def test_venue_refusal_with_proof_fails_the_row(self, world: World) -> None:
         venue = PaperVenue(clock=world.clock, instruments=frozenset({"ABC"}))
-        gate = Gate(store=world.store, registry=world.gate.registry,
-                    adapters={"paper": PaperAdapter(venue)}, policy=policy(), clock=world.clock)
+        gate = Gate(
+            store=world.store,
+            registry=world.gate.registry,
+            adapters={"paper": PaperAdapter(venue)},
+            policy=policy(),
+            clock=world.clock,
+        )
         row = gate.submit("submit_order", "op-r", INTENT)
         assert row.state is State.FAILED and row.detail and "rejected" in row.detail
 
@@ -230,11 +257,20 @@ class TestReplicas:
         kinds: list[str] = []
         ledgers = [store_factory(), SQLiteStore(str(tmp_path / "replica-b.db"))]
         for ledger in ledgers:
-            gate = Gate(store=ledger, registry=default_registry(),
-                        adapters={"paper": PaperAdapter(venue)}, policy=policy(), clock=clock)
+            gate = Gate(
+                store=ledger,
+                registry=default_registry(),
+                adapters={"paper": PaperAdapter(venue)},
+                policy=policy(),
+                clock=clock,
+            )
             gate.submit("submit_order", "op-e", INTENT)
-            rec = Reconciler(store=ledger, registry=default_registry(),
-                             adapters={"paper": PaperAdapter(venue)}, clock=clock)
+            rec = Reconciler(
+                store=ledger,
+                registry=default_registry(),
+                adapters={"paper": PaperAdapter(venue)},
+                clock=clock,
+            )
             kinds += [d[0] for d in rec.run_once().new_divergences]
         ledgers[1].close()
         assert venue.calls == 2 and venue.effect_count == (1 if honour else 2)
@@ -252,8 +288,12 @@ class TestPolicyAndTerminal:
     def test_no_policy_means_deny(self, store: Store) -> None:
         """Deny by default: a class without a policy cannot run."""
         venue = PaperVenue()
-        gate = Gate(store=store, registry=default_registry(),
-                    adapters={"paper": PaperAdapter(venue)}, policy=PolicySet())
+        gate = Gate(
+            store=store,
+            registry=default_registry(),
+            adapters={"paper": PaperAdapter(venue)},
+            policy=PolicySet(),
+        )
         row = gate.submit("submit_order", "op-1", INTENT)
         assert row.state is State.REJECTED and "deny by default" in (row.reason or "")
         assert venue.calls == 0
@@ -295,16 +335,23 @@ class TestValueLimits:
     def test_market_order_cannot_slip_under_a_value_ceiling(self, world: World) -> None:
         """Deny by default: an order whose value cannot be measured is refused under a cap."""
         market = {k: v for k, v in INTENT.items() if k != "limit_price"}
-        row = world.gate.submit("submit_order", "op-m", {**market, "order_type": "market",
-                                                          "quantity": "999"})
+        row = world.gate.submit(
+            "submit_order", "op-m", {**market, "order_type": "market", "quantity": "999"}
+        )
         assert row.state is State.REJECTED and "cannot be measured" in (row.reason or "")
         assert world.adapter.execute_calls == 0
 
-    def test_limit_without_a_ceiling_allows_a_class_with_no_value_axis(self,
-                                                                       world: World) -> None:
-        row = world.gate.submit("cancel_order", "op-c", {
-            "intent_version": "1", "action": "cancel_order", "instrument": "XYZ-PERP",
-            "order_ref": "V-000001"})
+    def test_limit_without_a_ceiling_allows_a_class_with_no_value_axis(self, world: World) -> None:
+        row = world.gate.submit(
+            "cancel_order",
+            "op-c",
+            {
+                "intent_version": "1",
+                "action": "cancel_order",
+                "instrument": "XYZ-PERP",
+                "order_ref": "V-000001",
+            },
+        )
         assert row.state is State.ACKNOWLEDGED and row.reason == "no value axis; allowed"
 
 
@@ -331,17 +378,20 @@ class TestLostJournalCommit:
             return getattr(self.inner, name)
 
     def _gate(self, world: World, store: object) -> Gate:
-        return Gate(store=store, registry=world.gate.registry,  # type: ignore[arg-type]
-                    adapters={"paper": world.adapter}, policy=policy(), clock=world.clock)
+        return Gate(
+            store=store,
+            registry=world.gate.registry,  # type: ignore[arg-type]
+            adapters={"paper": world.adapter},
+            policy=policy(),
+            clock=world.clock,
+        )
 
-    def test_nothing_landed_so_the_gate_journals_again_and_sends_once(self,
-                                                                      world: World) -> None:
+    def test_nothing_landed_so_the_gate_journals_again_and_sends_once(self, world: World) -> None:
         gate = self._gate(world, self.Flaky(world.store, wrote=False))
         row = gate.submit("submit_order", "op-1", INTENT)
         assert row.state is State.ACKNOWLEDGED and world.adapter.execute_calls == 1
 
-    def test_it_landed_so_the_row_stays_uncertain_and_nothing_is_sent(self,
-                                                                      world: World) -> None:
+    def test_it_landed_so_the_row_stays_uncertain_and_nothing_is_sent(self, world: World) -> None:
         gate = self._gate(world, self.Flaky(world.store, wrote=True))
         row = gate.submit("submit_order", "op-1", INTENT)
         assert row.state is State.SUBMITTED and world.adapter.execute_calls == 0
@@ -352,7 +402,8 @@ class TestPrincipalNames:
 
     @pytest.mark.parametrize("principal", ["system:breaker", "system:expiry", "", "a b"])
     def test_reserved_or_malformed_principal_is_refused_and_writes_no_row(
-            self, world: World, principal: str) -> None:
+        self, world: World, principal: str
+    ) -> None:
         with pytest.raises(IntentError):
             world.gate.submit("submit_order", "op-p", INTENT, principal=principal)
         assert world.store.get("default", "op-p") is None
@@ -398,13 +449,16 @@ class TestLostReceiptCommit:
             return getattr(self.inner, name)
 
     def _gate(self, world: World, wrote: bool) -> Gate:
-        return Gate(store=self.Flaky(world.store, wrote),  # type: ignore[arg-type]
-                    registry=world.gate.registry, adapters={"paper": world.adapter},
-                    policy=policy(), clock=world.clock)
+        return Gate(
+            store=self.Flaky(world.store, wrote),  # type: ignore[arg-type]
+            registry=world.gate.registry,
+            adapters={"paper": world.adapter},
+            policy=policy(),
+            clock=world.clock,
+        )
 
     @pytest.mark.parametrize("wrote", [False, True])
-    def test_applied_receipt_lost_leaves_the_row_uncertain(self, world: World,
-                                                           wrote: bool) -> None:
+    def test_applied_receipt_lost_leaves_the_row_uncertain(self, world: World, wrote: bool) -> None:
         gate = self._gate(world, wrote)
         row = gate.submit("submit_order", "op-1", INTENT)
         assert row.state is State.SUBMITTED and world.adapter.execute_calls == 1
@@ -417,8 +471,7 @@ class TestLostReceiptCommit:
         assert settled is not None and settled.state is State.ACKNOWLEDGED
         assert world.venue.effect_count == 1
 
-    def test_unknown_outcome_whose_audit_line_is_lost_stays_uncertain(self,
-                                                                      world: World) -> None:
+    def test_unknown_outcome_whose_audit_line_is_lost_stays_uncertain(self, world: World) -> None:
         gate = self._gate(world, wrote=False)
         world.venue.fail_next(1, after_apply=True)
         row = gate.submit("submit_order", "op-1", INTENT)

@@ -49,16 +49,28 @@ def test_gate_state_machine(store_factory) -> None:
             self.venue = PaperVenue(clock=self.clock)
             self.adapter = CountingAdapter(PaperAdapter(self.venue))
             policy = PolicySet({"submit_order": LimitPolicy(Decimal("1000"))})
-            self.gate = Gate(store=store, registry=default_registry(),
-                             adapters={"paper": self.adapter}, policy=policy, clock=self.clock)
-            self.dying = Gate(store=store, registry=default_registry(),
-                              adapters={"paper": Dying(self.venue)}, policy=policy,
-                              clock=self.clock)
-            self.reconciler = Reconciler(store=store, registry=default_registry(),
-                                         adapters={"paper": PaperAdapter(self.venue)},
-                                         clock=self.clock)
-            self.payload: dict[str, str] = {}      # op -> canonical quantity it was first sent
-            self.terminal: dict[str, State] = {}   # op -> terminal state once reached
+            self.gate = Gate(
+                store=store,
+                registry=default_registry(),
+                adapters={"paper": self.adapter},
+                policy=policy,
+                clock=self.clock,
+            )
+            self.dying = Gate(
+                store=store,
+                registry=default_registry(),
+                adapters={"paper": Dying(self.venue)},
+                policy=policy,
+                clock=self.clock,
+            )
+            self.reconciler = Reconciler(
+                store=store,
+                registry=default_registry(),
+                adapters={"paper": PaperAdapter(self.venue)},
+                clock=self.clock,
+            )
+            self.payload: dict[str, str] = {}  # op -> canonical quantity it was first sent
+            self.terminal: dict[str, State] = {}  # op -> terminal state once reached
             self.crashed: set[str] = set()
 
         def key(self, op: str) -> str:
@@ -72,8 +84,7 @@ def test_gate_state_machine(store_factory) -> None:
             canonical = str(Decimal(quantity).normalize())
             first = self.payload.get(op)
             try:
-                row = self.gate.submit("submit_order", op, self._intent(quantity),
-                                       scope=self.scope)
+                row = self.gate.submit("submit_order", op, self._intent(quantity), scope=self.scope)
             except IdempotencyConflict:
                 assert first is not None and first != canonical  # invariant 2
                 return
@@ -118,7 +129,7 @@ def test_gate_state_machine(store_factory) -> None:
         def at_most_one_call_and_effect_per_id(self) -> None:
             for op in OPS:
                 calls = sum(1 for r in self.adapter.requests if r.operation_key == self.key(op))
-                assert calls <= 1                                   # invariant 1
+                assert calls <= 1  # invariant 1
                 assert self.venue.effects_for(self.key(op)) <= 1
                 if op in self.crashed:
                     assert calls == 0 and self.venue.effects_for(self.key(op)) == 0
@@ -132,7 +143,7 @@ def test_gate_state_machine(store_factory) -> None:
                     assert row.state is self.terminal[op]
                 elif row.state in TERMINAL:
                     self.terminal[op] = row.state
-                if row.state is State.FAILED:                       # invariant 4
+                if row.state is State.FAILED:  # invariant 4
                     assert self.venue.effects_for(self.key(op)) == 0
                     assert row.submitted_at is not None
                 if row.state is State.ACKNOWLEDGED:
@@ -141,6 +152,12 @@ def test_gate_state_machine(store_factory) -> None:
         def teardown(self) -> None:
             self.venue.fail_next(0, after_apply=False)
 
-    run_state_machine_as_test(GateMachine, settings=settings(
-        max_examples=60, stateful_step_count=25, deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]))
+    run_state_machine_as_test(
+        GateMachine,
+        settings=settings(
+            max_examples=60,
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        ),
+    )

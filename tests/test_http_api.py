@@ -58,8 +58,9 @@ class GatedAdapter(PaperAdapter):
 
 
 def make_service(tmp_path: Path, service: str = "", **kw: object) -> Service:
-    cfg = parse_config(config_text(store_url=f"sqlite:///{tmp_path}/ledger.db",
-                                   service=service), "test.toml")
+    cfg = parse_config(
+        config_text(store_url=f"sqlite:///{tmp_path}/ledger.db", service=service), "test.toml"
+    )
     return Service(cfg, **kw)  # type: ignore[arg-type]
 
 
@@ -82,8 +83,14 @@ def client(service: Service) -> Iterator[TestClient]:
         yield c
 
 
-def post(client: TestClient, key: str | None, body: bytes = BODY, token: str = AGENT_A,
-         action: str = "submit_order", **headers: str):
+def post(
+    client: TestClient,
+    key: str | None,
+    body: bytes = BODY,
+    token: str = AGENT_A,
+    action: str = "submit_order",
+    **headers: str,
+):
     h = {"Content-Type": "application/json", **bearer(token, **headers)}
     if key is not None:
         h["Idempotency-Key"] = key
@@ -92,7 +99,8 @@ def post(client: TestClient, key: str | None, body: bytes = BODY, token: str = A
 
 class TestIdempotencyKey:
     def test_first_request_creates_and_replay_returns_stored_result(
-            self, client: TestClient, venue: PaperVenue) -> None:
+        self, client: TestClient, venue: PaperVenue
+    ) -> None:
         """Invariant 1 over HTTP: same key again = 200 + Idempotent-Replayed, nothing re-sent."""
         first = post(client, "op-1")
         assert first.status_code == 201 and "idempotent-replayed" not in first.headers
@@ -103,13 +111,15 @@ class TestIdempotencyKey:
         assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
         replay = again.json()
         assert replay["replayed"] is True
-        assert {k: v for k, v in replay.items() if k != "replayed"} == \
-            {k: v for k, v in doc.items() if k != "replayed"}
+        assert {k: v for k, v in replay.items() if k != "replayed"} == {
+            k: v for k, v in doc.items() if k != "replayed"
+        }
         assert venue.effect_count == 1
         assert first.headers["location"] == "/v1/operations/op-1"
 
-    def test_changed_payload_under_reused_key_is_422(self, client: TestClient,
-                                                     venue: PaperVenue) -> None:
+    def test_changed_payload_under_reused_key_is_422(
+        self, client: TestClient, venue: PaperVenue
+    ) -> None:
         """Invariant 2: a reused key with another effect is 422 problem+json, never a dedup."""
         post(client, "op-1")
         changed = post(client, "op-1", json.dumps({**ORDER, "quantity": "5"}).encode())
@@ -124,8 +134,9 @@ class TestIdempotencyKey:
         again = post(client, "op-1", json.dumps({**ORDER, "rationale": "other"}).encode())
         assert again.status_code == 200
 
-    def test_missing_key_is_400_and_writes_nothing(self, client: TestClient,
-                                                   service: Service) -> None:
+    def test_missing_key_is_400_and_writes_nothing(
+        self, client: TestClient, service: Service
+    ) -> None:
         """IETF Idempotency-Key draft: no key, 400; the ledger is untouched."""
         r = post(client, None)
         assert r.status_code == 400 and r.json()["code"] == "idempotency_key_missing"
@@ -134,9 +145,15 @@ class TestIdempotencyKey:
     @pytest.mark.parametrize("key", ["", "has space", "-leading", "x" * 200, "ключ"])
     def test_malformed_key_is_400(self, client: TestClient, key: str) -> None:
         """Operation ids are ASCII identifiers: anything else is refused, never normalised."""
-        r = client.post("/v1/actions/submit_order", content=BODY,
-                        headers={**bearer(AGENT_A), "Idempotency-Key": key.encode(),
-                                 "Content-Type": "application/json"})
+        r = client.post(
+            "/v1/actions/submit_order",
+            content=BODY,
+            headers={
+                **bearer(AGENT_A),
+                "Idempotency-Key": key.encode(),
+                "Content-Type": "application/json",
+            },
+        )
         assert r.status_code == 400
 
     def test_quoted_key_is_the_same_key(self, client: TestClient) -> None:
@@ -144,8 +161,9 @@ class TestIdempotencyKey:
         assert post(client, "op-q").status_code == 201
         assert post(client, '"op-q"').status_code == 200
 
-    def test_second_request_while_first_in_flight_is_409(self, tmp_path: Path,
-                                                         venue: PaperVenue) -> None:
+    def test_second_request_while_first_in_flight_is_409(
+        self, tmp_path: Path, venue: PaperVenue
+    ) -> None:
         """IETF draft: 409 while the first request with the key is still being processed."""
         gated = GatedAdapter(venue)
         svc = make_service(tmp_path, adapters={"venue": gated})
@@ -156,8 +174,7 @@ class TestIdempotencyKey:
                 first.start()
                 assert gated.entered.wait(5)
                 during = post(c, "k")
-                assert during.status_code == 409 and during.json()["code"] == \
-                    "operation_in_flight"
+                assert during.status_code == 409 and during.json()["code"] == "operation_in_flight"
                 assert int(during.headers["retry-after"]) >= 1
                 gated.release.set()
                 first.join(5)
@@ -168,19 +185,34 @@ class TestIdempotencyKey:
             svc.close()
 
     def test_submitted_row_of_another_process_is_in_flight_until_the_dispatch_bound(
-            self, tmp_path: Path, venue: PaperVenue) -> None:
+        self, tmp_path: Path, venue: PaperVenue
+    ) -> None:
         """Multi-worker rule: a row another process journalled moments ago answers 409; past
         dispatch_timeout + grace it is uncertain and replays as it stands (never re-sent)."""
         clock = Clock()
-        svc = make_service(tmp_path, "dispatch_timeout = 2.0\nin_flight_grace = 1.0",
-                           adapters={"venue": PaperAdapter(venue)}, clock=clock)
+        svc = make_service(
+            tmp_path,
+            "dispatch_timeout = 2.0\nin_flight_grace = 1.0",
+            adapters={"venue": PaperAdapter(venue)},
+            clock=clock,
+        )
         try:
             parsed = svc.config.registry.parse("submit_order", BODY)
-            svc.store.insert_operation(NewOperation(
-                scope="alpha", operation_id="k", action="submit_order",
-                fingerprint=parsed.fingerprint, intent=parsed.snapshot, effect=parsed.effect,
-                tier="validate", reason="r", policy_version="p"),
-                [State.PROPOSED, State.VALIDATED, State.SUBMITTED], now=clock.now)
+            svc.store.insert_operation(
+                NewOperation(
+                    scope="alpha",
+                    operation_id="k",
+                    action="submit_order",
+                    fingerprint=parsed.fingerprint,
+                    intent=parsed.snapshot,
+                    effect=parsed.effect,
+                    tier="validate",
+                    reason="r",
+                    policy_version="p",
+                ),
+                [State.PROPOSED, State.VALIDATED, State.SUBMITTED],
+                now=clock.now,
+            )
             with TestClient(create_app(svc, mcp_http=False)) as c:
                 assert post(c, "k").status_code == 409
                 clock.now += 3.5
@@ -192,22 +224,34 @@ class TestIdempotencyKey:
 
 
 class TestProblemDetails:
-    @pytest.mark.parametrize("body,field,reason", [
-        (b'{"intent_version": "1", ', None, "syntax"),
-        (json.dumps({**ORDER, "limit_price": 100.5}).encode(), "limit_price",
-         "float_not_allowed"),
-        (json.dumps({**ORDER, "quantity": 4}).encode(), "quantity", "not_a_decimal_string"),
-        (json.dumps({**ORDER, "endpoint": "http://evil"}).encode(), "endpoint",
-         "extra_forbidden"),
-        (BODY[:-1] + b', "side": "sell"}', "side", "duplicate_key"),
-        (b'[1, 2]', None, "not_object"),
-        # Found by schemathesis: an exponent beyond the decimal module's range was a 500.
-        (json.dumps({**ORDER, "limit_price": ".856E+1086816166917345432"}).encode(),
-         "limit_price", "out_of_range"),
-    ])
-    def test_bad_bodies_are_400_naming_the_field(self, client: TestClient, service: Service,
-                                                 body: bytes, field: str | None,
-                                                 reason: str) -> None:
+    @pytest.mark.parametrize(
+        "body,field,reason",
+        [
+            (b'{"intent_version": "1", ', None, "syntax"),
+            (
+                json.dumps({**ORDER, "limit_price": 100.5}).encode(),
+                "limit_price",
+                "float_not_allowed",
+            ),
+            (json.dumps({**ORDER, "quantity": 4}).encode(), "quantity", "not_a_decimal_string"),
+            (
+                json.dumps({**ORDER, "endpoint": "http://evil"}).encode(),
+                "endpoint",
+                "extra_forbidden",
+            ),
+            (BODY[:-1] + b', "side": "sell"}', "side", "duplicate_key"),
+            (b"[1, 2]", None, "not_object"),
+            # Found by schemathesis: an exponent beyond the decimal module's range was a 500.
+            (
+                json.dumps({**ORDER, "limit_price": ".856E+1086816166917345432"}).encode(),
+                "limit_price",
+                "out_of_range",
+            ),
+        ],
+    )
+    def test_bad_bodies_are_400_naming_the_field(
+        self, client: TestClient, service: Service, body: bytes, field: str | None, reason: str
+    ) -> None:
         """Bad input: malformed bodies are 400 (not 422), RFC 9457, field and reason named."""
         r = post(client, "op-bad", body)
         assert r.status_code == 400
@@ -230,8 +274,9 @@ class TestProblemDetails:
 
 
 class TestTenantsAndRoles:
-    def test_same_key_in_two_tenants_is_two_operations(self, client: TestClient,
-                                                       venue: PaperVenue) -> None:
+    def test_same_key_in_two_tenants_is_two_operations(
+        self, client: TestClient, venue: PaperVenue
+    ) -> None:
         """Identity is (scope, operation id): tenants never share or collide."""
         a, b = post(client, "shared", token=AGENT_A), post(client, "shared", token=AGENT_B)
         assert a.status_code == b.status_code == 201
@@ -245,8 +290,11 @@ class TestTenantsAndRoles:
 
     def test_agent_token_is_403_on_admin(self, client: TestClient) -> None:
         """The agent API and the operator API use different credentials."""
-        for method, path in (("GET", "/v1/admin/operations"), ("POST", "/v1/admin/reconcile"),
-                             ("GET", "/v1/admin/divergences")):
+        for method, path in (
+            ("GET", "/v1/admin/operations"),
+            ("POST", "/v1/admin/reconcile"),
+            ("GET", "/v1/admin/divergences"),
+        ):
             r = client.request(method, path, headers=bearer(AGENT_A))
             assert r.status_code == 403 and r.json()["code"] == "forbidden"
 
@@ -254,11 +302,13 @@ class TestTenantsAndRoles:
         r = post(client, "op-1", token=OPERATOR)
         assert r.status_code == 403 and venue.effect_count == 0
 
-    @pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer nope"},
-                                         {"Authorization": "Basic abc"}])
+    @pytest.mark.parametrize(
+        "headers", [{}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic abc"}]
+    )
     def test_missing_or_unknown_token_is_401(self, client: TestClient, headers: dict) -> None:
-        r = client.post("/v1/actions/submit_order", content=BODY,
-                        headers={**headers, "Idempotency-Key": "k"})
+        r = client.post(
+            "/v1/actions/submit_order", content=BODY, headers={**headers, "Idempotency-Key": "k"}
+        )
         assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
 
     def test_scoped_operator_sees_only_its_scope(self, client: TestClient) -> None:
@@ -266,8 +316,12 @@ class TestTenantsAndRoles:
         post(client, "b1", token=AGENT_B)
         rows = client.get("/v1/admin/operations", headers=bearer(SCOPED_OPERATOR)).json()
         assert {r["scope"] for r in rows} == {"alpha"}
-        assert client.get("/v1/admin/operations?scope=beta",
-                          headers=bearer(SCOPED_OPERATOR)).status_code == 403
+        assert (
+            client.get(
+                "/v1/admin/operations?scope=beta", headers=bearer(SCOPED_OPERATOR)
+            ).status_code
+            == 403
+        )
         everyone = client.get("/v1/admin/operations", headers=bearer(OPERATOR)).json()
         assert {r["scope"] for r in everyone} == {"alpha", "beta"}
 
@@ -289,8 +343,10 @@ class TestOperatorApi:
         post(client, "op-1")
         doc = client.get("/v1/admin/operations/alpha/op-1", headers=bearer(OPERATOR)).json()
         assert doc["intent"]["instrument"] == "XYZ-PERP" and doc["audit"]
-        assert client.get("/v1/admin/operations/alpha/none",
-                          headers=bearer(OPERATOR)).status_code == 404
+        assert (
+            client.get("/v1/admin/operations/alpha/none", headers=bearer(OPERATOR)).status_code
+            == 404
+        )
 
 
 class TestHealthMetricsOpenApi:
@@ -304,10 +360,15 @@ class TestHealthMetricsOpenApi:
         assert client.get("/metrics", headers=bearer(AGENT_A)).status_code == 403
         text = client.get("/metrics", headers=bearer(OPERATOR)).text
         assert 'effectgate_operations{action="submit_order",state="acknowledged"} 1.0' in text
-        assert 'effectgate_dispatch_seconds_count{action="submit_order",adapter="venue",' \
-               'outcome="applied"} 1.0' in text
-        for name in ("effectgate_uncertain_oldest_age_seconds", "effectgate_orphans",
-                     "effectgate_duplicate_effects"):
+        assert (
+            'effectgate_dispatch_seconds_count{action="submit_order",adapter="venue",'
+            'outcome="applied"} 1.0' in text
+        )
+        for name in (
+            "effectgate_uncertain_oldest_age_seconds",
+            "effectgate_orphans",
+            "effectgate_duplicate_effects",
+        ):
             assert f"\n{name} " in text
 
     def test_openapi_publishes_each_intent_schema(self, client: TestClient) -> None:
@@ -323,8 +384,9 @@ class TestHealthMetricsOpenApi:
 
 
 class TestLimits:
-    def test_oversized_body_is_413_before_parsing(self, client: TestClient,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_oversized_body_is_413_before_parsing(
+        self, client: TestClient, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """Bad input: the size cap holds before the body is read or parsed."""
         calls: list[str] = []
         monkeypatch.setattr(Registry, "parse", lambda *a, **k: calls.append("parse"))
@@ -335,14 +397,19 @@ class TestLimits:
             for _ in range(100):
                 yield b" " * 1000
 
-        chunked = client.post("/v1/actions/submit_order", content=chunks(),
-                              headers=bearer(AGENT_A, **{"Idempotency-Key": "big2",
-                                                         "Content-Type": "application/json"}))
+        chunked = client.post(
+            "/v1/actions/submit_order",
+            content=chunks(),
+            headers=bearer(
+                AGENT_A, **{"Idempotency-Key": "big2", "Content-Type": "application/json"}
+            ),
+        )
         assert chunked.status_code == 413
         assert calls == []
 
-    def test_deep_nesting_is_refused_before_parsing(self, client: TestClient,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_deep_nesting_is_refused_before_parsing(
+        self, client: TestClient, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         calls: list[str] = []
         monkeypatch.setattr(Registry, "parse", lambda *a, **k: calls.append("parse"))
         body = b'{"a": ' + b"[" * 5000 + b"]" * 5000 + b"}"
@@ -357,8 +424,9 @@ class TestLimits:
         svc = make_service(tmp_path, "[service.rate_limit]\nper_second = 0.01\nburst = 2")
         try:
             with TestClient(create_app(svc, mcp_http=False)) as c:
-                codes = [c.get("/v1/operations/x", headers=bearer(AGENT_A)).status_code
-                         for _ in range(3)]
+                codes = [
+                    c.get("/v1/operations/x", headers=bearer(AGENT_A)).status_code for _ in range(3)
+                ]
                 assert codes == [404, 404, 429]
                 r = c.get("/v1/operations/x", headers=bearer(AGENT_A))
                 assert r.json()["code"] == "rate_limited" and int(r.headers["retry-after"]) > 1
@@ -372,15 +440,17 @@ class TestOutcomeForAModel:
     """Issue 11 item 4: every operation answer says, in `outcome` and `message`, what happened
     and what to do next; an uncertain one says why."""
 
-    def test_venue_down_answer_carries_the_cause(self, tmp_path: Path, store: Store,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_venue_down_answer_carries_the_cause(
+        self, tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """Invariant 3: the venue is unreachable, the row stays `submitted`, and the answer
         (and a later GET) says why, that the outcome is unknown, what not to do, and when the
         reconciler settles it."""
         monkeypatch.setenv(VENUE_KEY_ENV, "venue-key")
         down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-        cfg = parse_config(config_text(venue_url=down,
-                                       store_url=f"sqlite:///{tmp_path}/ledger.db"), "t.toml")
+        cfg = parse_config(
+            config_text(venue_url=down, store_url=f"sqlite:///{tmp_path}/ledger.db"), "t.toml"
+        )
         svc = Service(cfg, store=store)
         try:
             with TestClient(create_app(svc, mcp_http=False)) as c:
@@ -407,8 +477,9 @@ class TestOutcomeForAModel:
                 done = post(c, "op-done").json()
                 refused = post(c, "op-no", json.dumps({**ORDER, "quantity": "20"}).encode()).json()
                 waiting = post(c, "op-big", big).json()
-                failed = post(c, "op-fail", json.dumps({**ORDER, "instrument": "ABC-PERP"})
-                              .encode()).json()
+                failed = post(
+                    c, "op-fail", json.dumps({**ORDER, "instrument": "ABC-PERP"}).encode()
+                ).json()
                 c.put("/v1/admin/kill/submit_order", headers=bearer(OPERATOR), json={})
                 held = post(c, "op-held").json()
                 c.delete("/v1/admin/kill/submit_order", headers=bearer(OPERATOR))
@@ -416,12 +487,18 @@ class TestOutcomeForAModel:
                 shadowed = post(c, "op-shadow").json()
         finally:
             svc.close()
-        seen = {d["operation_id"]: (d["state"], d["outcome"])
-                for d in (done, refused, waiting, failed, held, shadowed)}
-        assert seen == {"op-done": ("acknowledged", "done"), "op-no": ("rejected", "refused"),
-                        "op-big": ("awaiting_approval", "waiting_for_approval"),
-                        "op-fail": ("failed", "failed"), "op-held": ("validated", "held"),
-                        "op-shadow": ("shadowed", "done")}
+        seen = {
+            d["operation_id"]: (d["state"], d["outcome"])
+            for d in (done, refused, waiting, failed, held, shadowed)
+        }
+        assert seen == {
+            "op-done": ("acknowledged", "done"),
+            "op-no": ("rejected", "refused"),
+            "op-big": ("awaiting_approval", "waiting_for_approval"),
+            "op-fail": ("failed", "failed"),
+            "op-held": ("validated", "held"),
+            "op-shadow": ("shadowed", "done"),
+        }
         assert refused["decision"]["reason"] in refused["message"]
         assert "human" in waiting["message"] and "'op-big'" in waiting["message"]
         assert "kill switch" in held["message"] and "same operation id" in held["message"]

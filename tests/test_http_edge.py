@@ -37,10 +37,18 @@ BODY_ROUTES = [
     ("POST", "/v1/admin/breakers/submit_order/reset", {"reason": "r"}, OPERATOR),
     ("POST", "/v1/admin/approvals/alpha/op-1/approve", {"fingerprint": "0" * 64}, OPERATOR),
     ("POST", "/v1/admin/approvals/alpha/op-1/refuse", {"fingerprint": "0" * 64}, OPERATOR),
-    ("POST", "/v1/admin/envelope/submit_order/step",
-     {"axis": "max_value", "value": "1", "evidence": {"n": 1}}, OPERATOR),
-    ("POST", "/v1/admin/shadow/incumbent",
-     {"correlation_id": "c", "action": "submit_order", "intent": None}, OPERATOR),
+    (
+        "POST",
+        "/v1/admin/envelope/submit_order/step",
+        {"axis": "max_value", "value": "1", "evidence": {"n": 1}},
+        OPERATOR,
+    ),
+    (
+        "POST",
+        "/v1/admin/shadow/incumbent",
+        {"correlation_id": "c", "action": "submit_order", "intent": None},
+        OPERATOR,
+    ),
 ]
 ROUTE_IDS = [f"{m} {p}" for m, p, _, _ in BODY_ROUTES]
 
@@ -56,16 +64,21 @@ class Live:
         return int(urlsplit(self.url).port or 0)
 
     def controls_changed(self) -> bool:
-        return any(c.killed or c.shadow or c.envelope.version
-                   for c in self.service.store.list_controls())
+        return any(
+            c.killed or c.shadow or c.envelope.version for c in self.service.store.list_controls()
+        )
 
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     tmp: Path = tmp_path_factory.mktemp("edge")
-    cfg = parse_config(config_text(store_url=f"sqlite:///{tmp}/l.db",
-                                   service="[service.rate_limit]\nper_second = 10000\n"
-                                           "burst = 10000"), "test.toml")
+    cfg = parse_config(
+        config_text(
+            store_url=f"sqlite:///{tmp}/l.db",
+            service="[service.rate_limit]\nper_second = 10000\nburst = 10000",
+        ),
+        "test.toml",
+    )
     venue = PaperVenue()
     service = Service(cfg, adapters={"venue": PaperAdapter(venue)})
     with uvicorn_thread(create_app(service, mcp_http=False)) as url:
@@ -97,8 +110,9 @@ class RawReply:
         return doc
 
 
-def send_until_answered(port: int, head: bytes, chunks: Iterator[bytes],
-                        timeout: float = 60.0) -> RawReply:
+def send_until_answered(
+    port: int, head: bytes, chunks: Iterator[bytes], timeout: float = 60.0
+) -> RawReply:
     """Send ``head`` then ``chunks`` on a raw socket, stopping as soon as the server answers.
 
     A server that reads the whole body before answering lets the client finish; one that
@@ -189,11 +203,13 @@ def assert_problem(reply: RawReply | httpx.Response, status: int, code: str) -> 
 class TestAuthenticationBeforeBody:
     @pytest.mark.parametrize(("method", "path", "payload", "token"), BODY_ROUTES, ids=ROUTE_IDS)
     def test_unauthenticated_huge_body_is_401_before_it_is_sent(
-            self, clean: Live, method: str, path: str, payload: object, token: str) -> None:
+        self, clean: Live, method: str, path: str, payload: object, token: str
+    ) -> None:
         """A 100 MB body without a token is answered 401 from the headers: the server neither
         buffers nor parses it (before: the admin routes read and parsed it all, then 400)."""
-        head = request_head(method, path, {**JSON, "Content-Length": str(HUGE),
-                                           "Idempotency-Key": "edge-huge"})
+        head = request_head(
+            method, path, {**JSON, "Content-Length": str(HUGE), "Idempotency-Key": "edge-huge"}
+        )
         reply = send_until_answered(clean.port, head, spaces(HUGE))
         assert_problem(reply, 401, "unauthenticated")
         assert reply.headers["www-authenticate"] == "Bearer"
@@ -201,8 +217,9 @@ class TestAuthenticationBeforeBody:
 
     def test_unauthenticated_endless_chunked_body_is_401(self, clean: Live) -> None:
         """Without a Content-Length there is nothing to check up front: still 401 at once."""
-        head = request_head("PUT", "/v1/admin/kill/submit_order",
-                            {**JSON, "Transfer-Encoding": "chunked"})
+        head = request_head(
+            "PUT", "/v1/admin/kill/submit_order", {**JSON, "Transfer-Encoding": "chunked"}
+        )
         reply = send_until_answered(clean.port, head, chunked(spaces(HUGE)))
         assert_problem(reply, 401, "unauthenticated")
         assert not reply.finished
@@ -210,8 +227,8 @@ class TestAuthenticationBeforeBody:
     @pytest.mark.parametrize(("method", "path", "payload", "token"), BODY_ROUTES, ids=ROUTE_IDS)
     @pytest.mark.parametrize("auth", [None, "Bearer wrong-token", "Basic b3BzOm9wcw=="])
     def test_deeply_nested_body_without_a_valid_token_is_401(
-            self, clean: Live, method: str, path: str, payload: object, token: str,
-            auth: str | None) -> None:
+        self, clean: Live, method: str, path: str, payload: object, token: str, auth: str | None
+    ) -> None:
         """A body nested 100,000 deep is not looked at without a valid token: 401, not 400."""
         deep = b'{"reason": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
         headers = {**JSON, "Idempotency-Key": "edge-deep"}
@@ -223,8 +240,11 @@ class TestAuthenticationBeforeBody:
     def test_deep_nesting_under_the_cap_with_a_token_is_400(self, clean: Live) -> None:
         """Authenticated, under the cap, too deep: refused as bad input, never a 5xx."""
         deep = b'{"reason": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
-        r = httpx.put(f"{clean.url}/v1/admin/kill/submit_order", content=deep,
-                      headers=bearer(OPERATOR, **JSON))
+        r = httpx.put(
+            f"{clean.url}/v1/admin/kill/submit_order",
+            content=deep,
+            headers=bearer(OPERATOR, **JSON),
+        )
         assert r.status_code == 400
         assert r.headers["content-type"] == "application/problem+json"
 
@@ -232,24 +252,35 @@ class TestAuthenticationBeforeBody:
 class TestBodyCap:
     @pytest.mark.parametrize(("method", "path", "payload", "token"), BODY_ROUTES, ids=ROUTE_IDS)
     def test_declared_oversized_body_is_413_on_every_route(
-            self, clean: Live, method: str, path: str, payload: object, token: str) -> None:
+        self, clean: Live, method: str, path: str, payload: object, token: str
+    ) -> None:
         """The action routes' cap holds on every route: one byte over it is 413
         body_too_large, whatever the body says (before: the admin routes had no cap)."""
         assert isinstance(payload, dict)
         raw = json.dumps(payload).encode()
         raw = raw[:-1] + b" " * (CAP + 1 - len(raw)) + b"}"
         assert len(raw) == CAP + 1
-        r = httpx.request(method, f"{clean.url}{path}", content=raw,
-                          headers=bearer(token, **JSON, **{"Idempotency-Key": "edge-cap"}))
+        r = httpx.request(
+            method,
+            f"{clean.url}{path}",
+            content=raw,
+            headers=bearer(token, **JSON, **{"Idempotency-Key": "edge-cap"}),
+        )
         assert_problem(r, 413, "body_too_large")
 
     @pytest.mark.parametrize(("method", "path", "payload", "token"), BODY_ROUTES, ids=ROUTE_IDS)
     def test_streamed_body_stops_being_read_past_the_cap(
-            self, clean: Live, method: str, path: str, payload: object, token: str) -> None:
+        self, clean: Live, method: str, path: str, payload: object, token: str
+    ) -> None:
         """A chunked body (no length to check) is read only up to the cap, then 413 while
         the client is still sending."""
-        head = request_head(method, path, bearer(token, **JSON, **{
-            "Transfer-Encoding": "chunked", "Idempotency-Key": "edge-stream"}))
+        head = request_head(
+            method,
+            path,
+            bearer(
+                token, **JSON, **{"Transfer-Encoding": "chunked", "Idempotency-Key": "edge-stream"}
+            ),
+        )
         reply = send_until_answered(clean.port, head, chunked(spaces(HUGE, 4096)))
         assert_problem(reply, 413, "body_too_large")
         assert not reply.finished and reply.sent < HUGE // 2
@@ -258,8 +289,9 @@ class TestBodyCap:
         """The cap is inclusive: a body of exactly max_body_bytes reaches the handler."""
         raw = b'{"reason": "at the cap"' + b" " * (CAP - 24) + b"}"
         assert len(raw) == CAP
-        r = httpx.put(f"{live.url}/v1/admin/kill/cancel_order", content=raw,
-                      headers=bearer(OPERATOR, **JSON))
+        r = httpx.put(
+            f"{live.url}/v1/admin/kill/cancel_order", content=raw, headers=bearer(OPERATOR, **JSON)
+        )
         try:
             assert r.status_code == 200, r.text
             assert r.json()["killed"] is True and r.json()["kill_reason"] == "at the cap"
@@ -269,47 +301,70 @@ class TestBodyCap:
 
 class TestMediaType:
     @pytest.mark.parametrize(("method", "path", "payload", "token"), BODY_ROUTES, ids=ROUTE_IDS)
-    @pytest.mark.parametrize("ctype", [
-        "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
-        None, "application/jsonx", "application/json; charset=latin-1"])
+    @pytest.mark.parametrize(
+        "ctype",
+        [
+            "text/plain",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+            None,
+            "application/jsonx",
+            "application/json; charset=latin-1",
+        ],
+    )
     def test_a_body_that_is_not_declared_json_is_415(
-            self, clean: Live, method: str, path: str, payload: object, token: str,
-            ctype: str | None) -> None:
+        self, clean: Live, method: str, path: str, payload: object, token: str, ctype: str | None
+    ) -> None:
         """A body is JSON or it is refused (415) before anything reads it: before, the action
         route dispatched a text/plain body and the admin routes answered 400."""
         headers = bearer(token, **{"Idempotency-Key": "edge-type"})
         if ctype is not None:
             headers["Content-Type"] = ctype
-        r = httpx.request(method, f"{clean.url}{path}", content=json.dumps(payload),
-                          headers=headers)
+        r = httpx.request(
+            method, f"{clean.url}{path}", content=json.dumps(payload), headers=headers
+        )
         doc = assert_problem(r, 415, "unsupported_media_type")
         assert "application/json" in str(doc["detail"])
 
-    @pytest.mark.parametrize("ctype", ["application/json", "application/json; charset=utf-8",
-                                       "Application/JSON; charset=\"UTF-8\""])
-    def test_json_is_accepted_with_or_without_a_utf8_charset(self, live: Live,
-                                                             ctype: str) -> None:
+    @pytest.mark.parametrize(
+        "ctype",
+        [
+            "application/json",
+            "application/json; charset=utf-8",
+            'Application/JSON; charset="UTF-8"',
+        ],
+    )
+    def test_json_is_accepted_with_or_without_a_utf8_charset(self, live: Live, ctype: str) -> None:
         """The 415 rule refuses what is not JSON, not how the JSON type is spelled."""
         key = f"edge-ok-{uuid.uuid4().hex}"
-        r = httpx.post(f"{live.url}/v1/actions/submit_order", content=json.dumps(ORDER),
-                       headers=bearer(AGENT_A, **{"Content-Type": ctype, "Idempotency-Key": key}))
+        r = httpx.post(
+            f"{live.url}/v1/actions/submit_order",
+            content=json.dumps(ORDER),
+            headers=bearer(AGENT_A, **{"Content-Type": ctype, "Idempotency-Key": key}),
+        )
         assert r.status_code == 201, r.text
 
     def test_authentication_comes_before_the_media_type(self, clean: Live) -> None:
         """An unauthenticated caller learns nothing about what the route accepts."""
-        r = httpx.post(f"{clean.url}/v1/actions/submit_order", content="x",
-                       headers={"Content-Type": "text/plain", "Idempotency-Key": "edge-t"})
+        r = httpx.post(
+            f"{clean.url}/v1/actions/submit_order",
+            content="x",
+            headers={"Content-Type": "text/plain", "Idempotency-Key": "edge-t"},
+        )
         assert_problem(r, 401, "unauthenticated")
 
     def test_requests_without_a_body_need_no_content_type(self, live: Live) -> None:
         """The optional bodies stay optional: PUT/DELETE without a body and without a type."""
         ops = bearer(OPERATOR)
         try:
-            assert httpx.put(f"{live.url}/v1/admin/kill/cancel_order",
-                             headers=ops).status_code == 200
+            assert (
+                httpx.put(f"{live.url}/v1/admin/kill/cancel_order", headers=ops).status_code == 200
+            )
         finally:
-            assert httpx.delete(f"{live.url}/v1/admin/kill/cancel_order",
-                                headers=ops).status_code == 200
+            assert (
+                httpx.delete(f"{live.url}/v1/admin/kill/cancel_order", headers=ops).status_code
+                == 200
+            )
 
 
 class TestMcpDoor:
@@ -323,11 +378,13 @@ class TestMcpDoor:
             r = httpx.post(f"{url}/mcp", content=rpc, headers=bearer(AGENT_A, **JSON, **accept))
             assert r.status_code == 200, r.text
             assert "submit_order" in {t["name"] for t in r.json()["result"]["tools"]}
-            r = httpx.post(f"{url}/mcp", content=rpc,
-                           headers=bearer(AGENT_A, **accept, **{"Content-Type": "text/plain"}))
+            r = httpx.post(
+                f"{url}/mcp",
+                content=rpc,
+                headers=bearer(AGENT_A, **accept, **{"Content-Type": "text/plain"}),
+            )
             assert r.status_code in (400, 415) and "tools" not in r.text
-            head = request_head("POST", "/mcp", {**JSON, **accept,
-                                                 "Content-Length": str(HUGE)})
+            head = request_head("POST", "/mcp", {**JSON, **accept, "Content-Length": str(HUGE)})
             reply = send_until_answered(int(urlsplit(url).port or 0), head, spaces(HUGE))
             assert reply.status == 401 and not reply.finished
 
@@ -339,32 +396,52 @@ class TestIdempotencyKeyHeader:
         first one wins'."""
         headers = [("Authorization", f"Bearer {AGENT_A}"), ("Content-Type", "application/json")]
         headers += [("Idempotency-Key", k) for k in keys]
-        r = httpx.post(f"{clean.url}/v1/actions/submit_order", content=json.dumps(ORDER),
-                       headers=headers)
+        r = httpx.post(
+            f"{clean.url}/v1/actions/submit_order", content=json.dumps(ORDER), headers=headers
+        )
         doc = assert_problem(r, 400, "invalid_idempotency_key")
         assert "one Idempotency-Key" in str(doc["detail"])
 
     def test_a_combined_list_is_not_a_key(self, clean: Live) -> None:
         """The folded form a proxy makes of two headers is refused the same way."""
-        r = httpx.post(f"{clean.url}/v1/actions/submit_order", content=json.dumps(ORDER),
-                       headers=bearer(AGENT_A, **JSON, **{"Idempotency-Key": "a-1, a-2"}))
+        r = httpx.post(
+            f"{clean.url}/v1/actions/submit_order",
+            content=json.dumps(ORDER),
+            headers=bearer(AGENT_A, **JSON, **{"Idempotency-Key": "a-1, a-2"}),
+        )
         assert_problem(r, 400, "invalid_idempotency_key")
 
 
 class TestNoRedirects:
-    @pytest.mark.parametrize(("method", "path"), [
-        ("POST", "/v1/actions/submit_order/"), ("GET", "/v1/actions/"),
-        ("GET", "/v1/operations/op-1/"), ("GET", "/healthz/"), ("GET", "/v1/admin/kill/"),
-        ("PUT", "/v1/admin/kill/submit_order/"), ("GET", "/openapi.json/")])
-    def test_trailing_slash_is_404_and_never_echoes_the_host(self, clean: Live, method: str,
-                                                             path: str) -> None:
+    @pytest.mark.parametrize(
+        ("method", "path"),
+        [
+            ("POST", "/v1/actions/submit_order/"),
+            ("GET", "/v1/actions/"),
+            ("GET", "/v1/operations/op-1/"),
+            ("GET", "/healthz/"),
+            ("GET", "/v1/admin/kill/"),
+            ("PUT", "/v1/admin/kill/submit_order/"),
+            ("GET", "/openapi.json/"),
+        ],
+    )
+    def test_trailing_slash_is_404_and_never_echoes_the_host(
+        self, clean: Live, method: str, path: str
+    ) -> None:
         """No redirect is built from the client's Host header (before: 307 with
         Location: http://<Host>/...)."""
-        headers = bearer(OPERATOR if "/admin/" in path else AGENT_A, **JSON, **{
-            "Host": "attacker.example", "Idempotency-Key": "edge-slash"})
-        r = httpx.request(method, f"{clean.url}{path}", headers=headers,
-                          content=json.dumps(ORDER) if method != "GET" else None,
-                          follow_redirects=False)
+        headers = bearer(
+            OPERATOR if "/admin/" in path else AGENT_A,
+            **JSON,
+            **{"Host": "attacker.example", "Idempotency-Key": "edge-slash"},
+        )
+        r = httpx.request(
+            method,
+            f"{clean.url}{path}",
+            headers=headers,
+            content=json.dumps(ORDER) if method != "GET" else None,
+            follow_redirects=False,
+        )
         assert_problem(r, 404, "not_found")
         assert "location" not in r.headers and "attacker.example" not in r.text
 
@@ -377,8 +454,11 @@ class TestUnknownAction:
     def test_unknown_action_lists_the_actions_that_exist(self, clean: Live) -> None:
         """A caller that misnamed the action learns which names exist (before: a bare 'Not
         Found')."""
-        r = httpx.post(f"{clean.url}/v1/actions/no_such_thing", content=json.dumps(ORDER),
-                       headers=bearer(AGENT_A, **JSON, **{"Idempotency-Key": "edge-u"}))
+        r = httpx.post(
+            f"{clean.url}/v1/actions/no_such_thing",
+            content=json.dumps(ORDER),
+            headers=bearer(AGENT_A, **JSON, **{"Idempotency-Key": "edge-u"}),
+        )
         doc = assert_problem(r, 404, "unknown_action_class")
         assert doc["actions"] == ["cancel_order", "submit_order"]
         assert "no_such_thing" in str(doc["detail"])
@@ -386,15 +466,20 @@ class TestUnknownAction:
 
     def test_the_list_is_for_authenticated_agents_only(self, clean: Live) -> None:
         """Action names are not told to anonymous callers, nor to operator tokens."""
-        r = httpx.post(f"{clean.url}/v1/actions/no_such_thing", content=b"{}",
-                       headers={**JSON, "Idempotency-Key": "edge-u"})
+        r = httpx.post(
+            f"{clean.url}/v1/actions/no_such_thing",
+            content=b"{}",
+            headers={**JSON, "Idempotency-Key": "edge-u"},
+        )
         assert_problem(r, 401, "unauthenticated")
         assert "submit_order" not in r.text
-        r = httpx.post(f"{clean.url}/v1/actions/no_such_thing", content=b"{}",
-                       headers=bearer(OPERATOR, **JSON, **{"Idempotency-Key": "edge-u"}))
+        r = httpx.post(
+            f"{clean.url}/v1/actions/no_such_thing",
+            content=b"{}",
+            headers=bearer(OPERATOR, **JSON, **{"Idempotency-Key": "edge-u"}),
+        )
         assert_problem(r, 403, "forbidden")
         assert "submit_order" not in r.text
-
 
     def test_the_catch_all_route_is_not_published(self, live: Live) -> None:
         """The contract lists the real actions only; the catch-all is an error path."""
@@ -412,14 +497,18 @@ class TestOpenApi:
                 doc = c.get("/openapi.json").json()
         finally:
             service.close()
-        with_body = [(m.upper(), re.compile(re.sub(r"\{[^}]+\}", "[^/]+", p) + "$"))
-                     for p, item in doc["paths"].items()
-                     for m, op in item.items() if "requestBody" in op]
+        with_body = [
+            (m.upper(), re.compile(re.sub(r"\{[^}]+\}", "[^/]+", p) + "$"))
+            for p, item in doc["paths"].items()
+            for m, op in item.items()
+            if "requestBody" in op
+        ]
         for method, path, _, _ in BODY_ROUTES:
             assert any(m == method and t.match(path) for m, t in with_body), (method, path)
         for m, t in with_body:  # a new body route gets its line in BODY_ROUTES
             assert t.pattern.startswith("/v1/actions/") or any(
-                m == method and t.match(path) for method, path, _, _ in BODY_ROUTES), t.pattern
+                m == method and t.match(path) for method, path, _, _ in BODY_ROUTES
+            ), t.pattern
         for path, item in doc["paths"].items():
             for method, op in item.items():
                 if "requestBody" in op:

@@ -47,15 +47,22 @@ HEAD = b'{"intent_version": "1", "action": "submit_order", '
 # (id, raw bytes, expected field, expected reason)
 BAD_INPUT = [
     ("duplicate-key-top-level", prepend('"quantity": "5"'), "quantity", "duplicate_key"),
-    ("duplicate-key-nested",
-     body().replace(b'"proposed_by": {', b'"proposed_by": {"model": "x", '),
-     "proposed_by.model", "duplicate_key"),
+    (
+        "duplicate-key-nested",
+        body().replace(b'"proposed_by": {', b'"proposed_by": {"model": "x", '),
+        "proposed_by.model",
+        "duplicate_key",
+    ),
     ("nan-literal", with_quantity_literal("NaN"), "quantity", "non_finite"),
     ("infinity-literal", with_quantity_literal("Infinity"), "quantity", "non_finite"),
     ("minus-infinity-literal", with_quantity_literal("-Infinity"), "quantity", "non_finite"),
     ("float-quantity", with_quantity_literal("4.0"), "quantity", "float_not_allowed"),
-    ("float-exponent-price", body().replace(b'"100.00"', b"1e2"), "limit_price",
-     "float_not_allowed"),
+    (
+        "float-exponent-price",
+        body().replace(b'"100.00"', b"1e2"),
+        "limit_price",
+        "float_not_allowed",
+    ),
     ("int-quantity", with_quantity_literal("4"), "quantity", "not_a_decimal_string"),
     ("huge-exponent", body(quantity="1E999999999"), "quantity", "out_of_range"),
     ("tiny-exponent", body(quantity="1e-400"), "quantity", "out_of_range"),
@@ -68,47 +75,74 @@ BAD_INPUT = [
     ("arabic-indic-digit", body(quantity="\u0664"), "quantity", "not_a_decimal_string"),
     ("oversized-body", EXAMPLE + b" " * (65537 - len(EXAMPLE)), None, "too_large"),
     # 64,000 brackets: as deep as fits under the default size cap (60k levels: see below).
-    ("32k-nested-arrays", HEAD + b'"x": ' + b"[" * 32000 + b"]" * 32000 + b"}", None,
-     "too_deep"),
-    ("17-deep", HEAD + b'"x": ' + b"[" * 16 + b"]" * 16 + b"}", "x" + "[0]" * 15,
-     "too_deep"),
-    ("unknown-field-endpoint", body(endpoint="https://evil.example/"), "endpoint",
-     "extra_forbidden"),
+    ("32k-nested-arrays", HEAD + b'"x": ' + b"[" * 32000 + b"]" * 32000 + b"}", None, "too_deep"),
+    ("17-deep", HEAD + b'"x": ' + b"[" * 16 + b"]" * 16 + b"}", "x" + "[0]" * 15, "too_deep"),
+    (
+        "unknown-field-endpoint",
+        body(endpoint="https://evil.example/"),
+        "endpoint",
+        "extra_forbidden",
+    ),
     ("unknown-field-api-key", body(api_key="sk-123"), "api_key", "extra_forbidden"),
     ("unknown-version", body(intent_version="2"), "intent_version", "unknown_version"),
     ("missing-version", body(intent_version=None), "intent_version", "missing"),
     ("action-mismatch", body(action="cancel_order"), "action", "action_mismatch"),
-    ("cyrillic-lookalike", body(instrument="\u0425YZ-PERP"), "instrument",
-     "string_pattern_mismatch"),
-    ("fullwidth-lookalike", body(instrument="\uff38YZ-PERP"), "instrument",
-     "string_pattern_mismatch"),
-    ("zero-width-space", body(instrument="XYZ\u200b-PERP"), "instrument",
-     "string_pattern_mismatch"),
+    (
+        "cyrillic-lookalike",
+        body(instrument="\u0425YZ-PERP"),
+        "instrument",
+        "string_pattern_mismatch",
+    ),
+    (
+        "fullwidth-lookalike",
+        body(instrument="\uff38YZ-PERP"),
+        "instrument",
+        "string_pattern_mismatch",
+    ),
+    (
+        "zero-width-space",
+        body(instrument="XYZ\u200b-PERP"),
+        "instrument",
+        "string_pattern_mismatch",
+    ),
     ("side-upper-case", body(side="BUY"), "side", "literal_error"),
     ("invalid-utf8", body().replace(b"free text", b"free \xff\xfe"), None, "encoding"),
     ("top-level-array", b"[" + EXAMPLE + b"]", None, "not_object"),
     ("huge-int-5000-digits", with_quantity_literal("1" * 5000), "quantity", "huge_number"),
     ("market-with-limit-price", body(order_type="market"), "limit_price", "not_allowed"),
     ("limit-without-limit-price", body(limit_price=None), "limit_price", "missing"),
-    ("nul-in-string", body().replace(b"free text", b"free \\u0000"), "rationale",
-     "invalid_string"),
-    ("lone-surrogate", body().replace(b"free text", b"free \\ud800"), "rationale",
-     "invalid_string"),
+    ("nul-in-string", body().replace(b"free text", b"free \\u0000"), "rationale", "invalid_string"),
+    (
+        "lone-surrogate",
+        body().replace(b"free text", b"free \\ud800"),
+        "rationale",
+        "invalid_string",
+    ),
     ("syntax-error", EXAMPLE[:-1], None, "syntax"),
-    ("nested-unknown-field", body(proposed_by={"model": "m", "token": "t"}),
-     "proposed_by.token", "extra_forbidden"),
-    ("bad-digest-in-list", body(tool_output_digests=["sha256:abcdef", "md5:00"]),
-     "tool_output_digests[1]", "string_pattern_mismatch"),
+    (
+        "nested-unknown-field",
+        body(proposed_by={"model": "m", "token": "t"}),
+        "proposed_by.token",
+        "extra_forbidden",
+    ),
+    (
+        "bad-digest-in-list",
+        body(tool_output_digests=["sha256:abcdef", "md5:00"]),
+        "tool_output_digests[1]",
+        "string_pattern_mismatch",
+    ),
 ]
 
 
 class TestBadInputTable:
     """Bad input (DESIGN.md): every row is refused with the right field and reason."""
 
-    @pytest.mark.parametrize(("raw", "field", "reason"),
-                             [pytest.param(r, f, why, id=i) for i, r, f, why in BAD_INPUT])
-    def test_refused_with_field_and_reason(self, raw: bytes, field: str | None,
-                                           reason: str) -> None:
+    @pytest.mark.parametrize(
+        ("raw", "field", "reason"), [pytest.param(r, f, why, id=i) for i, r, f, why in BAD_INPUT]
+    )
+    def test_refused_with_field_and_reason(
+        self, raw: bytes, field: str | None, reason: str
+    ) -> None:
         """Bad input: strict parse refuses, naming the field and a stable reason."""
         with pytest.raises(IntentError) as caught:
             REGISTRY.parse("submit_order", raw)

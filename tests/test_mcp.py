@@ -65,6 +65,7 @@ class TestToolsInMemory:
     def test_tools_mirror_the_action_classes(self, service: Service, mode: str) -> None:
         """DESIGN front doors: inputSchema is the intent schema (+ operation_id), outputSchema
         the operation result; a read-only lookup; no operator tool."""
+
         async def go() -> None:
             async with Client(build_server(service, ALPHA), mode=mode) as c:
                 tools = {t.name: t for t in (await c.list_tools()).tools}
@@ -77,11 +78,12 @@ class TestToolsInMemory:
                 assert tools["submit_order"].output_schema == OperationOut.model_json_schema()
                 assert tools[LOOKUP_TOOL].annotations.read_only_hint is True
                 assert tools["submit_order"].annotations.destructive_hint is True
+
         run(go)
 
-    def test_propose_retry_and_lookup(self, service: Service, venue: PaperVenue,
-                                      mode: str) -> None:
+    def test_propose_retry_and_lookup(self, service: Service, venue: PaperVenue, mode: str) -> None:
         """Invariant 1 over MCP: the same operation_id again is a replay; one effect."""
+
         async def go() -> None:
             async with Client(build_server(service, ALPHA), mode=mode) as c:
                 first = await c.call_tool("submit_order", ARGS)
@@ -93,33 +95,41 @@ class TestToolsInMemory:
                 assert again.structured_content["venue_id"] == out["venue_id"]
                 looked = await c.call_tool(LOOKUP_TOOL, {"operation_id": "op-1"})
                 assert looked.structured_content["state"] == "acknowledged"
+
         run(go)
         assert venue.effect_count == 1
 
-    def test_conflicting_payload_is_an_error_result(self, service: Service,
-                                                    venue: PaperVenue, mode: str) -> None:
+    def test_conflicting_payload_is_an_error_result(
+        self, service: Service, venue: PaperVenue, mode: str
+    ) -> None:
         """Invariant 2 over MCP: same operation_id, changed effect -> idempotency_conflict."""
+
         async def go() -> None:
             async with Client(build_server(service, ALPHA), mode=mode) as c:
                 await c.call_tool("submit_order", ARGS)
                 bad = await c.call_tool("submit_order", {**ARGS, "quantity": "5"})
                 assert bad.is_error and bad.structured_content["code"] == "idempotency_conflict"
+
         run(go)
         assert venue.effect_count == 1
 
-    @pytest.mark.parametrize("change,field,reason", [
-        ({"quantity": 4}, "quantity", "not_a_decimal_string"),       # 4 is not "4"
-        ({"quantity": 4.0}, "quantity", "float_not_allowed"),         # 4.0 is not a decimal
-        ({"intent_version": 1}, "intent_version", "unknown_version"),  # 1 is not "1"
-        ({"side": "BUY"}, "side", "literal_error"),
-        ({"instrument": "\u0425YZ-PERP"}, "instrument", "string_pattern_mismatch"),  # Cyrillic
-        ({"venue_url": "http://evil"}, "venue_url", "extra_forbidden"),
-        ({"operation_id": 7}, "operation_id", "invalid_operation_id"),
-    ])
-    def test_bad_arguments_name_the_field(self, service: Service, venue: PaperVenue,
-                                          mode: str, change: dict, field: str,
-                                          reason: str) -> None:
+    @pytest.mark.parametrize(
+        "change,field,reason",
+        [
+            ({"quantity": 4}, "quantity", "not_a_decimal_string"),  # 4 is not "4"
+            ({"quantity": 4.0}, "quantity", "float_not_allowed"),  # 4.0 is not a decimal
+            ({"intent_version": 1}, "intent_version", "unknown_version"),  # 1 is not "1"
+            ({"side": "BUY"}, "side", "literal_error"),
+            ({"instrument": "\u0425YZ-PERP"}, "instrument", "string_pattern_mismatch"),  # Cyrillic
+            ({"venue_url": "http://evil"}, "venue_url", "extra_forbidden"),
+            ({"operation_id": 7}, "operation_id", "invalid_operation_id"),
+        ],
+    )
+    def test_bad_arguments_name_the_field(
+        self, service: Service, venue: PaperVenue, mode: str, change: dict, field: str, reason: str
+    ) -> None:
         """No coercion: the error result says which field is wrong and why."""
+
         async def go() -> None:
             async with Client(build_server(service, ALPHA), mode=mode) as c:
                 res = await c.call_tool("submit_order", {**ARGS, **change})
@@ -127,21 +137,26 @@ class TestToolsInMemory:
                 assert res.structured_content["field"] == field
                 assert res.structured_content["reason"] == reason
                 assert field in res.content[0].text
+
         run(go)
         assert venue.effect_count == 0
 
     def test_missing_operation_id_and_pinned_mismatch(self, service: Service) -> None:
         """The id mechanism: required argument; a harness-pinned id in _meta must match."""
+
         async def go() -> None:
             async with Client(build_server(service, ALPHA)) as c:
                 res = await c.call_tool("submit_order", dict(ORDER))
                 assert res.is_error and res.structured_content["field"] == "operation_id"
-                pinned = await c.call_tool("submit_order", ARGS,
-                                           meta={PIN_META_KEY: "op-from-harness"})
+                pinned = await c.call_tool(
+                    "submit_order", ARGS, meta={PIN_META_KEY: "op-from-harness"}
+                )
                 assert pinned.structured_content["reason"] == "pinned_mismatch"
-                ok = await c.call_tool("submit_order", {**ARGS, "operation_id": "op-h"},
-                                       meta={PIN_META_KEY: "op-h"})
+                ok = await c.call_tool(
+                    "submit_order", {**ARGS, "operation_id": "op-h"}, meta={PIN_META_KEY: "op-h"}
+                )
                 assert not ok.is_error
+
         run(go)
 
     def test_scopes_are_separate(self, service: Service) -> None:
@@ -152,27 +167,33 @@ class TestToolsInMemory:
             async with Client(build_server(service, beta)) as b:
                 res = await b.call_tool(LOOKUP_TOOL, {"operation_id": "op-1"})
                 assert res.is_error and res.structured_content["code"] == "operation_not_found"
+
         run(go)
 
-    def test_venue_down_result_says_why_and_what_next(self, tmp_path: Path, mode: str,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_venue_down_result_says_why_and_what_next(
+        self, tmp_path: Path, mode: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """Issue 11 item 4 over MCP: the tool result of an uncertain action carries the
         outcome, the cause and a message a model can act on; so does the lookup later."""
         monkeypatch.setenv(VENUE_KEY_ENV, "venue-key")
         down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
-        cfg = parse_config(config_text(venue_url=down,
-                                       store_url=f"sqlite:///{tmp_path}/down.db"), "t.toml")
+        cfg = parse_config(
+            config_text(venue_url=down, store_url=f"sqlite:///{tmp_path}/down.db"), "t.toml"
+        )
         svc = Service(cfg)
         results: list[dict[str, Any]] = []
 
         async def go() -> None:
             async with Client(build_server(svc, ALPHA), mode=mode) as c:
-                for name, arguments in (("submit_order", ARGS),
-                                        (LOOKUP_TOOL, {"operation_id": "op-1"})):
+                for name, arguments in (
+                    ("submit_order", ARGS),
+                    (LOOKUP_TOOL, {"operation_id": "op-1"}),
+                ):
                     res = await c.call_tool(name, arguments)
                     assert not res.is_error
                     results.append(res.structured_content)
                     assert json.loads(res.content[0].text) == res.structured_content
+
         try:
             run(go)
         finally:
@@ -192,9 +213,16 @@ class TestStdio:
         config.write_text(config_text(store_url=f"sqlite:///{tmp_path}/ledger.db"))
         params = StdioServerParameters(
             command=sys.executable,
-            args=["-c", "from effectgate._frontends.cli import main; main()", "mcp",
-                  "--config", str(config)],
-            env={**os.environ, "EFFECTGATE_AGENT_TOKEN": AGENT_A}, cwd=str(tmp_path))
+            args=[
+                "-c",
+                "from effectgate._frontends.cli import main; main()",
+                "mcp",
+                "--config",
+                str(config),
+            ],
+            env={**os.environ, "EFFECTGATE_AGENT_TOKEN": AGENT_A},
+            cwd=str(tmp_path),
+        )
 
         async def go() -> None:
             async with Client(params) as c:
@@ -204,21 +232,26 @@ class TestStdio:
                 again = await c.call_tool("submit_order", ARGS)
                 assert first.structured_content["scope"] == "alpha"
                 assert again.structured_content["replayed"] is True
-                bad = await c.call_tool("submit_order", {**ARGS, "operation_id": "op-2",
-                                                         "quantity": "-1"})
+                bad = await c.call_tool(
+                    "submit_order", {**ARGS, "operation_id": "op-2", "quantity": "-1"}
+                )
                 assert bad.is_error and bad.structured_content["field"] == "quantity"
+
         run(go)
 
 
 class TestStreamableHttp:
-    def test_mcp_over_http_in_the_service_process(self, service: Service,
-                                                  venue: PaperVenue) -> None:
+    def test_mcp_over_http_in_the_service_process(
+        self, service: Service, venue: PaperVenue
+    ) -> None:
         """MCP at /mcp beside the HTTP API: agent token required, scope from the token."""
         app = create_app(service, mcp_http=True)
         with uvicorn_thread(app) as url:
+
             async def session(token: str) -> None:
-                async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"},
-                                              timeout=10) as http:
+                async with httpx2.AsyncClient(
+                    headers={"Authorization": f"Bearer {token}"}, timeout=10
+                ) as http:
                     transport = streamable_http_client(f"{url}/mcp", http_client=http)
                     async with Client(transport) as c:
                         tools = {t.name for t in (await c.list_tools()).tools}
@@ -227,23 +260,32 @@ class TestStreamableHttp:
                         assert res.structured_content["scope"] == "alpha"
                         http_view = await http.get(f"{url}/v1/operations/op-1")
                         assert http_view.json()["venue_id"] == res.structured_content["venue_id"]
+
             anyio.run(session, AGENT_A)
             import httpx
 
             for token, status in ((None, 401), (OPERATOR, 403), ("wrong", 401)):
                 headers = {"Authorization": f"Bearer {token}"} if token else {}
-                r = httpx.post(f"{url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
-                               headers={**headers, "Accept": "application/json"})
+                r = httpx.post(
+                    f"{url}/mcp",
+                    json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                    headers={**headers, "Accept": "application/json"},
+                )
                 assert r.status_code == status
         assert venue.effect_count == 1
 
 
 def _dup_call(op: str) -> str:
     """A tools/call whose raw text names quantity twice (the SDK's parser keeps the last)."""
-    args = ", ".join(f'"{k}": {json.dumps(v)}' for k, v in {**ORDER, "operation_id": op}.items()
-                     if k != "quantity")
-    return ('{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": '
-            f'"submit_order", "arguments": {{{args}, "quantity": "1", "quantity": "4"}}}}}}')
+    args = ", ".join(
+        f'"{k}": {json.dumps(v)}'
+        for k, v in {**ORDER, "operation_id": op}.items()
+        if k != "quantity"
+    )
+    return (
+        '{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": '
+        f'"submit_order", "arguments": {{{args}, "quantity": "1", "quantity": "4"}}}}}}'
+    )
 
 
 class TestDuplicateKeys:
@@ -259,9 +301,15 @@ class TestDuplicateKeys:
 
         app = create_app(service, mcp_http=True)
         with uvicorn_thread(app) as url:
-            r = httpx.post(f"{url}/mcp", content=_dup_call("op-d"), headers={
-                "Authorization": f"Bearer {AGENT_A}", "Content-Type": "application/json",
-                "Accept": "application/json, text/event-stream"})
+            r = httpx.post(
+                f"{url}/mcp",
+                content=_dup_call("op-d"),
+                headers={
+                    "Authorization": f"Bearer {AGENT_A}",
+                    "Content-Type": "application/json",
+                    "Accept": "application/json, text/event-stream",
+                },
+            )
         result = r.json()["result"]
         assert result["isError"] is True
         assert result["structuredContent"]["reason"] == "duplicate_key"
@@ -273,18 +321,32 @@ class TestDuplicateKeys:
         # The operator's ledger exists (init made it): `effectgate mcp` never creates one.
         open_store(f"sqlite:///{tmp_path}/ledger.db", create=True).close()
         config.write_text(config_text(store_url=f"sqlite:///{tmp_path}/ledger.db"))
-        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"}}}
-        lines = [json.dumps(init), json.dumps({"jsonrpc": "2.0",
-                                               "method": "notifications/initialized"}),
-                 _dup_call("op-d")]
+        init = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw", "version": "0"},
+            },
+        }
+        lines = [
+            json.dumps(init),
+            json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            _dup_call("op-d"),
+        ]
         # Keep stdin open until the answer arrives: at EOF the server shuts down and would
         # cancel a call still in flight (a race that a loaded machine loses).
         proc = subprocess.Popen(
             [sys.executable, "-m", "effectgate", "mcp", "--config", str(config)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            cwd=str(tmp_path), env={**os.environ, "EFFECTGATE_AGENT_TOKEN": AGENT_A})
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            cwd=str(tmp_path),
+            env={**os.environ, "EFFECTGATE_AGENT_TOKEN": AGENT_A},
+        )
         answers: list[dict[str, Any]] = []
         try:
             assert proc.stdin is not None and proc.stdout is not None

@@ -27,9 +27,13 @@ EXAMPLES = 25
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp: Path = tmp_path_factory.mktemp("st")
-    cfg = parse_config(config_text(store_url=f"sqlite:///{tmp}/l.db",
-                                   service="[service.rate_limit]\nper_second = 10000\n"
-                                           "burst = 10000"), "test.toml")
+    cfg = parse_config(
+        config_text(
+            store_url=f"sqlite:///{tmp}/l.db",
+            service="[service.rate_limit]\nper_second = 10000\nburst = 10000",
+        ),
+        "test.toml",
+    )
     service = Service(cfg, adapters={"venue": PaperAdapter(PaperVenue())})
     with uvicorn_thread(create_app(service, mcp_http=False)) as url:
         yield url
@@ -46,8 +50,9 @@ def test_no_server_errors_on_any_operation(live: str) -> None:
 
 
 def run_operation(live: str, operation: schemathesis.APIOperation, token: str) -> None:
-    @settings(max_examples=EXAMPLES, deadline=None, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=EXAMPLES, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    )
     @given(case=operation.as_strategy())
     def check(case: schemathesis.Case) -> None:
         headers = {"Authorization": f"Bearer {token}"}
@@ -56,4 +61,3 @@ def run_operation(live: str, operation: schemathesis.APIOperation, token: str) -
         case.call_and_validate(base_url=live, headers=headers, checks=[not_a_server_error])
 
     check()
-

@@ -331,12 +331,7 @@ class TestEndpointIsConfiguration:
 
     @pytest.mark.parametrize(
         "endpoint",
-        [
-            "ftp://127.0.0.1/",
-            "127.0.0.1:80",
-            "http://127.0.0.1/?next=evil",
-            "http:///nohost",
-        ],
+        ["ftp://127.0.0.1/", "127.0.0.1:80", "http://127.0.0.1/?next=evil", "http:///nohost"],
     )
     def test_bad_endpoints_refused(self, endpoint: str) -> None:
         with pytest.raises(ConfigError):

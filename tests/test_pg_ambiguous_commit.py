@@ -66,25 +66,38 @@ def test_hot_path_is_one_round_trip(proxied) -> None:
     _, via_proxy, proxy = proxied
     store = PostgresStore(via_proxy, min_size=1, max_size=1)
     try:
-        new = NewOperation(scope="default", operation_id="op-rt", action="submit_order",
-                           fingerprint="f" * 64, intent={"q": "4"}, effect={"q": "4"},
-                           tier="validate", reason="ok", policy_version="t")
+        new = NewOperation(
+            scope="default",
+            operation_id="op-rt",
+            action="submit_order",
+            fingerprint="f" * 64,
+            intent={"q": "4"},
+            effect={"q": "4"},
+            tier="validate",
+            reason="ok",
+            policy_version="t",
+        )
         store.get("default", "warm-up")  # the pool's connection exists and is configured
         proxy.reset_counts()
         store.insert_operation(new, [State.PROPOSED, State.VALIDATED, State.SUBMITTED], now=1.0)
         journal = dict(proxy.counts)
         proxy.reset_counts()
-        store.transition("default", "op-rt", State.SUBMITTED, State.ACKNOWLEDGED, now=2.0,
-                         venue_id="V-1")
+        store.transition(
+            "default", "op-rt", State.SUBMITTED, State.ACKNOWLEDGED, now=2.0, venue_id="V-1"
+        )
         receipt = dict(proxy.counts)
     finally:
         store.close()
     # Each Sync (S) or simple Query (Q) ends in ReadyForQuery, which the client waits for; a
     # Flush (H) travels alongside the pipelined statements and adds no wait of its own.
-    trips = {name: c.get("S", 0) + c.get("Q", 0)
-             for name, c in (("journal", journal), ("receipt", receipt))}
-    print(f"\n[round trips] journal={trips['journal']} ({journal}) "
-          f"receipt={trips['receipt']} ({receipt})")
+    trips = {
+        name: c.get("S", 0) + c.get("Q", 0)
+        for name, c in (("journal", journal), ("receipt", receipt))
+    }
+    print(
+        f"\n[round trips] journal={trips['journal']} ({journal}) "
+        f"receipt={trips['receipt']} ({receipt})"
+    )
     assert trips == {"journal": 1, "receipt": 1}
     assert "Q" not in journal and "Q" not in receipt
 
@@ -101,10 +114,12 @@ def test_commit_cut_never_causes_a_second_dispatch(proxied) -> None:
         first = gate.submit("submit_order", "op-journal", faultkit.intent())
         seen = direct.get("default", "op-journal")
         again = gate.submit("submit_order", "op-journal", faultkit.intent())
-        figures.append(f"journal COMMIT cut after forward: gate returned "
-                       f"{first.state.value} without calling, row "
-                       f"{seen.state.value if seen else 'absent'}, retry "
-                       f"replayed={again.replayed}, venue calls={venue.calls}")
+        figures.append(
+            f"journal COMMIT cut after forward: gate returned "
+            f"{first.state.value} without calling, row "
+            f"{seen.state.value if seen else 'absent'}, retry "
+            f"replayed={again.replayed}, venue calls={venue.calls}"
+        )
         assert first.state is State.SUBMITTED and proxy.cuts == ["after-forward"]
         assert seen is not None and seen.state is State.SUBMITTED
         assert again.replayed and venue.calls == 0
@@ -115,9 +130,11 @@ def test_commit_cut_never_causes_a_second_dispatch(proxied) -> None:
         # The forwarded COMMIT may still be in flight to the server when the cut client
         # returns: wait (bounded) for it to land rather than race it.
         seen = _settled(direct, "op-receipt", State.ACKNOWLEDGED)
-        figures.append(f"receipt COMMIT cut after forward: gate returned {row.state.value}, "
-                       f"ledger {seen.state.value if seen else 'absent'}, venue calls="
-                       f"{venue.calls}")
+        figures.append(
+            f"receipt COMMIT cut after forward: gate returned {row.state.value}, "
+            f"ledger {seen.state.value if seen else 'absent'}, venue calls="
+            f"{venue.calls}"
+        )
         assert row.state is State.SUBMITTED and venue.calls == 1
         assert seen is not None and seen.state is State.ACKNOWLEDGED
 
@@ -125,9 +142,11 @@ def test_commit_cut_never_causes_a_second_dispatch(proxied) -> None:
         proxy.arm_cut(skip=1, forward=False)
         row = gate.submit("submit_order", "op-lost", faultkit.intent())
         seen = direct.get("default", "op-lost")
-        figures.append(f"receipt COMMIT cut before forward: gate returned {row.state.value}, "
-                       f"ledger {seen.state.value if seen else 'absent'}, venue calls="
-                       f"{venue.calls}")
+        figures.append(
+            f"receipt COMMIT cut before forward: gate returned {row.state.value}, "
+            f"ledger {seen.state.value if seen else 'absent'}, venue calls="
+            f"{venue.calls}"
+        )
         assert seen is not None and seen.state is State.SUBMITTED and venue.calls == 2
 
         # Retries of all three dispatch nothing; the reconciler settles every row.
@@ -136,15 +155,22 @@ def test_commit_cut_never_causes_a_second_dispatch(proxied) -> None:
         assert venue.calls == 2
         rec = faultkit.http_reconciler(direct, venue_url, offset=120.0)
         report = rec.run_once()
-        states = {op: direct.get("default", op).state.value  # type: ignore[union-attr]
-                  for op in ("op-journal", "op-receipt", "op-lost")}
+        states = {
+            op: direct.get("default", op).state.value  # type: ignore[union-attr]
+            for op in ("op-journal", "op-receipt", "op-lost")
+        }
         per_key = {op: venue.effects_for(f"default:{op}") for op in states}
-        figures.append(f"after reconcile: states={states} effects per key={per_key} "
-                       f"confirmed={report.confirmed} written_off={report.written_off} "
-                       f"divergences={report.alarms} cuts={proxy.cuts}")
+        figures.append(
+            f"after reconcile: states={states} effects per key={per_key} "
+            f"confirmed={report.confirmed} written_off={report.written_off} "
+            f"divergences={report.alarms} cuts={proxy.cuts}"
+        )
     print("\n[ambiguous commit]\n  " + "\n  ".join(figures))
-    assert states == {"op-journal": "failed", "op-receipt": "acknowledged",
-                      "op-lost": "acknowledged"}
+    assert states == {
+        "op-journal": "failed",
+        "op-receipt": "acknowledged",
+        "op-lost": "acknowledged",
+    }
     assert per_key == {"op-journal": 0, "op-receipt": 1, "op-lost": 1}
     assert venue.calls == 2 and not report.new_divergences
     assert proxy.cuts == ["after-forward", "after-forward", "before-forward"]
@@ -159,9 +185,11 @@ def test_journal_commit_withheld_journals_again_once(proxied) -> None:
         row = gate.submit("submit_order", "op-withheld", faultkit.intent())
         seen = direct.get("default", "op-withheld")
         again = gate.submit("submit_order", "op-withheld", faultkit.intent())
-    print(f"\n[journal commit withheld] gate returned {row.state.value}, ledger "
-          f"{seen.state.value if seen else 'absent'}, venue calls={venue.calls}, "
-          f"cuts={proxy.cuts}")
+    print(
+        f"\n[journal commit withheld] gate returned {row.state.value}, ledger "
+        f"{seen.state.value if seen else 'absent'}, venue calls={venue.calls}, "
+        f"cuts={proxy.cuts}"
+    )
     assert proxy.cuts == ["before-forward"]
     assert row.state is State.ACKNOWLEDGED and not row.replayed
     assert seen is not None and seen.state is State.ACKNOWLEDGED

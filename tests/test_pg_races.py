@@ -43,9 +43,13 @@ def test_eight_processes_same_ids_one_dispatch_each(store_factory) -> None:
             if p >= PROCESSES // 2:  # half in the same order (head-on), half shuffled
                 random.Random(p).shuffle(order)
             plans.append([[ids[i], variant_for(p, i)] for i in order])
-        children = [faultkit.spawn("submit", {"store_url": url, "venue_url": venue_url,
-                                              "ops": plan, "start_at": start_at})
-                    for plan in plans]
+        children = [
+            faultkit.spawn(
+                "submit",
+                {"store_url": url, "venue_url": venue_url, "ops": plan, "start_at": start_at},
+            )
+            for plan in plans
+        ]
         results = [faultkit.finish(c, timeout=120) for c in children]
         calls = venue.calls
         per_key = [venue.effects_for(f"default:{op}") for op in ids]
@@ -65,12 +69,16 @@ def test_eight_processes_same_ids_one_dispatch_each(store_factory) -> None:
             refused += outcomes[op] == "conflict"
             accepted += outcomes[op] != "conflict"
             wrong += differs != (outcomes[op] == "conflict")
-    totals = {k: sum(r.result["counts"][k] for r in results)  # type: ignore[index]
-              for k in ("created", "replayed", "conflict", "store_errors", "indeterminate")}
+    totals = {
+        k: sum(r.result["counts"][k] for r in results)  # type: ignore[index]
+        for k in ("created", "replayed", "conflict", "store_errors", "indeterminate")
+    }
     elapsed = max(r.result["seconds"] for r in results)  # type: ignore[index]
-    print(f"\n[races] {PROCESSES} processes x {OPERATIONS} ids in {elapsed:.2f}s: "
-          f"venue calls={calls} effects per id: min={min(per_key)} max={max(per_key)}; "
-          f"outcomes={totals}; accepted={accepted} refused={refused} misclassified={wrong}")
+    print(
+        f"\n[races] {PROCESSES} processes x {OPERATIONS} ids in {elapsed:.2f}s: "
+        f"venue calls={calls} effects per id: min={min(per_key)} max={max(per_key)}; "
+        f"outcomes={totals}; accepted={accepted} refused={refused} misclassified={wrong}"
+    )
     assert calls == OPERATIONS and set(per_key) == {1}
     assert totals["created"] == OPERATIONS
     assert totals["store_errors"] == 0 and totals["indeterminate"] == 0

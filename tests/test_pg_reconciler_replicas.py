@@ -45,9 +45,17 @@ def test_replicas_repair_every_row_once_and_report_once(store_factory) -> None:
     now = time.time()
 
     def journal(op: str) -> None:
-        new = NewOperation(scope="default", operation_id=op, action="submit_order",
-                           fingerprint=fp, intent=faultkit.intent(), effect={"quantity": "4"},
-                           tier="validate", reason="within limits", policy_version="t")
+        new = NewOperation(
+            scope="default",
+            operation_id=op,
+            action="submit_order",
+            fingerprint=fp,
+            intent=faultkit.intent(),
+            effect={"quantity": "4"},
+            tier="validate",
+            reason="within limits",
+            policy_version="t",
+        )
         setup.insert_operation(new, [State.PROPOSED, State.VALIDATED, State.SUBMITTED], now=now)
 
     with ThreadPoolExecutor(4) as pool:
@@ -65,10 +73,19 @@ def test_replicas_repair_every_row_once_and_report_once(store_factory) -> None:
             venue.inject_record(f"default:orphan-{j:03d}")
         started = time.perf_counter()
         start_at = time.time() + 2.0
-        children = [faultkit.spawn("reconcile", {"store_url": url, "venue_url": venue_url,
-                                                 "offset": 120.0, "page_size": 500,
-                                                 "start_at": start_at})
-                    for _ in range(REPLICAS)]
+        children = [
+            faultkit.spawn(
+                "reconcile",
+                {
+                    "store_url": url,
+                    "venue_url": venue_url,
+                    "offset": 120.0,
+                    "page_size": 500,
+                    "start_at": start_at,
+                },
+            )
+            for _ in range(REPLICAS)
+        ]
         results = [faultkit.finish(c, timeout=180) for c in children]
         wall = time.perf_counter() - started - 2.0
 
@@ -84,18 +101,29 @@ def test_replicas_repair_every_row_once_and_report_once(store_factory) -> None:
     stored = store.list_divergences(limit=10_000)
     alarmed = [tuple(d[:2]) for r in results for d in r.result["divergences"]]  # type: ignore[index]
     totals = [r.result["totals"] for r in results]  # type: ignore[index]
-    expected_kinds = Counter({"duplicate-effect": sum(expected_state(i) is State.QUARANTINED
-                                                      for i in range(ROWS)),
-                              "orphan": ORPHANS})
+    expected_kinds = Counter(
+        {
+            "duplicate-effect": sum(expected_state(i) is State.QUARANTINED for i in range(ROWS)),
+            "orphan": ORPHANS,
+        }
+    )
 
-    print(f"\n[reconciler replicas] {REPLICAS} processes, {ROWS} uncertain rows, "
-          f"{ORPHANS} orphans, {wall:.2f}s")
-    print(f"  repairs per replica: {sorted(by_owner.values(), reverse=True)}; sweeps per "
-          f"replica: {[t['sweeps'] for t in totals]}; rounds: {[t['rounds'] for t in totals]}")
-    print(f"  transitions out of submitted per row: {sorted(Counter(moves.values()).items())}; "
-          f"final states: {dict(Counter(s.value for s in finals.values()))}")
-    print(f"  divergences stored={len(stored)} {dict(Counter(d.kind for d in stored))}; alarmed "
-          f"by replicas={len(alarmed)} (distinct {len(set(alarmed))})")
+    print(
+        f"\n[reconciler replicas] {REPLICAS} processes, {ROWS} uncertain rows, "
+        f"{ORPHANS} orphans, {wall:.2f}s"
+    )
+    print(
+        f"  repairs per replica: {sorted(by_owner.values(), reverse=True)}; sweeps per "
+        f"replica: {[t['sweeps'] for t in totals]}; rounds: {[t['rounds'] for t in totals]}"
+    )
+    print(
+        f"  transitions out of submitted per row: {sorted(Counter(moves.values()).items())}; "
+        f"final states: {dict(Counter(s.value for s in finals.values()))}"
+    )
+    print(
+        f"  divergences stored={len(stored)} {dict(Counter(d.kind for d in stored))}; alarmed "
+        f"by replicas={len(alarmed)} (distinct {len(set(alarmed))})"
+    )
 
     assert set(moves) == set(ids) and set(moves.values()) == {1}
     assert all(finals[op] is expected_state(i) for i, op in enumerate(ids))

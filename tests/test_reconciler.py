@@ -15,11 +15,21 @@ def build(store: Store, page_size: int, honour_key: bool = True):
     clock = ManualClock()
     venue = PaperVenue(clock=clock, honour_key=honour_key)
     registry = default_registry()
-    gate = Gate(store=store, registry=registry, adapters={"paper": PaperAdapter(venue)},
-                policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}), clock=clock)
+    gate = Gate(
+        store=store,
+        registry=registry,
+        adapters={"paper": PaperAdapter(venue)},
+        policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+        clock=clock,
+    )
     counting = CountingAdapter(PaperAdapter(venue))
-    rec = Reconciler(store=store, registry=registry, adapters={"paper": counting}, clock=clock,
-                     page_size=page_size)
+    rec = Reconciler(
+        store=store,
+        registry=registry,
+        adapters={"paper": counting},
+        clock=clock,
+        page_size=page_size,
+    )
     return gate, venue, rec, counting, clock
 
 
@@ -43,24 +53,28 @@ class TestBoundedSweep:
         venue.set_honour_key(False)
         venue.inject_record("default:op-2")
         report = rec.sweep()
-        assert [(d[0], d[1]) for d in report.new_divergences] == [("duplicate-effect",
-                                                                  "default:op-2")]
+        assert [(d[0], d[1]) for d in report.new_divergences] == [
+            ("duplicate-effect", "default:op-2")
+        ]
 
     def test_mixed_divergences_in_one_pass(self, store: Store) -> None:
         """Orphans, duplicates, late appearances and write-offs in one merge-join."""
         gate, venue, rec, _, clock = build(store, page_size=4)
         for i in range(10):
             gate.submit("submit_order", f"op-{i}", EXAMPLE_ORDER)
-        venue.inject_record("default:op-5")            # duplicate
-        venue.inject_record("default:zz-orphan")       # orphan after every ledger key
-        venue.inject_record("aaa:orphan")              # orphan before every ledger key
+        venue.inject_record("default:op-5")  # duplicate
+        venue.inject_record("default:zz-orphan")  # orphan after every ledger key
+        venue.inject_record("aaa:orphan")  # orphan before every ledger key
         venue.fail_next(1, after_apply=False)
         gate.submit("submit_order", "op-lost", EXAMPLE_ORDER)  # uncertain, never reached venue
         clock.advance(61)
         report = rec.sweep()
         kinds = sorted((d[0], d[1]) for d in report.new_divergences)
-        assert kinds == [("duplicate-effect", "default:op-5"), ("orphan", "aaa:orphan"),
-                         ("orphan", "default:zz-orphan")]
+        assert kinds == [
+            ("duplicate-effect", "default:op-5"),
+            ("orphan", "aaa:orphan"),
+            ("orphan", "default:zz-orphan"),
+        ]
         assert report.written_off == 1
         assert gate.get("op-lost").state is State.FAILED
         assert rec.sweep().new_divergences == []  # once each
@@ -69,9 +83,12 @@ class TestBoundedSweep:
         """A receipt the venue later cannot show is reported, not silently believed."""
         gate, _, _, _, clock = build(store, page_size=10)
         gate.submit("submit_order", "op-1", EXAMPLE_ORDER)
-        rec_other = Reconciler(store=store, registry=default_registry(),
-                               adapters={"paper": PaperAdapter(PaperVenue(clock=clock))},
-                               clock=clock)
+        rec_other = Reconciler(
+            store=store,
+            registry=default_registry(),
+            adapters={"paper": PaperAdapter(PaperVenue(clock=clock))},
+            clock=clock,
+        )
         assert rec_other.sweep().new_divergences == []  # inside the horizon: no verdict yet
         clock.advance(61)
         kinds = [d[0] for d in rec_other.sweep().new_divergences]
@@ -111,8 +128,13 @@ class TestLiveTraffic:
                     gate.dispatch("op-c")
                 return super().records(after, limit)
 
-        rec = Reconciler(store=store, registry=default_registry(),
-                         adapters={"paper": Racing(venue)}, clock=clock, page_size=100)
+        rec = Reconciler(
+            store=store,
+            registry=default_registry(),
+            adapters={"paper": Racing(venue)},
+            clock=clock,
+            page_size=100,
+        )
         report = rec.sweep()
         assert Racing.fired and report.new_divergences == []
         assert store.list_divergences() == []

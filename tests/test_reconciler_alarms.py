@@ -14,19 +14,29 @@ BIG = {**EXAMPLE_ORDER, "quantity": "1000"}  # over the 1000 limit: rejected by 
 
 
 class Rig:
-    def __init__(self, store: Store, *, flush_every: int = 500,
-                 trip_on_duplicate: bool = True) -> None:
+    def __init__(
+        self, store: Store, *, flush_every: int = 500, trip_on_duplicate: bool = True
+    ) -> None:
         self.store, self.clock = store, ManualClock()
         self.venue = PaperVenue(clock=self.clock)
         registry = default_registry()
-        self.gate = Gate(store=store, registry=registry,
-                         adapters={"paper": PaperAdapter(self.venue)}, clock=self.clock,
-                         policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}))
+        self.gate = Gate(
+            store=store,
+            registry=registry,
+            adapters={"paper": PaperAdapter(self.venue)},
+            clock=self.clock,
+            policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+        )
         self.alerts: list[Alert] = []
-        self.rec = Reconciler(store=store, registry=registry,
-                              adapters={"paper": PaperAdapter(self.venue)}, clock=self.clock,
-                              alerts=self.alerts.append, flush_every=flush_every,
-                              trip_on_duplicate=trip_on_duplicate)
+        self.rec = Reconciler(
+            store=store,
+            registry=registry,
+            adapters={"paper": PaperAdapter(self.venue)},
+            clock=self.clock,
+            alerts=self.alerts.append,
+            flush_every=flush_every,
+            trip_on_duplicate=trip_on_duplicate,
+        )
         self.operator = Operator(store=store, registry=registry, clock=self.clock)
 
 

@@ -63,15 +63,20 @@ def test_move_settled_by_someone_else_is_neither_counted_nor_noted(store: Store)
 
     def late_receipt(moves: Sequence[Move]) -> None:
         if any(m.operation_id == ids[1] for m in moves):
-            store.transition("default", ids[1], State.SUBMITTED, State.ACKNOWLEDGED,
-                             now=clock(), venue_id="late")
+            store.transition(
+                "default", ids[1], State.SUBMITTED, State.ACKNOWLEDGED, now=clock(), venue_id="late"
+            )
 
     rec.store = BatchSpy(store, late_receipt)  # type: ignore[assignment]
     report = rec.repair()
     assert report.confirmed == 2
     assert [k for k, _ in report.repaired] == [f"default:{ids[0]}", f"default:{ids[2]}"]
     assert gate.get(ids[1]).venue_id == "late"
-    owners = [e.detail.get("owner") for e in store.iter_audit()
-              if e.kind == "transition" and e.operation_id == ids[1]
-              and e.detail.get("from") == "submitted"]
+    owners = [
+        e.detail.get("owner")
+        for e in store.iter_audit()
+        if e.kind == "transition"
+        and e.operation_id == ids[1]
+        and e.detail.get("from") == "submitted"
+    ]
     assert owners == [None]  # one move out of submitted: the late receipt's

@@ -32,9 +32,14 @@ from effectgate.examples import (
 
 
 def order_class(**changes: Any) -> ActionClass:
-    kwargs: dict[str, Any] = {"name": "submit_order", "model": SubmitOrder, "adapter": "paper",
-                              "effect_class": EffectClass.NON_IDEMPOTENT_MUTATION,
-                              "visibility_horizon": 60.0, "key_retention": 86400.0}
+    kwargs: dict[str, Any] = {
+        "name": "submit_order",
+        "model": SubmitOrder,
+        "adapter": "paper",
+        "effect_class": EffectClass.NON_IDEMPOTENT_MUTATION,
+        "visibility_horizon": 60.0,
+        "key_retention": 86400.0,
+    }
     kwargs.update(changes)
     return ActionClass(**kwargs)
 
@@ -51,18 +56,35 @@ class TestRegistrationRefusesUnsafeClasses:
         edge = order_class(visibility_horizon=86400.0 * HORIZON_RETENTION_RATIO)
         assert edge.visibility_horizon == 21600.0
 
-    @pytest.mark.parametrize("changes", [{"visibility_horizon": 0}, {"visibility_horizon": -1},
-                                         {"key_retention": 0},
-                                         {"visibility_horizon": float("nan")},
-                                         {"key_retention": float("inf")},
-                                         {"settlement_window": 0}])
+    @pytest.mark.parametrize(
+        "changes",
+        [
+            {"visibility_horizon": 0},
+            {"visibility_horizon": -1},
+            {"key_retention": 0},
+            {"visibility_horizon": float("nan")},
+            {"key_retention": float("inf")},
+            {"settlement_window": 0},
+        ],
+    )
     def test_times_must_be_positive_and_finite(self, changes: dict[str, float]) -> None:
         """Invariant 4 precondition: horizons and windows are finite positive durations."""
         with pytest.raises(RegistryError):
             order_class(**changes)
 
-    @pytest.mark.parametrize("name", ["", "Submit", "1order", "submit-order", "submit order",
-                                      "x" * 65, "\u0455ubmit", "submit_order\n"])
+    @pytest.mark.parametrize(
+        "name",
+        [
+            "",
+            "Submit",
+            "1order",
+            "submit-order",
+            "submit order",
+            "x" * 65,
+            "\u0455ubmit",
+            "submit_order\n",
+        ],
+    )
     def test_bad_names(self, name: str) -> None:
         """Bad input (identifiers): class names are ASCII identifiers."""
         with pytest.raises(RegistryError):
@@ -111,8 +133,16 @@ class TestActionClassDescription:
         ac = submit_order_class()
         assert not AUDIT_FIELDS & set(ac.effect_fields)
         assert "intent_version" not in ac.effect_fields
-        assert ac.effect_fields == ("action", "instrument", "side", "order_type", "quantity",
-                                    "limit_price", "account", "strategy_id")
+        assert ac.effect_fields == (
+            "action",
+            "instrument",
+            "side",
+            "order_type",
+            "quantity",
+            "limit_price",
+            "account",
+            "strategy_id",
+        )
         assert ac.decimal_fields == ("quantity", "limit_price")
 
     def test_json_schema_is_closed_and_lists_fields(self) -> None:
@@ -164,9 +194,14 @@ class TestParse:
         assert intent.action == "submit_order"
         assert intent.version == "1"
         assert dict(intent.effect) == {
-            "action": "submit_order", "instrument": "XYZ-PERP", "side": "buy",
-            "order_type": "limit", "quantity": "4", "limit_price": "100",
-            "strategy_id": "st-114"}
+            "action": "submit_order",
+            "instrument": "XYZ-PERP",
+            "side": "buy",
+            "order_type": "limit",
+            "quantity": "4",
+            "limit_price": "100",
+            "strategy_id": "st-114",
+        }
         assert set(intent.audit) == {"rationale", "context_digest", "proposed_by"}
         assert intent.snapshot == EXAMPLE_ORDER
         assert len(intent.fingerprint) == 64
@@ -190,11 +225,18 @@ class TestParse:
         assert "limit_price" not in intent.effect
 
     def test_cancel_order(self) -> None:
-        doc = {"intent_version": "1", "action": "cancel_order", "instrument": "XYZ-PERP",
-               "order_ref": "op-7f3a"}
+        doc = {
+            "intent_version": "1",
+            "action": "cancel_order",
+            "instrument": "XYZ-PERP",
+            "order_ref": "op-7f3a",
+        }
         intent = default_registry().parse("cancel_order", json.dumps(doc))
-        assert intent.effect == {"action": "cancel_order", "instrument": "XYZ-PERP",
-                                 "order_ref": "op-7f3a"}
+        assert intent.effect == {
+            "action": "cancel_order",
+            "instrument": "XYZ-PERP",
+            "order_ref": "op-7f3a",
+        }
 
     def test_second_schema_version(self) -> None:
         """Bad input (unknown versions): only the declared versions are accepted."""
@@ -212,17 +254,27 @@ class TestParse:
             count: int
             urgent: bool = False
 
-        registry = Registry([ActionClass(name="sized", model=Sized, adapter="x",
-                                         effect_class=EffectClass.READ_ONLY,
-                                         visibility_horizon=1, key_retention=4)])
+        registry = Registry(
+            [
+                ActionClass(
+                    name="sized",
+                    model=Sized,
+                    adapter="x",
+                    effect_class=EffectClass.READ_ONLY,
+                    visibility_horizon=1,
+                    key_retention=4,
+                )
+            ]
+        )
         ok = registry.parse("sized", b'{"intent_version":"1","action":"sized","count":3}')
         assert ok.effect == {"action": "sized", "count": 3, "urgent": False}
         with pytest.raises(IntentError) as caught:
             registry.parse("sized", b'{"intent_version":"1","action":"sized","count":2e3}')
         assert caught.value.reason == "float_not_allowed"
         with pytest.raises(IntentError) as caught:
-            registry.parse("sized", '{"intent_version":"1","action":"sized","count":' +
-                           str(2**60) + "}")
+            registry.parse(
+                "sized", '{"intent_version":"1","action":"sized","count":' + str(2**60) + "}"
+            )
         assert (caught.value.field, caught.value.reason) == ("count", "out_of_range")
         with pytest.raises(IntentError) as caught:
             registry.parse("sized", b'{"intent_version":"1","action":"sized","count":true}')

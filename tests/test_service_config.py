@@ -33,20 +33,28 @@ class TestValidation:
 
     def test_unknown_key_names_key_and_line(self) -> None:
         """A typo is an error naming the key and its line, never a silently ignored setting."""
-        text = GOOD.replace('timeout = 5.0', 'timeout = 5.0').replace(
-            'kind = "paper"', 'kind = "paper"\nendpiont = "x"')
+        text = GOOD.replace("timeout = 5.0", "timeout = 5.0").replace(
+            'kind = "paper"', 'kind = "paper"\nendpiont = "x"'
+        )
         line = text.splitlines().index('endpiont = "x"') + 1
         fails(text, f"svc.toml:{line}: adapters.venue.endpiont", "unknown key")
 
     def test_wrong_type_names_key(self) -> None:
-        fails(GOOD.replace("visibility_horizon = 60.0", 'visibility_horizon = "60"', 1),
-              "classes.submit_order.visibility_horizon", "must be a number")
+        fails(
+            GOOD.replace("visibility_horizon = 60.0", 'visibility_horizon = "60"', 1),
+            "classes.submit_order.visibility_horizon",
+            "must be a number",
+        )
 
     def test_value_limit_on_a_class_without_a_value_measure(self) -> None:
         """A ceiling that could never be checked is a configuration error, not a no-op."""
-        fails(GOOD.replace("[policies.cancel_order]\n", '[policies.cancel_order]\n'
-                           'max_value = "10"\n', 1),
-              "policies.cancel_order.max_value", "no value measure")
+        fails(
+            GOOD.replace(
+                "[policies.cancel_order]\n", '[policies.cancel_order]\nmax_value = "10"\n', 1
+            ),
+            "policies.cancel_order.max_value",
+            "no value measure",
+        )
 
     def test_toml_syntax_error_gives_line(self) -> None:
         fails(GOOD + "\n[broken\n", "not valid TOML", "line")
@@ -54,12 +62,18 @@ class TestValidation:
     @pytest.mark.parametrize("key", ["api_key", "credential", "password", "venue_secret"])
     def test_secrets_in_the_file_are_refused(self, key: str) -> None:
         """Secrets never go in the config: only the NAME of an env var or a file path."""
-        fails(GOOD.replace('kind = "paper"', f'kind = "paper"\n{key} = "hunter2"'),
-              f"adapters.venue.{key}", "secrets never go in the config file")
+        fails(
+            GOOD.replace('kind = "paper"', f'kind = "paper"\n{key} = "hunter2"'),
+            f"adapters.venue.{key}",
+            "secrets never go in the config file",
+        )
 
     def test_plaintext_token_is_refused(self) -> None:
-        fails(GOOD.replace(f'sha256 = "{sha(AGENT_A)}"', 'token = "abc"'),
-              "tokens.alpha.token", "plaintext tokens")
+        fails(
+            GOOD.replace(f'sha256 = "{sha(AGENT_A)}"', 'token = "abc"'),
+            "tokens.alpha.token",
+            "plaintext tokens",
+        )
 
     def test_token_from_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
         text = GOOD.replace(f'sha256 = "{sha(AGENT_A)}"', 'env = "EG_T_ALPHA"')
@@ -69,39 +83,65 @@ class TestValidation:
         assert {t.name: t.sha256 for t in cfg.tokens}["alpha"] == sha("from-env")
 
     def test_http_adapter_needs_a_credential_source(self) -> None:
-        fails(GOOD.replace('kind = "paper"', 'kind = "http"\nendpoint = "http://127.0.0.1:1"'),
-              "adapters.venue.credential_env", "exactly one of")
+        fails(
+            GOOD.replace('kind = "paper"', 'kind = "http"\nendpoint = "http://127.0.0.1:1"'),
+            "adapters.venue.credential_env",
+            "exactly one of",
+        )
 
     def test_class_with_unknown_adapter(self) -> None:
-        fails(GOOD.replace('adapter = "venue"', 'adapter = "nowhere"', 1),
-              "classes.submit_order.adapter", "no adapter named 'nowhere'")
+        fails(
+            GOOD.replace('adapter = "venue"', 'adapter = "nowhere"', 1),
+            "classes.submit_order.adapter",
+            "no adapter named 'nowhere'",
+        )
 
     def test_schema_reference_must_be_an_intent_model(self) -> None:
-        fails(GOOD.replace("effectgate.examples:SubmitOrder", "effectgate.examples:notional"),
-              "classes.submit_order.schema", "not a subclass")
-        fails(GOOD.replace("effectgate.examples:SubmitOrder", "no_such_mod:X"),
-              "classes.submit_order.schema", "cannot import")
+        fails(
+            GOOD.replace("effectgate.examples:SubmitOrder", "effectgate.examples:notional"),
+            "classes.submit_order.schema",
+            "not a subclass",
+        )
+        fails(
+            GOOD.replace("effectgate.examples:SubmitOrder", "no_such_mod:X"),
+            "classes.submit_order.schema",
+            "cannot import",
+        )
 
     def test_declared_decimal_fields_must_match_the_schema(self) -> None:
-        fails(GOOD.replace('decimal_fields = ["quantity", "limit_price"]',
-                           'decimal_fields = ["quantity"]'),
-              "classes.submit_order.decimal_fields", "says ['quantity']")
+        fails(
+            GOOD.replace(
+                'decimal_fields = ["quantity", "limit_price"]', 'decimal_fields = ["quantity"]'
+            ),
+            "classes.submit_order.decimal_fields",
+            "says ['quantity']",
+        )
 
     def test_horizon_must_sit_inside_key_retention(self) -> None:
-        fails(GOOD.replace("key_retention = 86400", "key_retention = 100", 1),
-              "classes.submit_order", "not well inside")
+        fails(
+            GOOD.replace("key_retention = 86400", "key_retention = 100", 1),
+            "classes.submit_order",
+            "not well inside",
+        )
 
     def test_non_loopback_host_needs_public(self) -> None:
-        fails(GOOD.replace('host = "127.0.0.1"', 'host = "0.0.0.0"'), "service.host",
-              "not a loopback address")
+        fails(
+            GOOD.replace('host = "127.0.0.1"', 'host = "0.0.0.0"'),
+            "service.host",
+            "not a loopback address",
+        )
         parse_config(GOOD.replace('host = "127.0.0.1"', 'host = "0.0.0.0"\npublic = true'))
 
     def test_duplicate_token_values_are_refused(self) -> None:
-        fails(GOOD.replace(f'sha256 = "{sha("test-agent-beta-token")}"',
-                           f'sha256 = "{sha(AGENT_A)}"'), "same value")
+        fails(
+            GOOD.replace(
+                f'sha256 = "{sha("test-agent-beta-token")}"', f'sha256 = "{sha(AGENT_A)}"'
+            ),
+            "same value",
+        )
 
 
-JSON_CLASS = '''
+JSON_CLASS = """
 [classes.send_note]
 adapter = "venue"
 effect_class = "non_idempotent_mutation"
@@ -123,7 +163,7 @@ minimum = 1
 maximum = 3
 [classes.send_note.json_schema.properties.urgent]
 type = "boolean"
-'''
+"""
 
 
 class TestJsonSchemaClasses:
@@ -131,8 +171,7 @@ class TestJsonSchemaClasses:
         return parse_config(GOOD + JSON_CLASS + extra).registry
 
     def note(self, **kw: object) -> dict[str, object]:
-        return {"intent_version": "1", "action": "send_note", "to": "bob", "amount": "2.50",
-                **kw}
+        return {"intent_version": "1", "action": "send_note", "to": "bob", "amount": "2.50", **kw}
 
     def test_strict_like_a_python_model(self) -> None:
         """Bad input rules hold for config-declared classes: no coercion, closed objects."""
@@ -140,21 +179,29 @@ class TestJsonSchemaClasses:
 
         reg = self.registry()
         assert reg.parse("send_note", self.note(copies=2)).effect["amount"] == "2.5"
-        for bad, field in ((self.note(copies="2"), "copies"), (self.note(copies=9), "copies"),
-                           (self.note(amount=2.5), "amount"), (self.note(to="Боб"), "to"),
-                           (self.note(extra=1), "extra"), (self.note(urgent="yes"), "urgent")):
+        for bad, field in (
+            (self.note(copies="2"), "copies"),
+            (self.note(copies=9), "copies"),
+            (self.note(amount=2.5), "amount"),
+            (self.note(to="Боб"), "to"),
+            (self.note(extra=1), "extra"),
+            (self.note(urgent="yes"), "urgent"),
+        ):
             with pytest.raises(IntentError) as info:
                 reg.parse("send_note", bad)
             assert info.value.field == field
 
-    @pytest.mark.parametrize("prop,needle", [
-        ('type = "array"', "is not one of"),
-        ('type = "string"', "free-text strings need a maxLength"),
-        ('type = "string"\npattern = "[a-z]+"', "anchored"),
-        ('type = "string"\nformat = "email"', "is not one of"),
-        ('type = "string"\nenum = ["a"]\npattern = "^a$"', "at most one of"),
-        ('type = "integer"\n"$ref" = "#/x"', "unknown key"),
-    ])
+    @pytest.mark.parametrize(
+        "prop,needle",
+        [
+            ('type = "array"', "is not one of"),
+            ('type = "string"', "free-text strings need a maxLength"),
+            ('type = "string"\npattern = "[a-z]+"', "anchored"),
+            ('type = "string"\nformat = "email"', "is not one of"),
+            ('type = "string"\nenum = ["a"]\npattern = "^a$"', "at most one of"),
+            ('type = "integer"\n"$ref" = "#/x"', "unknown key"),
+        ],
+    )
     def test_unsupported_schema_is_refused_naming_the_key(self, prop: str, needle: str) -> None:
         extra = f"[classes.send_note.json_schema.properties.bad]\n{prop}\n"
         with pytest.raises(ConfigError) as info:
@@ -169,8 +216,9 @@ class TestJsonSchemaClasses:
 
 
 class TestCli:
-    def test_init_check_and_first_action(self, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    def test_init_check_and_first_action(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         """The newcomer's path: init writes a valid config whose tokens work."""
         monkeypatch.chdir(tmp_path)
         runner = CliRunner()
@@ -208,11 +256,11 @@ class TestCli:
         listed = runner.invoke(app, ["ops", "list", "--config", str(config), "--json"])
         assert listed.exit_code == 0
         assert [r["operation_id"] for r in json.loads(listed.output)] == ["op-1"]
-        shown = runner.invoke(app, ["ops", "show", "op-1", "--scope", "alpha",
-                                    "--config", str(config)])
+        shown = runner.invoke(
+            app, ["ops", "show", "op-1", "--scope", "alpha", "--config", str(config)]
+        )
         assert shown.exit_code == 0 and json.loads(shown.output)["state"] == "acknowledged"
-        assert runner.invoke(app, ["ops", "show", "nope", "--config",
-                                   str(config)]).exit_code == 1
+        assert runner.invoke(app, ["ops", "show", "nope", "--config", str(config)]).exit_code == 1
         divs = runner.invoke(app, ["divergences", "--config", str(config), "--json"])
         assert divs.exit_code == 0 and json.loads(divs.output) == []
         rec = runner.invoke(app, ["reconcile", "--config", str(config), "--json"])
@@ -224,18 +272,28 @@ class TestCli:
 
 
 class TestControlsConfig:
-    BREAKER = ('\n[controls.submit_order]\nwindow = 120\nmax_rejection_rate = 0.5\n'
-               'min_samples = 4\nmax_window_value = "5000"\nmax_repeats = 3\n'
-               'max_new_targets = 2\n')
+    BREAKER = (
+        "\n[controls.submit_order]\nwindow = 120\nmax_rejection_rate = 0.5\n"
+        'min_samples = 4\nmax_window_value = "5000"\nmax_repeats = 3\n'
+        "max_new_targets = 2\n"
+    )
 
     def test_breakers_approvals_and_alerts_reach_the_config(self) -> None:
         """Invariant 7: breaker thresholds are operator configuration, read at start-up."""
-        cfg = parse_config(GOOD + self.BREAKER + '\n[approvals]\nmulti_approvers = 3\nttl = 600\n'
-                           '\n[alerts]\nwebhook = "http://127.0.0.1:9/hook"\ntimeout = 2\n',
-                           "svc.toml")
+        cfg = parse_config(
+            GOOD + self.BREAKER + "\n[approvals]\nmulti_approvers = 3\nttl = 600\n"
+            '\n[alerts]\nwebhook = "http://127.0.0.1:9/hook"\ntimeout = 2\n',
+            "svc.toml",
+        )
         b = cfg.breakers["submit_order"]
-        assert (b.window, b.max_rejection_rate, b.min_samples, str(b.max_value), b.max_repeats,
-                b.max_new_targets) == (120.0, 0.5, 4, "5000", 3, 2)
+        assert (
+            b.window,
+            b.max_rejection_rate,
+            b.min_samples,
+            str(b.max_value),
+            b.max_repeats,
+            b.max_new_targets,
+        ) == (120.0, 0.5, 4, "5000", 3, 2)
         assert cfg.approvals.multi_approvers == 3 and cfg.approvals.ttl == 600.0
         assert cfg.alerts.webhook == "http://127.0.0.1:9/hook" and cfg.alerts.timeout == 2.0
 
@@ -248,26 +306,45 @@ class TestControlsConfig:
         finally:
             svc.close()
 
-    @pytest.mark.parametrize(("extra", "needles"), [
-        ('\n[controls.launch_rocket]\nmax_repeats = 1\n',
-         ("controls.launch_rocket", "no action class named 'launch_rocket'")),
-        ('\n[controls.cancel_order]\nmax_window_value = "10"\n',
-         ("controls.cancel_order.max_window_value", "no value measure")),
-        ('\n[controls.submit_order]\nmax_rejection_rate = 1.5\n',
-         ("controls.submit_order.max_rejection_rate", "[0, 1)")),
-        ('\n[controls.submit_order]\nmax_repeats = -1\n',
-         ("controls.submit_order.max_repeats", ">= 0")),
-        ('\n[controls.submit_order]\nmax_window_value = "lots"\n',
-         ("controls.submit_order.max_window_value", "not a decimal")),
-        ('\n[controls.submit_order]\nwindow = 60\n', ("at least one of",)),
-        ('\n[controls.submit_order]\nmax_repeats = 1\nmax_repeat = 2\n',
-         ("controls.submit_order.max_repeat", "unknown key")),
-        ('\n[approvals]\nmulti_approvers = 1\n', ("approvals.multi_approvers",)),
-        ('\n[alerts]\nwebhook = "ftp://x"\n', ("alerts.webhook", "not an http(s) URL")),
-        ('\n[alerts]\nwebhook = "http://u:pw@127.0.0.1/h"\n', ("alerts.webhook", "credentials")),
-    ])
-    def test_bad_controls_config_names_key_and_line(self, extra: str,
-                                                    needles: tuple[str, ...]) -> None:
+    @pytest.mark.parametrize(
+        ("extra", "needles"),
+        [
+            (
+                "\n[controls.launch_rocket]\nmax_repeats = 1\n",
+                ("controls.launch_rocket", "no action class named 'launch_rocket'"),
+            ),
+            (
+                '\n[controls.cancel_order]\nmax_window_value = "10"\n',
+                ("controls.cancel_order.max_window_value", "no value measure"),
+            ),
+            (
+                "\n[controls.submit_order]\nmax_rejection_rate = 1.5\n",
+                ("controls.submit_order.max_rejection_rate", "[0, 1)"),
+            ),
+            (
+                "\n[controls.submit_order]\nmax_repeats = -1\n",
+                ("controls.submit_order.max_repeats", ">= 0"),
+            ),
+            (
+                '\n[controls.submit_order]\nmax_window_value = "lots"\n',
+                ("controls.submit_order.max_window_value", "not a decimal"),
+            ),
+            ("\n[controls.submit_order]\nwindow = 60\n", ("at least one of",)),
+            (
+                "\n[controls.submit_order]\nmax_repeats = 1\nmax_repeat = 2\n",
+                ("controls.submit_order.max_repeat", "unknown key"),
+            ),
+            ("\n[approvals]\nmulti_approvers = 1\n", ("approvals.multi_approvers",)),
+            ('\n[alerts]\nwebhook = "ftp://x"\n', ("alerts.webhook", "not an http(s) URL")),
+            (
+                '\n[alerts]\nwebhook = "http://u:pw@127.0.0.1/h"\n',
+                ("alerts.webhook", "credentials"),
+            ),
+        ],
+    )
+    def test_bad_controls_config_names_key_and_line(
+        self, extra: str, needles: tuple[str, ...]
+    ) -> None:
         """Bad operator input at start-up: the error names the key and its line."""
         text = GOOD + extra
         message = fails(text, *needles)

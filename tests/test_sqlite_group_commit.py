@@ -33,8 +33,10 @@ def gate(tmp_path: Path) -> Iterator[TxGate]:
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA foreign_keys = ON")
     conn.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
-    conn.execute("CREATE TABLE t (k TEXT PRIMARY KEY, parent INTEGER REFERENCES parent (id) "
-                 "DEFERRABLE INITIALLY DEFERRED)")
+    conn.execute(
+        "CREATE TABLE t (k TEXT PRIMARY KEY, parent INTEGER REFERENCES parent (id) "
+        "DEFERRABLE INITIALLY DEFERRED)"
+    )
     conn.execute("INSERT INTO parent VALUES (1)")
     commits: list[str] = []
     conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
@@ -58,8 +60,9 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         time.sleep(0.001)
 
 
-def run_group(tx: TxGate, bodies: list[Callable[[sqlite3.Connection], None]],
-              ) -> list[BaseException | None]:
+def run_group(
+    tx: TxGate, bodies: list[Callable[[sqlite3.Connection], None]]
+) -> list[BaseException | None]:
     """Run ``bodies`` as one group: the first holds the turn until all others are queued."""
     outcomes: list[BaseException | None] = [None] * len(bodies)
 
@@ -175,12 +178,13 @@ class TestGroupCommit:
                 r.join(5)
         assert len(rows(gate)) == 50
 
-    def test_a_transaction_sqlite_rolled_back_itself_is_a_store_error(
-            self, gate: TxGate) -> None:
+    def test_a_transaction_sqlite_rolled_back_itself_is_a_store_error(self, gate: TxGate) -> None:
         from effectgate.errors import StoreError
 
-        gate.conn.execute("CREATE TRIGGER undo BEFORE INSERT ON t WHEN NEW.k = 'bad' "
-                          "BEGIN SELECT RAISE(ROLLBACK, 'refused'); END")
+        gate.conn.execute(
+            "CREATE TRIGGER undo BEFORE INSERT ON t WHEN NEW.k = 'bad' "
+            "BEGIN SELECT RAISE(ROLLBACK, 'refused'); END"
+        )
 
         def bad(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO t VALUES ('bad', 1)")
@@ -222,7 +226,8 @@ class TestGroupCommit:
         assert rows(gate) == {"a", "b"}
 
     def test_a_waiter_interrupted_after_the_hand_over_does_not_orphan_the_group(
-            self, gate: TxGate) -> None:
+        self, gate: TxGate
+    ) -> None:
         """Ctrl-C lands in the thread the turn was just handed to: the group still commits
         (a body waiting for it takes the commit over) and the other queued thread runs."""
         h, release = hold_a_body(gate, "a")
@@ -266,8 +271,7 @@ class TestGroupCommit:
         assert rows(gate) == {"a", "q"}
         assert (gate._owner, gate._open, gate._queued) == (None, False, 0)
 
-    def test_a_body_commits_its_group_itself_when_nobody_takes_the_turn(
-            self, gate: TxGate) -> None:
+    def test_a_body_commits_its_group_itself_when_nobody_takes_the_turn(self, gate: TxGate) -> None:
         """The only queued thread is interrupted after the hand-over: the body that handed
         the turn on, waiting for the commit, takes it over (its row is durable)."""
         h, release = hold_a_body(gate, "a")
@@ -278,6 +282,7 @@ class TestGroupCommit:
             raise KeyboardInterrupt
 
         gate._turn.wait = woken_then_interrupted  # type: ignore[method-assign]
+
         def victim() -> None:
             with pytest.raises(KeyboardInterrupt), gate.transaction():
                 pass
@@ -292,8 +297,7 @@ class TestGroupCommit:
         assert not h.is_alive() and not v.is_alive()
         assert rows(gate) == {"a"} and (gate._owner, gate._open) == (None, False)
 
-    def test_closed_store_refuses_and_close_inside_a_body_is_refused(
-            self, gate: TxGate) -> None:
+    def test_closed_store_refuses_and_close_inside_a_body_is_refused(self, gate: TxGate) -> None:
         from effectgate.errors import StoreError
 
         with pytest.raises(StoreError, match="inside its own"), gate.transaction():
@@ -320,12 +324,16 @@ def test_many_threads_one_gate_every_action_once(tmp_path: Path) -> None:
     the venue called once per id, fewer commits than actions, the audit chain intact."""
     store = SQLiteStore(str(tmp_path / "ledger.db"))
     venue = PaperVenue()
-    gate = Gate(store=store, registry=default_registry(),
-                adapters={"paper": PaperAdapter(venue)},
-                policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000000"))}))
+    gate = Gate(
+        store=store,
+        registry=default_registry(),
+        adapters={"paper": PaperAdapter(venue)},
+        policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000000"))}),
+    )
     commits = [0]
     store._conn.set_trace_callback(
-        lambda sql: commits.__setitem__(0, commits[0] + (sql == "COMMIT")))
+        lambda sql: commits.__setitem__(0, commits[0] + (sql == "COMMIT"))
+    )
     answers: list[tuple[bool, State]] = []
 
     def worker(t: int) -> None:
@@ -342,8 +350,10 @@ def test_many_threads_one_gate_every_action_once(tmp_path: Path) -> None:
     store._conn.set_trace_callback(None)
     # The first submission of an id ran it; a replay may catch it still in flight.
     assert sorted(answers).count((False, State.ACKNOWLEDGED)) == 160
-    assert {state for replayed, state in answers if replayed} <= {State.SUBMITTED,
-                                                                  State.ACKNOWLEDGED}
+    assert {state for replayed, state in answers if replayed} <= {
+        State.SUBMITTED,
+        State.ACKNOWLEDGED,
+    }
     assert {r.state for r in store.list_operations(limit=1000)} == {State.ACKNOWLEDGED}
     assert venue.calls == 160
     assert commits[0] < 2 * 320  # some commits were shared

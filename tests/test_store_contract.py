@@ -18,12 +18,21 @@ P, V, S, A = State.PROPOSED, State.VALIDATED, State.SUBMITTED, State.ACKNOWLEDGE
 AUTO = [P, V, S]
 
 
-def new(op: str = "op-1", fp: str = "f" * 64, scope: str = "default",
-        intent: dict | None = None) -> NewOperation:
+def new(
+    op: str = "op-1", fp: str = "f" * 64, scope: str = "default", intent: dict | None = None
+) -> NewOperation:
     intent = intent if intent is not None else {"action": "submit_order", "quantity": "4"}
-    return NewOperation(scope=scope, operation_id=op, action="submit_order", fingerprint=fp,
-                        intent=intent, effect={"action": "submit_order", "quantity": "4"},
-                        tier="validate", reason="within limits", policy_version="t-1")
+    return NewOperation(
+        scope=scope,
+        operation_id=op,
+        action="submit_order",
+        fingerprint=fp,
+        intent=intent,
+        effect={"action": "submit_order", "quantity": "4"},
+        tier="validate",
+        reason="within limits",
+        policy_version="t-1",
+    )
 
 
 class TestIdentity:
@@ -132,8 +141,12 @@ class TestTransitions:
         row = store.transition("default", "op-1", S, A, now=2.0, venue_id="V-1")
         assert row.state is A and row.venue_id == "V-1" and row.version == 2
         # A new row's path is one entry (one transaction); each later move is its own.
-        trail = [s for e in store.iter_audit() if e.kind == "transition"
-                 for s in e.detail.get("path", [e.detail["state"]])]
+        trail = [
+            s
+            for e in store.iter_audit()
+            if e.kind == "transition"
+            for s in e.detail.get("path", [e.detail["state"]])
+        ]
         assert trail == ["proposed", "validated", "submitted", "acknowledged"]
 
 
@@ -145,8 +158,9 @@ def _uncertain(store: Store, n: int, prefix: str = "op") -> list[str]:
 
 
 def _transitions(store: Store) -> list:
-    return [e for e in store.iter_audit() if e.kind == "transition"
-            and e.detail.get("from") is not None]
+    return [
+        e for e in store.iter_audit() if e.kind == "transition" and e.detail.get("from") is not None
+    ]
 
 
 class TestTransitionMany:
@@ -174,26 +188,40 @@ class TestTransitionMany:
         assert rows[ids[4]].state is S  # type: ignore[union-attr]
         assert store.get("default", "nope") is None
         moved = [(e.operation_id, e.detail["state"]) for e in _transitions(store)]
-        assert sorted(moved) == sorted([(ids[1], "acknowledged"), (ids[0], "acknowledged"),
-                                        (ids[2], "failed"), (ids[3], "quarantined")])
+        assert sorted(moved) == sorted(
+            [
+                (ids[1], "acknowledged"),
+                (ids[0], "acknowledged"),
+                (ids[2], "failed"),
+                (ids[3], "quarantined"),
+            ]
+        )
         assert store.transition_many([], now=4.0) == []
 
     def test_same_row_and_audit_as_single_transitions(self, store: Store) -> None:
         """A batch writes exactly what one transition() per move would (row and audit line)."""
         ids = _uncertain(store, 4)
         store.transition("default", ids[0], S, A, now=3.0, venue_id="V", audit=self.AUD)
-        store.transition("default", ids[1], S, State.FAILED, now=3.0, detail="gone",
-                         audit=self.AUD)
-        assert store.transition_many([
-            Move("default", ids[2], S, A, venue_id="V", audit=self.AUD),
-            Move("default", ids[3], S, State.FAILED, detail="gone", audit=self.AUD),
-        ], now=3.0) == [True, True]
+        store.transition("default", ids[1], S, State.FAILED, now=3.0, detail="gone", audit=self.AUD)
+        assert store.transition_many(
+            [
+                Move("default", ids[2], S, A, venue_id="V", audit=self.AUD),
+                Move("default", ids[3], S, State.FAILED, detail="gone", audit=self.AUD),
+            ],
+            now=3.0,
+        ) == [True, True]
 
         def view(op: str) -> tuple:
             row = store.get("default", op)
             assert row is not None
-            return (row.state, row.venue_id, row.detail, row.version, row.updated_at,
-                    row.submitted_at)
+            return (
+                row.state,
+                row.venue_id,
+                row.detail,
+                row.version,
+                row.updated_at,
+                row.submitted_at,
+            )
 
         assert view(ids[0]) == view(ids[2]) and view(ids[1]) == view(ids[3])
         detail = {e.operation_id: dict(e.detail) for e in _transitions(store)}
@@ -205,11 +233,14 @@ class TestTransitionMany:
         ids = _uncertain(store, 3)
         before = len(list(store.iter_audit()))
         with pytest.raises(InvalidTransition):
-            store.transition_many([Move("default", ids[0], S, A, venue_id="V"),
-                                   Move("default", ids[1], S, V)], now=2.0)
+            store.transition_many(
+                [Move("default", ids[0], S, A, venue_id="V"), Move("default", ids[1], S, V)],
+                now=2.0,
+            )
         with pytest.raises(ValueError):  # a dispatch reads the controls: transition() only
-            store.transition_many([Move("default", ids[2], S, A),
-                                   Move("default", ids[2], V, S)], now=2.0)
+            store.transition_many(
+                [Move("default", ids[2], S, A), Move("default", ids[2], V, S)], now=2.0
+            )
         assert all(store.get("default", op).state is S for op in ids)  # type: ignore[union-attr]
         assert len(list(store.iter_audit())) == before
 
@@ -217,10 +248,22 @@ class TestTransitionMany:
         """Applied moves land in their rows' lanes, chained: the whole log still verifies."""
         ids = _uncertain(store, 60)
         first = store.transition_many(
-            [Move("default", op, S, A if i % 2 else State.FAILED, venue_id=f"V-{i}" if i % 2
-                  else None, audit=self.AUD) for i, op in enumerate(ids[:40])], now=2.0)
+            [
+                Move(
+                    "default",
+                    op,
+                    S,
+                    A if i % 2 else State.FAILED,
+                    venue_id=f"V-{i}" if i % 2 else None,
+                    audit=self.AUD,
+                )
+                for i, op in enumerate(ids[:40])
+            ],
+            now=2.0,
+        )
         again = store.transition_many(
-            [Move("default", op, S, A, venue_id="V") for op in ids[30:]], now=3.0)
+            [Move("default", op, S, A, venue_id="V") for op in ids[30:]], now=3.0
+        )
         assert first == [True] * 40 and again == [False] * 10 + [True] * 20
         entries = store.audit_entries(limit=100_000)
         result = verify_entries(entries, heads=store.audit_heads())
@@ -241,15 +284,15 @@ class TestTransitionMany:
             order = ids if k % 2 == 0 else list(reversed(ids))
             barrier.wait()
             return handles[k].transition_many(
-                [Move("default", op, S, A, venue_id=f"V-{k}") for op in order], now=2.0)
+                [Move("default", op, S, A, venue_id=f"V-{k}") for op in order], now=2.0
+            )
 
         with ThreadPoolExecutor(len(handles)) as pool:
             outcomes = list(pool.map(attempt, range(len(handles))))
         assert sum(map(sum, outcomes)) == len(ids)
         counts = Counter(e.operation_id for e in _transitions(first))
         assert counts == Counter(ids)
-        assert verify_entries(first.audit_entries(limit=100_000),
-                              heads=first.audit_heads()).ok
+        assert verify_entries(first.audit_entries(limit=100_000), heads=first.audit_heads()).ok
 
 
 class TestReconcilerSupport:
@@ -258,8 +301,7 @@ class TestReconcilerSupport:
             store.insert_operation(new(op=f"op-{i}", fp=str(i) * 64), AUTO, now=1.0)
         first = store.page_entries(None, 2, ["submit_order"])
         rest = store.page_entries(first[-1].op_key, 2, ["submit_order"])
-        assert [e.op_key for e in first + rest] == ["default:op-1", "default:op-2",
-                                                    "default:op-3"]
+        assert [e.op_key for e in first + rest] == ["default:op-1", "default:op-2", "default:op-3"]
         assert store.page_entries(None, 10, ["cancel_order"]) == []
 
     def test_leases_split_uncertain_rows_between_replicas(self, store_factory) -> None:
@@ -298,8 +340,10 @@ class TestHousekeeping:
     def test_count_and_list(self, store: Store) -> None:
         store.insert_operation(new(op="a"), AUTO, now=1.0)
         store.insert_operation(new(op="b", fp="e" * 64), [P, State.REJECTED], now=1.0)
-        assert store.count_by_state() == {("submit_order", "submitted"): 1,
-                                          ("submit_order", "rejected"): 1}
+        assert store.count_by_state() == {
+            ("submit_order", "submitted"): 1,
+            ("submit_order", "rejected"): 1,
+        }
         assert [r.operation_id for r in store.list_operations(state=S)] == ["a"]
 
     def test_audit_is_ordered_and_complete(self, store: Store) -> None:
@@ -313,8 +357,7 @@ class TestHousekeeping:
 class TestAggregateReads:
     """Metrics and the operator API read aggregates and scoped rows in SQL, on every store."""
 
-    def test_oldest_submitted_is_the_oldest_even_behind_a_newer_backlog(self,
-                                                                        store: Store) -> None:
+    def test_oldest_submitted_is_the_oldest_even_behind_a_newer_backlog(self, store: Store) -> None:
         """Maintenance rule (uncertain rows past the settlement window): the stuck row is the
         oldest one, so a backlog of newer uncertain rows must never hide it."""
         assert store.oldest_submitted_at() is None
@@ -330,8 +373,7 @@ class TestAggregateReads:
         assert store.count_divergences() == {}
         store.record_divergence("orphan", "a:x", ["V-1"], None, now=1.0)
         store.record_divergence("orphan", "a:y", ["V-2"], None, now=1.0)
-        store.record_divergence("duplicate-effect", "a:z", ["V-3", "V-4"], "acknowledged",
-                                now=1.0)
+        store.record_divergence("duplicate-effect", "a:z", ["V-3", "V-4"], "acknowledged", now=1.0)
         assert store.count_divergences() == {"orphan": 2, "duplicate-effect": 1}
 
     def test_divergences_of_a_scope_are_filtered_before_the_limit(self, store: Store) -> None:
@@ -353,8 +395,9 @@ class TestAggregateReads:
 
         store.set_kill("submit_order", True, operator="ops", reason="drill", now=1.0)
         for scope in ("alpha", "beta"):
-            row, _ = store.insert_operation(new(op="h", scope=scope), AUTO, now=2.0,
-                                            guard=DispatchGuard(action="submit_order"))
+            row, _ = store.insert_operation(
+                new(op="h", scope=scope), AUTO, now=2.0, guard=DispatchGuard(action="submit_order")
+            )
             assert row.state is V and (row.detail or "").startswith("held:")
         store.insert_operation(new(op="free", fp="e" * 64), [P, V], now=2.0)
         assert store.count_held() == {"submit_order": 2}
@@ -367,8 +410,10 @@ class TestAggregateReads:
 
         for subject in ("alpha:op-1", "alpha:op-2|V-1", "beta:op-1", "submit_order@1.0"):
             store.record_alert(Alert("k", subject, None, "m", {}, 1.0))
-        assert [a.subject for a in store.list_alerts_in("alpha")] == ["alpha:op-1",
-                                                                      "alpha:op-2|V-1"]
+        assert [a.subject for a in store.list_alerts_in("alpha")] == [
+            "alpha:op-1",
+            "alpha:op-2|V-1",
+        ]
         assert len(store.list_alerts_in(None)) == 4
 
     def test_one_operations_audit_trail_by_key(self, store: Store) -> None:

@@ -32,14 +32,23 @@ POLICY = PolicySet({"submit_order": LimitPolicy(Decimal("1000000"))})
 
 
 def _gate(store: Store, adapter: PaperAdapter) -> Gate:
-    return Gate(store=store, registry=default_registry(), adapters={adapter.name: adapter},
-                policy=POLICY)
+    return Gate(
+        store=store, registry=default_registry(), adapters={adapter.name: adapter}, policy=POLICY
+    )
 
 
 def _new(op: str = "op-1") -> NewOperation:
-    return NewOperation(scope="default", operation_id=op, action="submit_order",
-                        fingerprint="f" * 64, intent={"q": "1"}, effect={"q": "1"},
-                        tier="validate", reason="ok", policy_version="t")
+    return NewOperation(
+        scope="default",
+        operation_id=op,
+        action="submit_order",
+        fingerprint="f" * 64,
+        intent={"q": "1"},
+        effect={"q": "1"},
+        tier="validate",
+        reason="ok",
+        policy_version="t",
+    )
 
 
 AUTO = [State.PROPOSED, State.VALIDATED, State.SUBMITTED]
@@ -116,8 +125,14 @@ def test_late_receipt_returns_the_current_row_and_is_audited(store: Store) -> No
         def execute(self, request: OutboundRequest, *, timeout: float) -> Receipt:
             receipt = super().execute(request, timeout=timeout)
             # What the reconciler does meanwhile (absent past the horizon, written off).
-            store.transition("default", "op-1", State.SUBMITTED, State.FAILED, now=5.0,
-                             detail="absent past horizon")
+            store.transition(
+                "default",
+                "op-1",
+                State.SUBMITTED,
+                State.FAILED,
+                now=5.0,
+                detail="absent past horizon",
+            )
             return receipt
 
     venue = PaperVenue()
@@ -147,8 +162,9 @@ def test_sweep_lock_is_not_reentrant(store: Store) -> None:
 def test_receipt_built_from_the_callers_row_matches_a_read(store: Store) -> None:
     """The receipt path returns the row without re-reading it: same as what a read gives."""
     row, _ = store.insert_operation(_new(), AUTO, now=1.0)
-    moved = store.transition("default", "op-1", State.SUBMITTED, State.ACKNOWLEDGED, now=2.0,
-                             venue_id="V-9", current=row)
+    moved = store.transition(
+        "default", "op-1", State.SUBMITTED, State.ACKNOWLEDGED, now=2.0, venue_id="V-9", current=row
+    )
     assert moved == store.get("default", "op-1")
     assert moved.version == 2 and moved.venue_id == "V-9" and moved.submitted_at == 1.0
 
@@ -160,11 +176,16 @@ def _old_chained_audit(conn: sqlite3.Connection, at: float, kind: str, text: str
     head = conn.execute("SELECT seq, hash FROM audit_heads WHERE lane = 0").fetchone()
     seq, prev = (head[0] + 1, head[1]) if head else (1, GENESIS)
     entry_hash = chain_hash(prev, content_digest(0, at, "default", "old", kind, text))
-    conn.execute("INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, "
-                 "prev_hash, hash) VALUES (?,?,'default','old',?,?,0,?,?)",
-                 (seq, at, kind, text, prev, entry_hash))
-    conn.execute("INSERT INTO audit_heads (lane, seq, hash) VALUES (0, ?, ?) ON CONFLICT (lane) "
-                 "DO UPDATE SET seq = excluded.seq, hash = excluded.hash", (seq, entry_hash))
+    conn.execute(
+        "INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, "
+        "prev_hash, hash) VALUES (?,?,'default','old',?,?,0,?,?)",
+        (seq, at, kind, text, prev, entry_hash),
+    )
+    conn.execute(
+        "INSERT INTO audit_heads (lane, seq, hash) VALUES (0, ?, ?) ON CONFLICT (lane) "
+        "DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+        (seq, entry_hash),
+    )
 
 
 def test_v2_ledger_upgrades_and_its_audit_still_verifies(tmp_path) -> None:
@@ -183,8 +204,10 @@ def test_v2_ledger_upgrades_and_its_audit_still_verifies(tmp_path) -> None:
     conn.execute("BEGIN")
     for i in range(5):
         _old_chained_audit(conn, float(i), "note", f'{{"n":{i}}}')
-    conn.execute("INSERT INTO dispatch_log (action, at, op_key, value_micros) "
-                 "VALUES ('submit_order', 1.0, 'default:old', 5)")
+    conn.execute(
+        "INSERT INTO dispatch_log (action, at, op_key, value_micros) "
+        "VALUES ('submit_order', 1.0, 'default:old', 5)"
+    )
     conn.execute("COMMIT")
     conn.close()
 
@@ -200,8 +223,13 @@ def test_v2_ledger_upgrades_and_its_audit_still_verifies(tmp_path) -> None:
     assert store.audit_heads()[0][0] == entries[-1].seq
     raw = sqlite3.connect(path)
     assert raw.execute("SELECT count(*) FROM dispatch_log").fetchone()[0] == 4
-    assert raw.execute("SELECT count(*) FROM sqlite_master WHERE sql LIKE '%AUTOINCREMENT%' "
-                       "AND name IN ('audit_log', 'dispatch_log')").fetchone()[0] == 0
+    assert (
+        raw.execute(
+            "SELECT count(*) FROM sqlite_master WHERE sql LIKE '%AUTOINCREMENT%' "
+            "AND name IN ('audit_log', 'dispatch_log')"
+        ).fetchone()[0]
+        == 0
+    )
     raw.close()
     store.close()
 

@@ -19,9 +19,9 @@ from effectgate import LedgerNotFound, open_store
 
 
 class TestSQLite:
-    def test_a_missing_file_is_refused_with_its_absolute_path(self, tmp_path: Path,
-                                                              monkeypatch: pytest.MonkeyPatch
-                                                              ) -> None:
+    def test_a_missing_file_is_refused_with_its_absolute_path(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
         monkeypatch.chdir(tmp_path)
         with pytest.raises(LedgerNotFound) as info:
             open_store("sqlite:///data/ledger.db")
@@ -61,8 +61,9 @@ class TestPostgres:
         with pytest.raises(LedgerNotFound, match=schema):
             open_store(f"{url}?schema={schema}")
         with psycopg.connect(url) as conn:
-            row = conn.execute("SELECT 1 FROM information_schema.schemata WHERE "
-                               "schema_name = %s", (schema,)).fetchone()
+            row = conn.execute(
+                "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,)
+            ).fetchone()
         assert row is None
         from effectgate.store.postgres import drop_schema
 
@@ -73,9 +74,9 @@ class TestPostgres:
             drop_schema(url, schema)
 
 
-def test_the_working_directory_does_not_matter_once_absolute(tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
+def test_the_working_directory_does_not_matter_once_absolute(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url = f"sqlite:///{tmp_path}/ledger.db"
     open_store(url, create=True).close()
     monkeypatch.chdir(os.path.dirname(tmp_path))
@@ -87,9 +88,15 @@ class TestCommandsNeverCreate:
     config's own ledger, and a command given a ledger that is not there creates none."""
 
     def _run(self, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "effectgate", *args], cwd=str(cwd),
-                              capture_output=True, text=True, timeout=60, check=False,
-                              env={**os.environ, "COLUMNS": "200"})
+        return subprocess.run(
+            [sys.executable, "-m", "effectgate", *args],
+            cwd=str(cwd),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "COLUMNS": "200"},
+        )
 
     def test_a_relative_ledger_path_is_the_config_folders(self, tmp_path: Path) -> None:
         from effectgate._service import Service, load_config, write_starter
@@ -100,12 +107,15 @@ class TestCommandsNeverCreate:
         starter = write_starter(run)
         assert (run / "effectgate.db").exists()  # init creates the configured ledger
         svc = Service(load_config(starter.config), create=False)
-        svc.propose(svc.tokens.from_token(starter.agent_token), "submit_order", "op-1",
-                    b'{"intent_version": "1", "action": "submit_order", "instrument": '
-                    b'"XYZ-PERP", "side": "buy", "quantity": "4", "limit_price": "100.00"}')
+        svc.propose(
+            svc.tokens.from_token(starter.agent_token),
+            "submit_order",
+            "op-1",
+            b'{"intent_version": "1", "action": "submit_order", "instrument": '
+            b'"XYZ-PERP", "side": "buy", "quantity": "4", "limit_price": "100.00"}',
+        )
         svc.close()
-        out = self._run(elsewhere, "ops", "list", "--config", "../run/effectgate.toml",
-                        "--json")
+        out = self._run(elsewhere, "ops", "list", "--config", "../run/effectgate.toml", "--json")
         assert out.returncode == 0, out.stderr
         assert [r["operation_id"] for r in json.loads(out.stdout)] == ["op-1"]
         assert list(elsewhere.iterdir()) == []

@@ -16,12 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from effectgate._core.states import TRANSITIONS, State, check_transition
-from effectgate.errors import (
-    IdempotencyConflict,
-    InvalidTransition,
-    OperationNotFound,
-    StaleState,
-)
+from effectgate.errors import IdempotencyConflict, InvalidTransition, OperationNotFound, StaleState
 from effectgate.store.base import NewOperation
 from effectgate.store.roles import Store
 
@@ -54,9 +49,17 @@ def make_machine(writer: Store, reader: Store) -> type[RuleBasedStateMachine]:
 
         @rule(op=st.sampled_from(OPS), fp=st.sampled_from(FPS), path=st.sampled_from(PATHS))
         def insert(self, op: str, fp: str, path: list[State]) -> None:
-            new = NewOperation(scope=self.scope, operation_id=op, action="submit_order",
-                               fingerprint=fp, intent={"fp": fp}, effect={"fp": fp},
-                               tier="validate", reason="model", policy_version="m")
+            new = NewOperation(
+                scope=self.scope,
+                operation_id=op,
+                action="submit_order",
+                fingerprint=fp,
+                intent={"fp": fp},
+                effect={"fp": fp},
+                tier="validate",
+                reason="model",
+                policy_version="m",
+            )
             known = self.model.get(op)
             if known is not None and known.fingerprint != fp:
                 with pytest.raises(IdempotencyConflict):
@@ -68,8 +71,11 @@ def make_machine(writer: Store, reader: Store) -> type[RuleBasedStateMachine]:
                 self.model[op] = Model(fp, path[-1], 1, path[-1] is S)
             assert row.state is self.model[op].state and row.version == self.model[op].version
 
-        @rule(op=st.sampled_from([*OPS, "op-missing"]), expected=st.sampled_from(list(State)),
-              to=st.sampled_from(list(State)))
+        @rule(
+            op=st.sampled_from([*OPS, "op-missing"]),
+            expected=st.sampled_from(list(State)),
+            to=st.sampled_from(list(State)),
+        )
         def transition(self, op: str, expected: State, to: State) -> None:
             target = to  # ``target`` is reserved by @rule for bundles
             known = self.model.get(op)
@@ -87,8 +93,14 @@ def make_machine(writer: Store, reader: Store) -> type[RuleBasedStateMachine]:
                 with pytest.raises(StaleState):
                     writer.transition(self.scope, op, expected, target, now=self.tick())
                 return
-            row = writer.transition(self.scope, op, expected, target, now=self.tick(),
-                                    venue_id="V-1" if target is State.ACKNOWLEDGED else None)
+            row = writer.transition(
+                self.scope,
+                op,
+                expected,
+                target,
+                now=self.tick(),
+                venue_id="V-1" if target is State.ACKNOWLEDGED else None,
+            )
             known.state, known.version = target, known.version + 1
             known.submitted = known.submitted or target is S
             assert row.state is target and row.version == known.version
@@ -138,6 +150,13 @@ def test_store_matches_a_dict_model(store_factory) -> None:
     transitions on the real store agree with a dict model, read back through another handle."""
     writer, reader = store_factory(), store_factory()
     machine = make_machine(writer, reader)
-    run_state_machine_as_test(machine, settings=settings(
-        max_examples=100, stateful_step_count=25, deadline=None, database=None,
-        suppress_health_check=[HealthCheck.too_slow]))
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=100,
+            stateful_step_count=25,
+            deadline=None,
+            database=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )

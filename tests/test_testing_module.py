@@ -34,10 +34,16 @@ def rig(store: Store) -> tuple[Gate, PaperVenue, CountingAdapter, Reconciler, Ma
     venue = PaperVenue(clock=clock)
     counting = CountingAdapter(PaperAdapter(venue))
     registry = default_registry()
-    gate = Gate(store=store, registry=registry, adapters={"paper": counting}, clock=clock,
-                policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}))
-    rec = Reconciler(store=store, registry=registry, adapters={"paper": PaperAdapter(venue)},
-                     clock=clock)
+    gate = Gate(
+        store=store,
+        registry=registry,
+        adapters={"paper": counting},
+        clock=clock,
+        policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+    )
+    rec = Reconciler(
+        store=store, registry=registry, adapters={"paper": PaperAdapter(venue)}, clock=clock
+    )
     return gate, venue, counting, rec, clock
 
 
@@ -54,8 +60,7 @@ class TestCrashAt:
         again = gate.submit("submit_order", "op-1", EXAMPLE_ORDER)
         assert again.replayed and counting.execute_calls == 0
 
-    def test_a_crash_after_the_venue_call_is_settled_by_the_reconciler(self,
-                                                                       store: Store) -> None:
+    def test_a_crash_after_the_venue_call_is_settled_by_the_reconciler(self, store: Store) -> None:
         """Invariants 1 and 3: the effect happened, the receipt did not; the sweep confirms."""
         gate, venue, counting, rec, _ = rig(store)
         with crash_at("after_venue_call"), pytest.raises(SimulatedCrash):
@@ -63,8 +68,11 @@ class TestCrashAt:
         assert venue.effect_count == 1
         rec.run_once()
         assert store.get("default", "op-1").state is State.ACKNOWLEDGED  # type: ignore[union-attr]
-        assert_invariants(store, requests=counting.requests,
-                          venue_keys=[r.operation_key for r in venue.visible_records()])
+        assert_invariants(
+            store,
+            requests=counting.requests,
+            venue_keys=[r.operation_key for r in venue.visible_records()],
+        )
 
     def test_an_unknown_point_is_refused(self) -> None:
         with pytest.raises(ValueError, match="unknown crash point"), crash_at("nowhere"):
@@ -91,8 +99,14 @@ class TestInvariantCheckers:
         gate, venue, _, _, clock = rig(store)
         venue.fail_next(1, after_apply=False)
         gate.submit("submit_order", "op-1", EXAMPLE_ORDER)
-        store.transition("default", "op-1", State.SUBMITTED, State.FAILED, now=clock() + 5,
-                         detail="absent at the venue 5s after submission")
+        store.transition(
+            "default",
+            "op-1",
+            State.SUBMITTED,
+            State.FAILED,
+            now=clock() + 5,
+            detail="absent at the venue 5s after submission",
+        )
         found = no_write_off_inside_horizon(store, default_registry())
         assert [v.invariant for v in found] == [4]
 
@@ -128,8 +142,12 @@ class TestTemporaryStore:
             assert store.schema_version() > 0
         assert PG_URL is not None
         with psycopg.connect(PG_URL) as conn:
-            assert conn.execute("SELECT 1 FROM information_schema.schemata WHERE "
-                                "schema_name = %s", (schema,)).fetchone() is None
+            assert (
+                conn.execute(
+                    "SELECT 1 FROM information_schema.schemata WHERE schema_name = %s", (schema,)
+                ).fetchone()
+                is None
+            )
 
 
 def test_manual_clock_moves_only_by_hand() -> None:

@@ -59,12 +59,12 @@ BUNDLE_FORMAT: Final = "effectgate-evidence/1"
 
 
 # json.dumps with options builds a new encoder per call; this one is reused (same output).
-_DIGEST_ENCODER: Final = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"),
-                                          allow_nan=False)
+_DIGEST_ENCODER: Final = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)
 
 
-def content_digest(lane: int, at: float, scope: str | None, operation_id: str | None,
-                   kind: str, detail_text: str) -> str:
+def content_digest(
+    lane: int, at: float, scope: str | None, operation_id: str | None, kind: str, detail_text: str
+) -> str:
     """sha256 over the entry's content, as stored (``detail_text`` is the stored JSON text).
 
     The hashed bytes are ``[lane, at, scope, operation_id, kind, detail_text]`` as compact
@@ -72,11 +72,19 @@ def content_digest(lane: int, at: float, scope: str | None, operation_id: str | 
     by orjson, which escapes exactly as the standard encoder does there; anything else takes
     the standard encoder. Both give the same bytes (tests/test_encoding.py checks it).
     """
-    if type(lane) is int and type(at) is float and at - at == 0.0 and _plain(kind) \
-            and _plain(detail_text) and (scope is None or _plain(scope)) \
-            and (operation_id is None or _plain(operation_id)):
-        body = (f"[{lane},{float.__repr__(at)},{_quote(scope)},{_quote(operation_id)},"
-                f"{_quote(kind)},{_quote(detail_text)}]")
+    if (
+        type(lane) is int
+        and type(at) is float
+        and at - at == 0.0
+        and _plain(kind)
+        and _plain(detail_text)
+        and (scope is None or _plain(scope))
+        and (operation_id is None or _plain(operation_id))
+    ):
+        body = (
+            f"[{lane},{float.__repr__(at)},{_quote(scope)},{_quote(operation_id)},"
+            f"{_quote(kind)},{_quote(detail_text)}]"
+        )
     else:
         body = _DIGEST_ENCODER.encode([lane, at, scope, operation_id, kind, detail_text])
     return hashlib.sha256(body.encode("ascii")).hexdigest()
@@ -95,14 +103,14 @@ def chain_hash(prev_hash: str, digest: str) -> str:
     return hashlib.sha256((prev_hash + digest).encode("ascii")).hexdigest()
 
 
-def rechain(rows: Iterable[tuple[int, float, str | None, str | None, str, str]],
-            ) -> Iterator[tuple[int, str, str]]:
+def rechain(
+    rows: Iterable[tuple[int, float, str | None, str | None, str, str]],
+) -> Iterator[tuple[int, str, str]]:
     """``(seq, prev_hash, hash)`` for lane-0 entries ``(seq, at, scope, operation_id, kind,
     detail_text)`` written before the log was hash-chained, in seq order (migrations)."""
     prev = GENESIS
     for seq, at, scope, operation_id, kind, text in rows:
-        entry_hash = chain_hash(prev, content_digest(0, float(at), scope, operation_id, kind,
-                                                     text))
+        entry_hash = chain_hash(prev, content_digest(0, float(at), scope, operation_id, kind, text))
         yield seq, prev, entry_hash
         prev = entry_hash
 
@@ -130,23 +138,40 @@ class ChainEntry:
 
     @property
     def digest(self) -> str:
-        return content_digest(self.lane, self.at, self.scope, self.operation_id, self.kind,
-                              self.detail_text)
+        return content_digest(
+            self.lane, self.at, self.scope, self.operation_id, self.kind, self.detail_text
+        )
 
     @property
     def detail(self) -> Any:
         return json.loads(self.detail_text)
 
     def to_dict(self) -> dict[str, object]:
-        return {"seq": self.seq, "lane": self.lane, "at": self.at, "scope": self.scope,
-                "operation_id": self.operation_id, "kind": self.kind,
-                "detail_text": self.detail_text, "prev_hash": self.prev_hash, "hash": self.hash}
+        return {
+            "seq": self.seq,
+            "lane": self.lane,
+            "at": self.at,
+            "scope": self.scope,
+            "operation_id": self.operation_id,
+            "kind": self.kind,
+            "detail_text": self.detail_text,
+            "prev_hash": self.prev_hash,
+            "hash": self.hash,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ChainEntry:
-        return cls(int(data["seq"]), int(data["lane"]), float(data["at"]), data["scope"],
-                   data["operation_id"], str(data["kind"]), str(data["detail_text"]),
-                   str(data["prev_hash"]), str(data["hash"]))
+        return cls(
+            int(data["seq"]),
+            int(data["lane"]),
+            float(data["at"]),
+            data["scope"],
+            data["operation_id"],
+            str(data["kind"]),
+            str(data["detail_text"]),
+            str(data["prev_hash"]),
+            str(data["hash"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,15 +197,23 @@ class VerifyResult:
         return not self.findings
 
     def to_dict(self) -> dict[str, object]:
-        return {"ok": self.ok, "checked": self.checked,
-                "heads": {str(k): {"seq": s, "hash": h} for k, (s, h) in self.heads.items()},
-                "findings": [{"seq": f.seq, "lane": f.lane, "problem": f.problem,
-                              "message": f.message} for f in self.findings]}
+        return {
+            "ok": self.ok,
+            "checked": self.checked,
+            "heads": {str(k): {"seq": s, "hash": h} for k, (s, h) in self.heads.items()},
+            "findings": [
+                {"seq": f.seq, "lane": f.lane, "problem": f.problem, "message": f.message}
+                for f in self.findings
+            ],
+        }
 
 
-def verify_entries(entries: Iterable[ChainEntry], *,
-                   heads: Mapping[int, tuple[int, str]] | None = None,
-                   start: Mapping[int, str] | None = None) -> VerifyResult:
+def verify_entries(
+    entries: Iterable[ChainEntry],
+    *,
+    heads: Mapping[int, tuple[int, str]] | None = None,
+    start: Mapping[int, str] | None = None,
+) -> VerifyResult:
     """Check every link of every lane, in seq order; report where each break is.
 
     ``heads``: the stored (or anchored) last ``(seq, hash)`` per lane, to catch a truncated
@@ -197,18 +230,29 @@ def verify_entries(entries: Iterable[ChainEntry], *,
         prev_seq, prev_hash = last.get(lane, (0, (start or {}).get(lane, GENESIS)))
         where = f"seq {entry.seq} (lane {lane})"
         if entry.seq <= prev_seq:
-            result.findings.append(Finding(entry.seq, lane, "out_of_order",
-                                           f"{where} comes after seq {prev_seq}"))
+            result.findings.append(
+                Finding(entry.seq, lane, "out_of_order", f"{where} comes after seq {prev_seq}")
+            )
         if chain_hash(entry.prev_hash, entry.digest) != entry.hash:
-            result.findings.append(Finding(
-                entry.seq, lane, "edited",
-                f"{where}: content does not match its hash (the entry was edited)"))
+            result.findings.append(
+                Finding(
+                    entry.seq,
+                    lane,
+                    "edited",
+                    f"{where}: content does not match its hash (the entry was edited)",
+                )
+            )
         if entry.prev_hash != prev_hash:
             before = f"seq {prev_seq}" if prev_seq else "the start of the log"
-            result.findings.append(Finding(
-                entry.seq, lane, "broken_link",
-                f"{where} does not follow {before}: an entry between them was deleted or "
-                "inserted, or the entries were reordered"))
+            result.findings.append(
+                Finding(
+                    entry.seq,
+                    lane,
+                    "broken_link",
+                    f"{where} does not follow {before}: an entry between them was deleted or "
+                    "inserted, or the entries were reordered",
+                )
+            )
         if wanted.get(lane) == entry.seq:
             at_head[lane] = entry.hash
         last[lane] = (entry.seq, entry.hash)
@@ -217,20 +261,31 @@ def verify_entries(entries: Iterable[ChainEntry], *,
     for lane, (seq, head_hash) in sorted((heads or {}).items()):
         mine = last.get(lane)
         if mine is None or mine[0] < seq:
-            result.findings.append(Finding(
-                seq, lane, "truncated",
-                f"lane {lane}: the recorded head is seq {seq} but the log ends at "
-                f"{mine[0] if mine else 'nothing'} (entries were deleted from the tail)"))
+            result.findings.append(
+                Finding(
+                    seq,
+                    lane,
+                    "truncated",
+                    f"lane {lane}: the recorded head is seq {seq} but the log ends at "
+                    f"{mine[0] if mine else 'nothing'} (entries were deleted from the tail)",
+                )
+            )
         elif at_head.get(lane) != head_hash:
-            result.findings.append(Finding(
-                seq, lane, "head",
-                f"lane {lane}: the entry at the recorded head seq {seq} does not carry the "
-                f"head's hash {head_hash[:16]} (the log was rewritten)"))
+            result.findings.append(
+                Finding(
+                    seq,
+                    lane,
+                    "head",
+                    f"lane {lane}: the entry at the recorded head seq {seq} does not carry the "
+                    f"head's hash {head_hash[:16]} (the log was rewritten)",
+                )
+            )
     return result
 
 
-def verify_store(store: Store, *, expect_heads: Mapping[int, tuple[int, str]] | None = None,
-                 page: int = 5000) -> VerifyResult:
+def verify_store(
+    store: Store, *, expect_heads: Mapping[int, tuple[int, str]] | None = None, page: int = 5000
+) -> VerifyResult:
     """Verify the whole audit log of ``store`` against its stored heads (and anchored ones)."""
 
     def entries() -> Iterable[ChainEntry]:
@@ -252,8 +307,14 @@ def verify_store(store: Store, *, expect_heads: Mapping[int, tuple[int, str]] | 
     for lane, (seq, want) in sorted((expect_heads or {}).items()):
         found = store.audit_entries(after_seq=seq - 1, until_seq=seq, lane=lane, limit=1)
         if not found or found[0].hash != want:
-            result.findings.append(Finding(seq, lane, "head", f"lane {lane}: the anchored head "
-                                           f"seq {seq} {want[:16]} is not in the log"))
+            result.findings.append(
+                Finding(
+                    seq,
+                    lane,
+                    "head",
+                    f"lane {lane}: the anchored head seq {seq} {want[:16]} is not in the log",
+                )
+            )
     return result
 
 
@@ -270,8 +331,9 @@ def export_bundle(store: Store, operation_id: str, *, scope: str = "default") ->
 
         raise OperationNotFound(f"no audit entries for {operation_id!r} in scope {scope!r}")
     lane = own[0].lane
-    segment = store.audit_entries(after_seq=own[0].seq - 1, until_seq=own[-1].seq, lane=lane,
-                                  limit=10_000_000)
+    segment = store.audit_entries(
+        after_seq=own[0].seq - 1, until_seq=own[-1].seq, lane=lane, limit=10_000_000
+    )
     row = store.get(scope, operation_id)
     return {
         "format": BUNDLE_FORMAT,
@@ -279,11 +341,14 @@ def export_bundle(store: Store, operation_id: str, *, scope: str = "default") ->
         "operation_id": operation_id,
         "operation": row.to_dict() if row is not None else None,
         "entries": [e.to_dict() for e in own],
-        "segment": [{"seq": e.seq, "prev_hash": e.prev_hash, "digest": e.digest, "hash": e.hash}
-                    for e in segment],
+        "segment": [
+            {"seq": e.seq, "prev_hash": e.prev_hash, "digest": e.digest, "hash": e.hash}
+            for e in segment
+        ],
         "lane": lane,
-        "head": dict(zip(("seq", "hash"), store.audit_heads().get(lane, (0, GENESIS)),
-                         strict=True)),
+        "head": dict(
+            zip(("seq", "hash"), store.audit_heads().get(lane, (0, GENESIS)), strict=True)
+        ),
     }
 
 
@@ -299,8 +364,10 @@ def verify_bundle(bundle: Mapping[str, Any]) -> VerifyResult:
         return fail(None, "format", f"not an {BUNDLE_FORMAT} bundle")
     try:
         entries = [ChainEntry.from_dict(e) for e in bundle["entries"]]
-        segment = [(int(s["seq"]), str(s["prev_hash"]), str(s["digest"]), str(s["hash"]))
-                   for s in bundle["segment"]]
+        segment = [
+            (int(s["seq"]), str(s["prev_hash"]), str(s["digest"]), str(s["hash"]))
+            for s in bundle["segment"]
+        ]
     except (KeyError, TypeError, ValueError) as exc:
         return fail(None, "format", f"malformed bundle: {exc}")
     by_seq = {seq: (prev, digest, h) for seq, prev, digest, h in segment}
@@ -311,8 +378,11 @@ def verify_bundle(bundle: Mapping[str, Any]) -> VerifyResult:
         link = by_seq.get(entry.seq)
         if link is None:
             fail(entry.seq, "broken_link", f"seq {entry.seq} is not in the chain segment")
-        elif entry.digest != link[1] or chain_hash(entry.prev_hash, entry.digest) != entry.hash \
-                or (entry.prev_hash, entry.hash) != (link[0], link[2]):
+        elif (
+            entry.digest != link[1]
+            or chain_hash(entry.prev_hash, entry.digest) != entry.hash
+            or (entry.prev_hash, entry.hash) != (link[0], link[2])
+        ):
             fail(entry.seq, "edited", f"seq {entry.seq}: content does not match the chain")
     previous: tuple[int, str] | None = None
     for seq, prev, digest, h in segment:

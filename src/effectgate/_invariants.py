@@ -18,8 +18,15 @@ from effectgate._core.states import State
 from effectgate._execute.adapter import OutboundRequest
 from effectgate.store.roles import Store
 
-__all__ = ["InvariantViolation", "Violation", "assert_invariants", "at_most_one_dispatch",
-           "audit_chain_verifies", "duplicates_reported", "no_write_off_inside_horizon"]
+__all__ = [
+    "InvariantViolation",
+    "Violation",
+    "assert_invariants",
+    "at_most_one_dispatch",
+    "audit_chain_verifies",
+    "duplicates_reported",
+    "no_write_off_inside_horizon",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,8 +51,11 @@ class InvariantViolation(AssertionError):
 def at_most_one_dispatch(requests: Iterable[OutboundRequest]) -> list[Violation]:
     """Invariant 1: no operation key reached an adapter twice (``CountingAdapter.requests``)."""
     counts = Counter(r.operation_key for r in requests)
-    return [Violation(1, f"{key} was dispatched {n} times") for key, n in sorted(counts.items())
-            if n > 1]
+    return [
+        Violation(1, f"{key} was dispatched {n} times")
+        for key, n in sorted(counts.items())
+        if n > 1
+    ]
 
 
 def duplicates_reported(store: Store, venue_keys: Iterable[str]) -> list[Violation]:
@@ -67,8 +77,9 @@ def duplicates_reported(store: Store, venue_keys: Iterable[str]) -> list[Violati
     return out
 
 
-def no_write_off_inside_horizon(store: Store, registry: Registry,
-                                limit: int = 1_000_000) -> list[Violation]:
+def no_write_off_inside_horizon(
+    store: Store, registry: Registry, limit: int = 1_000_000
+) -> list[Violation]:
     """Invariant 4: no row was written off as failed before its class's visibility horizon."""
     out: list[Violation] = []
     for row in store.list_operations(state=State.FAILED, limit=limit):
@@ -77,8 +88,13 @@ def no_write_off_inside_horizon(store: Store, registry: Registry,
         horizon = registry.get(row.action).visibility_horizon
         since = row.submitted_at if row.submitted_at is not None else row.created_at
         if row.updated_at - since < horizon:
-            out.append(Violation(4, f"{row.op_key} written off {row.updated_at - since:g}s "
-                                    f"after submission, inside its {horizon:g}s horizon"))
+            out.append(
+                Violation(
+                    4,
+                    f"{row.op_key} written off {row.updated_at - since:g}s "
+                    f"after submission, inside its {horizon:g}s horizon",
+                )
+            )
     return out
 
 
@@ -87,13 +103,19 @@ def audit_chain_verifies(store: Store) -> list[Violation]:
     from effectgate._audit import verify_store
 
     result = verify_store(store)
-    return [Violation(8, f"audit lane {f.lane} seq {f.seq}: {f.problem}: {f.message}")
-            for f in result.findings]
+    return [
+        Violation(8, f"audit lane {f.lane} seq {f.seq}: {f.problem}: {f.message}")
+        for f in result.findings
+    ]
 
 
-def assert_invariants(store: Store, *, registry: Registry | None = None,
-                      requests: Iterable[OutboundRequest] | None = None,
-                      venue_keys: Iterable[str] | None = None) -> None:
+def assert_invariants(
+    store: Store,
+    *,
+    registry: Registry | None = None,
+    requests: Iterable[OutboundRequest] | None = None,
+    venue_keys: Iterable[str] | None = None,
+) -> None:
     """Run every checker the arguments allow; raise :class:`InvariantViolation` if any fails."""
     found = audit_chain_verifies(store)
     if requests is not None:

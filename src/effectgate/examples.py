@@ -62,12 +62,15 @@ class SubmitOrder(IntentBase):
     def _price_matches_order_type(self) -> Self:
         # ctx["field"] lets the registry name the field for an object-level rule.
         if self.order_type == "limit" and self.limit_price is None:
-            raise PydanticCustomError("missing", "limit_price is required for a limit order",
-                                      {"field": "limit_price"})
+            raise PydanticCustomError(
+                "missing", "limit_price is required for a limit order", {"field": "limit_price"}
+            )
         if self.order_type == "market" and self.limit_price is not None:
-            raise PydanticCustomError("not_allowed",
-                                      "limit_price must be absent for a market order",
-                                      {"field": "limit_price"})
+            raise PydanticCustomError(
+                "not_allowed",
+                "limit_price must be absent for a market order",
+                {"field": "limit_price"},
+            )
         return self
 
 
@@ -91,22 +94,35 @@ def notional(effect: Mapping[str, str | int | bool]) -> Decimal | None:
     return Decimal(str(effect["quantity"])) * Decimal(str(price))
 
 
-def submit_order_class(adapter: str = "paper", visibility_horizon: float = 60.0,
-                       key_retention: float = 86400.0) -> ActionClass:
+def submit_order_class(
+    adapter: str = "paper", visibility_horizon: float = 60.0, key_retention: float = 86400.0
+) -> ActionClass:
     """``submit_order``: non-idempotent (a second send is a second order), valued by notional."""
-    return ActionClass(name="submit_order", model=SubmitOrder, adapter=adapter,
-                       effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
-                       visibility_horizon=visibility_horizon, key_retention=key_retention,
-                       value_of=notional, target_field="instrument")
+    return ActionClass(
+        name="submit_order",
+        model=SubmitOrder,
+        adapter=adapter,
+        effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
+        visibility_horizon=visibility_horizon,
+        key_retention=key_retention,
+        value_of=notional,
+        target_field="instrument",
+    )
 
 
-def cancel_order_class(adapter: str = "paper", visibility_horizon: float = 60.0,
-                       key_retention: float = 86400.0) -> ActionClass:
+def cancel_order_class(
+    adapter: str = "paper", visibility_horizon: float = 60.0, key_retention: float = 86400.0
+) -> ActionClass:
     """``cancel_order``: idempotent (cancelling twice leaves the order cancelled once)."""
-    return ActionClass(name="cancel_order", model=CancelOrder, adapter=adapter,
-                       effect_class=EffectClass.IDEMPOTENT_MUTATION,
-                       visibility_horizon=visibility_horizon, key_retention=key_retention,
-                       target_field="instrument")
+    return ActionClass(
+        name="cancel_order",
+        model=CancelOrder,
+        adapter=adapter,
+        effect_class=EffectClass.IDEMPOTENT_MUTATION,
+        visibility_horizon=visibility_horizon,
+        key_retention=key_retention,
+        target_field="instrument",
+    )
 
 
 def default_registry(adapter: str = "paper") -> Registry:

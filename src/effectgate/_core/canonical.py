@@ -92,56 +92,77 @@ def canonical_decimal(value: object, *, field: str, positive: bool = True) -> st
     """
     if not isinstance(value, str):
         if isinstance(value, JsonFloat | float):
-            raise IntentError("JSON numbers with a fraction or exponent are refused; "
-                              'send the decimal as a string, e.g. "100.50"',
-                              field=field, reason="float_not_allowed")
+            raise IntentError(
+                "JSON numbers with a fraction or exponent are refused; "
+                'send the decimal as a string, e.g. "100.50"',
+                field=field,
+                reason="float_not_allowed",
+            )
         kind = "boolean" if isinstance(value, bool) else type(value).__name__
-        raise IntentError(f"expected a decimal as a JSON string (e.g. \"4\"), got {kind}",
-                          field=field, reason="not_a_decimal_string")
+        raise IntentError(
+            f'expected a decimal as a JSON string (e.g. "4"), got {kind}',
+            field=field,
+            reason="not_a_decimal_string",
+        )
     if _PLAIN_INT.match(value):
         return value
     simple = _PLAIN_FRACTION.match(value)
     if simple is not None:
         return _canonical_fraction(simple[1], simple[2], value, field, positive)
     if len(value) > MAX_DECIMAL_CHARS:
-        raise IntentError(f"decimal string longer than {MAX_DECIMAL_CHARS} characters",
-                          field=field, reason="out_of_range")
+        raise IntentError(
+            f"decimal string longer than {MAX_DECIMAL_CHARS} characters",
+            field=field,
+            reason="out_of_range",
+        )
     if not _DECIMAL_SYNTAX.match(value):
         if _NON_FINITE.match(value):
-            raise IntentError(f"{value!r} is not a finite decimal", field=field,
-                              reason="non_finite")
+            raise IntentError(
+                f"{value!r} is not a finite decimal", field=field, reason="non_finite"
+            )
         raise IntentError(
             f"{_short(value)} is not a plain decimal: ASCII digits with an optional '-', '.' "
-            "and exponent; no spaces, '+', '_' or other characters", field=field,
-            reason="not_a_decimal_string")
+            "and exponent; no spaces, '+', '_' or other characters",
+            field=field,
+            reason="not_a_decimal_string",
+        )
     try:
         number = Decimal(value)
     except InvalidOperation:
         # An exponent beyond what the decimal module can represent ("1E+1086816166917345432").
-        raise IntentError(f"{_short(value)} is outside 1E-{MAX_ADJUSTED_EXPONENT} .. "
-                          f"1E+{MAX_ADJUSTED_EXPONENT}", field=field,
-                          reason="out_of_range") from None
+        raise IntentError(
+            f"{_short(value)} is outside 1E-{MAX_ADJUSTED_EXPONENT} .. 1E+{MAX_ADJUSTED_EXPONENT}",
+            field=field,
+            reason="out_of_range",
+        ) from None
     if number.is_zero():
         if positive:
-            raise IntentError(f"{value!r} must be greater than zero", field=field,
-                              reason="not_positive")
+            raise IntentError(
+                f"{value!r} must be greater than zero", field=field, reason="not_positive"
+            )
         return "0"
     if positive and number.is_signed():
-        raise IntentError(f"{value!r} must be greater than zero", field=field,
-                          reason="not_positive")
+        raise IntentError(
+            f"{value!r} must be greater than zero", field=field, reason="not_positive"
+        )
     # adjusted() needs no context, so it is safe on "1E999999999" before anything else.
     if not -MAX_ADJUSTED_EXPONENT <= number.adjusted() <= MAX_ADJUSTED_EXPONENT:
-        raise IntentError(f"{_short(value)} is outside 1E-{MAX_ADJUSTED_EXPONENT} .. "
-                          f"1E+{MAX_ADJUSTED_EXPONENT}", field=field, reason="out_of_range")
+        raise IntentError(
+            f"{_short(value)} is outside 1E-{MAX_ADJUSTED_EXPONENT} .. 1E+{MAX_ADJUSTED_EXPONENT}",
+            field=field,
+            reason="out_of_range",
+        )
     normal = number.normalize(_EXACT)
     if len(normal.as_tuple().digits) > MAX_SIGNIFICANT_DIGITS:
-        raise IntentError(f"more than {MAX_SIGNIFICANT_DIGITS} significant digits",
-                          field=field, reason="out_of_range")
+        raise IntentError(
+            f"more than {MAX_SIGNIFICANT_DIGITS} significant digits",
+            field=field,
+            reason="out_of_range",
+        )
     return format(normal, "f")
 
 
-def _canonical_fraction(whole: str, fraction: str, value: str, field: str,
-                        positive: bool) -> str:
+def _canonical_fraction(whole: str, fraction: str, value: str, field: str, positive: bool) -> str:
     """The fast path of :func:`canonical_decimal` for ``<whole>.<fraction>``, same rules."""
     fraction = fraction.rstrip("0")
     if whole != "0":
@@ -150,17 +171,25 @@ def _canonical_fraction(whole: str, fraction: str, value: str, field: str,
         significant = fraction.lstrip("0")
         if not significant:
             if positive:
-                raise IntentError(f"{value!r} must be greater than zero", field=field,
-                                  reason="not_positive")
+                raise IntentError(
+                    f"{value!r} must be greater than zero", field=field, reason="not_positive"
+                )
             return "0"
         # 0.000ddd: the leading digit sits at exponent -(zeros + 1).
         if len(fraction) - len(significant) + 1 > MAX_ADJUSTED_EXPONENT:
-            raise IntentError(f"{_short(value)} is outside 1E-{MAX_ADJUSTED_EXPONENT} .. "
-                              f"1E+{MAX_ADJUSTED_EXPONENT}", field=field, reason="out_of_range")
+            raise IntentError(
+                f"{_short(value)} is outside 1E-{MAX_ADJUSTED_EXPONENT} .. "
+                f"1E+{MAX_ADJUSTED_EXPONENT}",
+                field=field,
+                reason="out_of_range",
+            )
         digits = len(significant)
     if digits > MAX_SIGNIFICANT_DIGITS:
-        raise IntentError(f"more than {MAX_SIGNIFICANT_DIGITS} significant digits",
-                          field=field, reason="out_of_range")
+        raise IntentError(
+            f"more than {MAX_SIGNIFICANT_DIGITS} significant digits",
+            field=field,
+            reason="out_of_range",
+        )
     return f"{whole}.{fraction}" if fraction else whole
 
 

@@ -49,9 +49,14 @@ _MAX_MICROS: Final = 2**62
 AXES: Final = ("max_value", "exposure", "allowed_targets", "rate")
 #: When a staged step is reversed automatically. ``breaker_trip`` fires on any trip of the
 #: class's breaker; ``breaker_trip:<signal>`` only on that signal; ``manual`` never fires.
-REVERSAL_CONDITIONS: Final = ("manual", "breaker_trip", "breaker_trip:rejection_rate",
-                              "breaker_trip:value_rate", "breaker_trip:repeats",
-                              "breaker_trip:new_targets")
+REVERSAL_CONDITIONS: Final = (
+    "manual",
+    "breaker_trip",
+    "breaker_trip:rejection_rate",
+    "breaker_trip:value_rate",
+    "breaker_trip:repeats",
+    "breaker_trip:new_targets",
+)
 
 
 def to_micros(value: Decimal) -> int:
@@ -64,8 +69,9 @@ def _decimal(value: object, axis: str) -> Decimal:
     if isinstance(value, Decimal):
         value = str(value)
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ControlError("must be a decimal string such as \"1000\" (floats are refused)",
-                           field=axis)
+        raise ControlError(
+            'must be a decimal string such as "1000" (floats are refused)', field=axis
+        )
     try:
         number = Decimal(str(value))
     except InvalidOperation:
@@ -76,8 +82,12 @@ def _decimal(value: object, axis: str) -> Decimal:
 
 
 def _seconds(value: object, axis: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise ControlError(f"{value!r} must be a number of seconds > 0", field=axis)
     return float(value)
 
@@ -90,16 +100,18 @@ def _count(value: object, axis: str) -> int:
 
 def _pair(value: object, axis: str, keys: tuple[str, str]) -> Mapping[str, object]:
     if not isinstance(value, Mapping) or set(value) != set(keys):
-        raise ControlError(f"must be an object with exactly the keys {', '.join(keys)}",
-                           field=axis)
+        raise ControlError(f"must be an object with exactly the keys {', '.join(keys)}", field=axis)
     return value
 
 
 def parse_axis_value(axis: str, value: object) -> object:
     """Validate one axis value; return its canonical JSON form (``None`` lifts the axis)."""
     if axis not in AXES:
-        hint = " (the oversight tier is not an envelope axis: its floor never moves)" \
-            if axis in ("tier", "tier_floor") else ""
+        hint = (
+            " (the oversight tier is not an envelope axis: its floor never moves)"
+            if axis in ("tier", "tier_floor")
+            else ""
+        )
         raise ControlError(f"unknown axis {axis!r}; axes: {', '.join(AXES)}{hint}", field="axis")
     if value is None:
         return None
@@ -107,12 +119,16 @@ def parse_axis_value(axis: str, value: object) -> object:
         return str(_decimal(value, axis))
     if axis == "exposure":
         pair = _pair(value, axis, ("limit", "window"))
-        return {"limit": str(_decimal(pair["limit"], "exposure.limit")),
-                "window": _seconds(pair["window"], "exposure.window")}
+        return {
+            "limit": str(_decimal(pair["limit"], "exposure.limit")),
+            "window": _seconds(pair["window"], "exposure.window"),
+        }
     if axis == "rate":
         pair = _pair(value, axis, ("limit", "interval"))
-        return {"limit": _count(pair["limit"], "rate.limit"),
-                "interval": _seconds(pair["interval"], "rate.interval")}
+        return {
+            "limit": _count(pair["limit"], "rate.limit"),
+            "interval": _seconds(pair["interval"], "rate.interval"),
+        }
     if isinstance(value, str) or not isinstance(value, list | tuple):
         raise ControlError("must be a list of target identifiers", field=axis)
     for item in value:
@@ -142,8 +158,9 @@ class Envelope:
     def from_json(cls, data: Mapping[str, Any], version: int = 0) -> Envelope:
         unknown = set(data) - set(AXES)
         if unknown:
-            raise ControlError(f"unknown axis {sorted(unknown)[0]!r}; axes: {', '.join(AXES)}",
-                               field="axis")
+            raise ControlError(
+                f"unknown axis {sorted(unknown)[0]!r}; axes: {', '.join(AXES)}", field="axis"
+            )
         clean = {axis: parse_axis_value(axis, data.get(axis)) for axis in AXES}
         exposure: Any = clean["exposure"]
         rate: Any = clean["rate"]
@@ -154,17 +171,22 @@ class Envelope:
             exposure_window=exposure["window"] if exposure else None,
             allowed_targets=frozenset(targets) if targets is not None else None,
             rate_limit=rate["limit"] if rate else None,
-            rate_interval=rate["interval"] if rate else None, version=version)
+            rate_interval=rate["interval"] if rate else None,
+            version=version,
+        )
 
     def to_json(self) -> dict[str, object]:
         return {
             "max_value": str(self.max_value) if self.max_value is not None else None,
             "exposure": {"limit": str(self.exposure_limit), "window": self.exposure_window}
-            if self.exposure_limit is not None else None,
+            if self.exposure_limit is not None
+            else None,
             "allowed_targets": sorted(self.allowed_targets)
-            if self.allowed_targets is not None else None,
+            if self.allowed_targets is not None
+            else None,
             "rate": {"limit": self.rate_limit, "interval": self.rate_interval}
-            if self.rate_limit is not None else None,
+            if self.rate_limit is not None
+            else None,
         }
 
     def axis(self, name: str) -> object:
@@ -209,17 +231,18 @@ class BreakerConfig:
     def __post_init__(self) -> None:
         _seconds(self.window, "window")
         rate = self.max_rejection_rate
-        if rate is not None and (isinstance(rate, bool) or not isinstance(rate, int | float)
-                                 or not 0 <= rate < 1):
-            raise ControlError(f"{rate!r} must be a fraction in [0, 1)",
-                               field="max_rejection_rate")
+        if rate is not None and (
+            isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 <= rate < 1
+        ):
+            raise ControlError(f"{rate!r} must be a fraction in [0, 1)", field="max_rejection_rate")
         _count(self.min_samples, "min_samples")
         if self.max_value is not None:
             object.__setattr__(self, "max_value", _decimal(self.max_value, "max_value"))
         for name in ("max_repeats", "max_new_targets"):
             limit = getattr(self, name)
-            if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)
-                                      or limit < 0):
+            if limit is not None and (
+                isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
+            ):
                 raise ControlError(f"{limit!r} must be an integer >= 0", field=name)
 
 
@@ -231,10 +254,12 @@ class ApprovalRules:
     ttl: float = 86400.0
 
     def __post_init__(self) -> None:
-        if isinstance(self.multi_approvers, bool) or not isinstance(self.multi_approvers, int) \
-                or self.multi_approvers < 2:
-            raise ControlError("multi_approve needs at least 2 approvers",
-                               field="multi_approvers")
+        if (
+            isinstance(self.multi_approvers, bool)
+            or not isinstance(self.multi_approvers, int)
+            or self.multi_approvers < 2
+        ):
+            raise ControlError("multi_approve needs at least 2 approvers", field="multi_approvers")
         _seconds(self.ttl, "ttl")
 
 
@@ -253,11 +278,18 @@ class ClassControls:
     updated_at: float | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"action": self.action, "killed": self.killed, "kill_reason": self.kill_reason,
-                "breaker_open": self.breaker_open, "breaker_reason": self.breaker_reason,
-                "shadow": self.shadow, "envelope": self.envelope.to_json(),
-                "envelope_version": self.envelope.version, "updated_by": self.updated_by,
-                "updated_at": self.updated_at}
+        return {
+            "action": self.action,
+            "killed": self.killed,
+            "kill_reason": self.kill_reason,
+            "breaker_open": self.breaker_open,
+            "breaker_reason": self.breaker_reason,
+            "shadow": self.shadow,
+            "envelope": self.envelope.to_json(),
+            "envelope_version": self.envelope.version,
+            "updated_by": self.updated_by,
+            "updated_at": self.updated_at,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,10 +310,20 @@ class AuthorityStep:
     active: bool = True
 
     def to_dict(self) -> dict[str, object]:
-        return {"id": self.id, "action": self.action, "axis": self.axis, "old": self.old,
-                "new": self.new, "evidence": dict(self.evidence), "reverse_on": self.reverse_on,
-                "operator": self.operator, "at": self.at, "kind": self.kind,
-                "reverses": self.reverses, "active": self.active}
+        return {
+            "id": self.id,
+            "action": self.action,
+            "axis": self.axis,
+            "old": self.old,
+            "new": self.new,
+            "evidence": dict(self.evidence),
+            "reverse_on": self.reverse_on,
+            "operator": self.operator,
+            "at": self.at,
+            "kind": self.kind,
+            "reverses": self.reverses,
+            "active": self.active,
+        }
 
 
 class VerdictKind(StrEnum):
@@ -396,5 +438,11 @@ class Alert:
     at: float
 
     def to_dict(self) -> dict[str, object]:
-        return {"kind": self.kind, "subject": self.subject, "action": self.action,
-                "message": self.message, "detail": dict(self.detail), "at": self.at}
+        return {
+            "kind": self.kind,
+            "subject": self.subject,
+            "action": self.action,
+            "message": self.message,
+            "detail": dict(self.detail),
+            "at": self.at,
+        }

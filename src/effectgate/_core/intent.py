@@ -37,9 +37,21 @@ from effectgate._core.messages import intent_error
 from effectgate.errors import IntentError, RegistryError, UnknownActionClass
 
 __all__ = [
-    "AUDIT_FIELDS", "HORIZON_RETENTION_RATIO", "ActionClass", "AsciiPattern", "DecimalSpec",
-    "EffectClass", "Intent", "IntentBase", "PositiveDecimal", "ProposedBy", "Registry",
-    "SignedDecimal", "Tier", "identifier", "tier_rank",
+    "AUDIT_FIELDS",
+    "HORIZON_RETENTION_RATIO",
+    "ActionClass",
+    "AsciiPattern",
+    "DecimalSpec",
+    "EffectClass",
+    "Intent",
+    "IntentBase",
+    "PositiveDecimal",
+    "ProposedBy",
+    "Registry",
+    "SignedDecimal",
+    "Tier",
+    "identifier",
+    "tier_rank",
 ]
 
 #: The visibility horizon must be at most this fraction of the venue's key retention window, so
@@ -48,8 +60,9 @@ __all__ = [
 HORIZON_RETENTION_RATIO: Final = 0.25
 
 #: Stored for audit, read by nothing, never part of the fingerprint.
-AUDIT_FIELDS: Final = frozenset({"rationale", "context_digest", "proposed_by",
-                                 "tool_output_digests"})
+AUDIT_FIELDS: Final = frozenset(
+    {"rationale", "context_digest", "proposed_by", "tool_output_digests"}
+)
 _AUDIT_ORDER: Final = ("rationale", "context_digest", "proposed_by", "tool_output_digests")
 _NOT_EFFECT: Final = AUDIT_FIELDS | {"intent_version"}
 _NAME = re.compile(r"[a-z][a-z0-9_]{0,63}\Z")
@@ -86,11 +99,16 @@ class DecimalSpec:
 
     positive: bool = True
 
-    def __get_pydantic_json_schema__(self, schema: core_schema.CoreSchema,
-                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+    def __get_pydantic_json_schema__(
+        self, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
         what = "a finite decimal > 0" if self.positive else "a finite decimal"
-        return {"type": "string", "pattern": _DECIMAL_PATTERN, "maxLength": 100,
-                "description": f"{what}, as a JSON string (never a JSON number)"}
+        return {
+            "type": "string",
+            "pattern": _DECIMAL_PATTERN,
+            "maxLength": 100,
+            "description": f"{what}, as a JSON string (never a JSON number)",
+        }
 
 
 #: A decimal > 0 sent as a JSON string ("4", "100.50"); floats, zero and negatives refused.
@@ -118,19 +136,22 @@ class AsciiPattern:
     max_length: int = 64
 
     def __post_init__(self) -> None:
-        if not self.pattern.isascii() or not (self.pattern.startswith("^")
-                                              and self.pattern.endswith("$")):
+        if not self.pattern.isascii() or not (
+            self.pattern.startswith("^") and self.pattern.endswith("$")
+        ):
             raise ValueError("identifier patterns must be ASCII and anchored with ^...$")
         re.compile(self.pattern)
         if self.max_length < 1:
             raise ValueError("max_length must be >= 1")
 
-    def __get_pydantic_core_schema__(self, source: Any,
-                                     handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
         # The explicit ASCII check matters when a pattern uses \d, \w or '.', which are
         # Unicode-aware in pydantic's regex engine.
         return core_schema.no_info_after_validator_function(
-            _ascii_only, core_schema.str_schema(pattern=self.pattern, max_length=self.max_length))
+            _ascii_only, core_schema.str_schema(pattern=self.pattern, max_length=self.max_length)
+        )
 
 
 def identifier(pattern: str, max_length: int = 64) -> Any:
@@ -168,8 +189,9 @@ class IntentBase(BaseModel):
     rationale: Annotated[str, StringConstraints(max_length=4000)] | None = None
     context_digest: _Digest | None = None
     proposed_by: ProposedBy | None = None
-    tool_output_digests: Annotated[tuple[_Digest, ...], Field(max_length=64),
-                                   BeforeValidator(_list_to_tuple)] = ()
+    tool_output_digests: Annotated[
+        tuple[_Digest, ...], Field(max_length=64), BeforeValidator(_list_to_tuple)
+    ] = ()
 
 
 def _decimal_spec(info: Any) -> DecimalSpec | None:
@@ -220,8 +242,9 @@ class ActionClass:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise RegistryError(f"action class name {self.name!r} must match "
-                                "^[a-z][a-z0-9_]{0,63}$")
+            raise RegistryError(
+                f"action class name {self.name!r} must match ^[a-z][a-z0-9_]{{0,63}}$"
+            )
         if not (isinstance(self.model, type) and issubclass(self.model, IntentBase)):
             raise RegistryError(f"{self.name}: model must subclass IntentBase")
         if self.model.model_config.get("extra") != "forbid":
@@ -244,36 +267,45 @@ class ActionClass:
         decimals: list[tuple[str, bool]] = []
         for fname, info in self.model.model_fields.items():
             if not _FIELD_NAME.match(fname) or (info.alias not in (None, fname)):
-                raise RegistryError(f"{self.name}: field {fname!r} must be an ASCII identifier "
-                                    "without an alias")
+                raise RegistryError(
+                    f"{self.name}: field {fname!r} must be an ASCII identifier without an alias"
+                )
             if fname in _NOT_EFFECT:
                 continue
             if not _scalar_type(info.annotation):
-                raise RegistryError(f"{self.name}: effect field {fname!r} must be str, int, "
-                                    "bool, a Literal, an identifier or a decimal")
+                raise RegistryError(
+                    f"{self.name}: effect field {fname!r} must be str, int, "
+                    "bool, a Literal, an identifier or a decimal"
+                )
             effect.append(fname)
             spec = _decimal_spec(info)
             if spec is not None:
                 decimals.append((fname, spec.positive))
         if self.target_field is not None and self.target_field not in effect:
-            raise RegistryError(f"{self.name}: target_field {self.target_field!r} is not an "
-                                f"effect field (effect fields: {', '.join(effect)})")
+            raise RegistryError(
+                f"{self.name}: target_field {self.target_field!r} is not an "
+                f"effect field (effect fields: {', '.join(effect)})"
+            )
         object.__setattr__(self, "_effect_fields", tuple(effect))
         object.__setattr__(self, "_decimals", tuple(decimals))
 
     def _check_times(self) -> None:
-        for label, value in (("visibility_horizon", self.visibility_horizon),
-                             ("key_retention", self.key_retention)):
+        for label, value in (
+            ("visibility_horizon", self.visibility_horizon),
+            ("key_retention", self.key_retention),
+        ):
             if not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
                 raise RegistryError(f"{self.name}: {label} must be a finite number > 0")
         if self.visibility_horizon > HORIZON_RETENTION_RATIO * self.key_retention:
             raise RegistryError(
                 f"{self.name}: visibility_horizon {self.visibility_horizon}s is not well inside "
                 f"key_retention {self.key_retention}s (must be <= "
-                f"{HORIZON_RETENTION_RATIO:.0%} of it)")
+                f"{HORIZON_RETENTION_RATIO:.0%} of it)"
+            )
         window = self.settlement_window
-        if window is not None and (not isinstance(window, int | float)
-                                   or not math.isfinite(window) or window <= 0):
+        if window is not None and (
+            not isinstance(window, int | float) or not math.isfinite(window) or window <= 0
+        ):
             raise RegistryError(f"{self.name}: settlement_window must be a finite number > 0")
         if window is not None and window >= self.key_retention:
             # The uncertain-aged alarm would fire only once the venue has forgotten the key,
@@ -282,7 +314,8 @@ class ActionClass:
             raise RegistryError(
                 f"{self.name}: settlement_window {window}s is not inside key_retention "
                 f"{self.key_retention}s: an uncertain row would be alarmed only after the "
-                "venue forgot its key")
+                "venue forgot its key"
+            )
 
     @property
     def effect_fields(self) -> tuple[str, ...]:
@@ -299,8 +332,11 @@ class ActionClass:
         schema["additionalProperties"] = False
         props = schema["properties"]
         props["action"] = {"const": self.name, "type": "string", "title": "Action"}
-        props["intent_version"] = {"enum": sorted(self.schema_versions), "type": "string",
-                                   "title": "Intent Version"}
+        props["intent_version"] = {
+            "enum": sorted(self.schema_versions),
+            "type": "string",
+            "title": "Intent Version",
+        }
         return schema
 
 
@@ -323,8 +359,13 @@ class Intent:
 class Registry:
     """The action classes a deployment accepts, and the strict parser for their intents."""
 
-    def __init__(self, classes: tuple[ActionClass, ...] | list[ActionClass] = (), *,
-                 max_bytes: int = 65536, max_depth: int = 16) -> None:
+    def __init__(
+        self,
+        classes: tuple[ActionClass, ...] | list[ActionClass] = (),
+        *,
+        max_bytes: int = 65536,
+        max_depth: int = 16,
+    ) -> None:
         self._classes: dict[str, ActionClass] = {}
         self.max_bytes = max_bytes
         self.max_depth = max_depth
@@ -365,13 +406,14 @@ class Registry:
         """
         ac = self.get(action)
         if isinstance(raw, (bytes, str)):
-            body, has_float = load_document(raw, max_bytes=self.max_bytes,
-                                            max_depth=self.max_depth)
+            body, has_float = load_document(raw, max_bytes=self.max_bytes, max_depth=self.max_depth)
         elif isinstance(raw, Mapping):
             body, has_float = copy_object(raw, "", 1, self.max_depth), False
         else:
-            raise IntentError(f"intent must be bytes, text or a mapping, not "
-                              f"{type(raw).__name__}", reason="not_object")
+            raise IntentError(
+                f"intent must be bytes, text or a mapping, not {type(raw).__name__}",
+                reason="not_object",
+            )
         version = _check_envelope(ac, body)
         if has_float:
             refuse_floats(body, "")
@@ -400,8 +442,9 @@ class Registry:
             elif isinstance(value, bool):
                 effect[name] = value
             elif not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
-                raise IntentError("integer beyond +/-(2**53 - 1)", field=name,
-                                  reason="out_of_range")
+                raise IntentError(
+                    "integer beyond +/-(2**53 - 1)", field=name, reason="out_of_range"
+                )
             else:
                 effect[name] = int(value)
         audit: dict[str, object] = {k: body[k] for k in _AUDIT_ORDER if k in body}
@@ -411,19 +454,23 @@ class Registry:
 def _check_envelope(ac: ActionClass, body: dict[str, object]) -> str:
     """Check ``intent_version`` is one the class accepts and ``action`` names it; the version."""
     if "intent_version" not in body:
-        raise IntentError("required field 'intent_version' is missing",
-                          field="intent_version", reason="missing")
+        raise IntentError(
+            "required field 'intent_version' is missing", field="intent_version", reason="missing"
+        )
     version = body["intent_version"]
     if not isinstance(version, str) or version not in ac.schema_versions:
-        raise IntentError(f"{show(version)} is not a supported version of {ac.name!r} "
-                          f"(supported: {', '.join(sorted(ac.schema_versions))})",
-                          field="intent_version", reason="unknown_version")
+        raise IntentError(
+            f"{show(version)} is not a supported version of {ac.name!r} "
+            f"(supported: {', '.join(sorted(ac.schema_versions))})",
+            field="intent_version",
+            reason="unknown_version",
+        )
     if "action" not in body:
-        raise IntentError("required field 'action' is missing", field="action",
-                          reason="missing")
+        raise IntentError("required field 'action' is missing", field="action", reason="missing")
     if body["action"] != ac.name:
-        raise IntentError(f"body says {show(body['action'])} but is being parsed as "
-                          f"{ac.name!r}", field="action", reason="action_mismatch")
+        raise IntentError(
+            f"body says {show(body['action'])} but is being parsed as {ac.name!r}",
+            field="action",
+            reason="action_mismatch",
+        )
     return version
-
-

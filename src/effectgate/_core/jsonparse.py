@@ -34,8 +34,15 @@ from typing import Any, Final
 from effectgate.errors import BodyTooLarge, IntentError
 
 __all__ = [
-    "MAX_INT_DIGITS", "JsonFloat", "copy_object", "format_path", "load_document", "load_strict",
-    "path_join", "refuse_floats", "show",
+    "MAX_INT_DIGITS",
+    "JsonFloat",
+    "copy_object",
+    "format_path",
+    "load_document",
+    "load_strict",
+    "path_join",
+    "refuse_floats",
+    "show",
 ]
 
 #: Longest integer literal accepted, in digits. Bounds int() work and every later computation.
@@ -111,28 +118,42 @@ def _find(node: object, path: str, depth: int, max_depth: int, strings: bool) ->
     if isinstance(node, _Refused):
         if node.reason == "duplicate_key":
             field = path_join(path, node.detail)
-            raise IntentError(f"duplicate key {node.detail!r} in one object",
-                              field=field, reason="duplicate_key")
+            raise IntentError(
+                f"duplicate key {node.detail!r} in one object", field=field, reason="duplicate_key"
+            )
         if node.reason == "non_finite":
-            raise IntentError(f"{node.detail} is not a number JSON allows",
-                              field=path or None, reason="non_finite")
-        raise IntentError(f"integer literal has more than {MAX_INT_DIGITS} digits",
-                          field=path or None, reason="huge_number")
+            raise IntentError(
+                f"{node.detail} is not a number JSON allows",
+                field=path or None,
+                reason="non_finite",
+            )
+        raise IntentError(
+            f"integer literal has more than {MAX_INT_DIGITS} digits",
+            field=path or None,
+            reason="huge_number",
+        )
     if isinstance(node, str):
         if strings and _BAD_CHAR.search(node):
-            raise IntentError("string holds U+0000 or an unpaired surrogate",
-                              field=path or None, reason="invalid_string")
+            raise IntentError(
+                "string holds U+0000 or an unpaired surrogate",
+                field=path or None,
+                reason="invalid_string",
+            )
         return
     if not isinstance(node, dict | list):
         return
     if depth > max_depth:
-        raise IntentError(f"nested deeper than {max_depth} levels", field=path or None,
-                          reason="too_deep")
+        raise IntentError(
+            f"nested deeper than {max_depth} levels", field=path or None, reason="too_deep"
+        )
     if strings and isinstance(node, dict):
         for key in node:
             if _BAD_CHAR.search(key):
-                raise IntentError("key holds U+0000 or an unpaired surrogate",
-                                  field=path or None, reason="invalid_string")
+                raise IntentError(
+                    "key holds U+0000 or an unpaired surrogate",
+                    field=path or None,
+                    reason="invalid_string",
+                )
     for child_path, child in _children(node, path):
         _find(child, child_path, depth + 1, max_depth, strings)
 
@@ -172,8 +193,12 @@ def _parse_float(literal: str) -> JsonFloat:
     return JsonFloat(literal)
 
 
-_DECODER = json.JSONDecoder(object_pairs_hook=_pairs, parse_float=_parse_float,
-                            parse_int=_parse_int, parse_constant=_parse_constant)
+_DECODER = json.JSONDecoder(
+    object_pairs_hook=_pairs,
+    parse_float=_parse_float,
+    parse_int=_parse_int,
+    parse_constant=_parse_constant,
+)
 
 
 def load_strict(raw: bytes | str, *, max_bytes: int = 65536, max_depth: int = 16) -> object:
@@ -185,8 +210,9 @@ def load_strict(raw: bytes | str, *, max_bytes: int = 65536, max_depth: int = 16
     return load_document(raw, max_bytes=max_bytes, max_depth=max_depth)[0]
 
 
-def load_document(raw: bytes | str, *, max_bytes: int = 65536,
-                  max_depth: int = 16) -> tuple[dict[str, object], bool]:
+def load_document(
+    raw: bytes | str, *, max_bytes: int = 65536, max_depth: int = 16
+) -> tuple[dict[str, object], bool]:
     """:func:`load_strict`, typed as an object, plus whether any :class:`JsonFloat` occurs.
 
     The flag lets a caller skip looking for floats in the (usual) document that has none.
@@ -198,8 +224,9 @@ def load_document(raw: bytes | str, *, max_bytes: int = 65536,
         try:
             size = len(raw.encode("utf-8"))
         except UnicodeEncodeError as exc:
-            raise IntentError(f"text is not valid Unicode at character {exc.start}",
-                              reason="encoding") from None
+            raise IntentError(
+                f"text is not valid Unicode at character {exc.start}", reason="encoding"
+            ) from None
         if size > max_bytes:
             raise BodyTooLarge(f"body exceeds {max_bytes} bytes")
         text = raw
@@ -209,8 +236,9 @@ def load_document(raw: bytes | str, *, max_bytes: int = 65536,
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise IntentError(f"body is not valid UTF-8 at byte {exc.start}",
-                              reason="encoding") from None
+            raise IntentError(
+                f"body is not valid UTF-8 at byte {exc.start}", reason="encoding"
+            ) from None
 
     flags = _flags
     flags.refused = flags.has_float = False
@@ -220,8 +248,9 @@ def load_document(raw: bytes | str, *, max_bytes: int = 65536,
         # The C scanner gives up long before the stack does; the document is far too deep.
         raise IntentError(f"nested deeper than {max_depth} levels", reason="too_deep") from None
     except json.JSONDecodeError as exc:
-        raise IntentError(f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}",
-                          reason="syntax") from None
+        raise IntentError(
+            f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", reason="syntax"
+        ) from None
 
     strings = "\\u" in text
     # Every container needs one bracket, so few brackets means the depth cannot be exceeded
@@ -243,59 +272,78 @@ def show(value: object, limit: int = 60) -> str:
 
 # --- mappings from Python callers: held to the same rules as raw JSON ---------------------
 
+
 def _copy_json(node: object, path: str, depth: int, max_depth: int) -> object:
     """A fresh JSON-shaped copy of a caller's object, refusing what raw JSON could not carry."""
     if node is None or isinstance(node, bool):
         return node
     if isinstance(node, str):
         if _BAD_CHAR.search(node):
-            raise IntentError("string holds U+0000 or an unpaired surrogate",
-                              field=path or None, reason="invalid_string")
+            raise IntentError(
+                "string holds U+0000 or an unpaired surrogate",
+                field=path or None,
+                reason="invalid_string",
+            )
         return str(node)
     if isinstance(node, int):
         if abs(node) >= 10**30:
-            raise IntentError("integer has more than 30 digits", field=path or None,
-                              reason="huge_number")
+            raise IntentError(
+                "integer has more than 30 digits", field=path or None, reason="huge_number"
+            )
         return int(node)
     if isinstance(node, float):
         if not math.isfinite(node):
-            raise IntentError(f"{node} is not a number JSON allows", field=path or None,
-                              reason="non_finite")
+            raise IntentError(
+                f"{node} is not a number JSON allows", field=path or None, reason="non_finite"
+            )
         raise _float_error(path)
     if isinstance(node, JsonFloat):
         raise _float_error(path)
     if not isinstance(node, Mapping | list | tuple):
-        raise IntentError(f"{type(node).__name__} is not a JSON value (send decimals as "
-                          "strings)", field=path or None, reason="not_json")
+        raise IntentError(
+            f"{type(node).__name__} is not a JSON value (send decimals as strings)",
+            field=path or None,
+            reason="not_json",
+        )
     if depth > max_depth:
-        raise IntentError(f"nested deeper than {max_depth} levels", field=path or None,
-                          reason="too_deep")
+        raise IntentError(
+            f"nested deeper than {max_depth} levels", field=path or None, reason="too_deep"
+        )
     if isinstance(node, Mapping):
         return copy_object(node, path, depth, max_depth)
     return [_copy_json(v, path_join(path, i), depth + 1, max_depth) for i, v in enumerate(node)]
 
 
-def copy_object(node: Mapping[Any, object], path: str, depth: int,
-                 max_depth: int) -> dict[str, object]:
+def copy_object(
+    node: Mapping[Any, object], path: str, depth: int, max_depth: int
+) -> dict[str, object]:
     if depth > max_depth:
-        raise IntentError(f"nested deeper than {max_depth} levels", field=path or None,
-                          reason="too_deep")
+        raise IntentError(
+            f"nested deeper than {max_depth} levels", field=path or None, reason="too_deep"
+        )
     out: dict[str, object] = {}
     for key, value in node.items():
         if type(key) is not str:
-            raise IntentError(f"object key {show(key)} is not a string",
-                              field=path or None, reason="invalid_key")
+            raise IntentError(
+                f"object key {show(key)} is not a string", field=path or None, reason="invalid_key"
+            )
         if _BAD_CHAR.search(key):
-            raise IntentError("key holds U+0000 or an unpaired surrogate",
-                              field=path or None, reason="invalid_string")
+            raise IntentError(
+                "key holds U+0000 or an unpaired surrogate",
+                field=path or None,
+                reason="invalid_string",
+            )
         out[key] = _copy_json(value, path_join(path, key), depth + 1, max_depth)
     return out
 
 
 def _float_error(path: str) -> IntentError:
-    return IntentError('numbers with a fraction or exponent are refused; send decimals as '
-                       'JSON strings, e.g. "100.50"', field=path or None,
-                       reason="float_not_allowed")
+    return IntentError(
+        "numbers with a fraction or exponent are refused; send decimals as "
+        'JSON strings, e.g. "100.50"',
+        field=path or None,
+        reason="float_not_allowed",
+    )
 
 
 def refuse_floats(node: object, path: str) -> None:

@@ -17,11 +17,23 @@ from effectgate.errors import IntentError
 __all__ = ["intent_error"]
 
 
-_JSON_KIND: Final = {str: "a string", int: "an integer", bool: "a boolean", dict: "an object",
-                     list: "an array", type(None): "null", JsonFloat: "a non-integer number"}
-_EXPECTED: Final = {"string_type": "a string", "int_type": "an integer",
-                    "bool_type": "true or false", "model_type": "an object",
-                    "dict_type": "an object", "tuple_type": "an array"}
+_JSON_KIND: Final = {
+    str: "a string",
+    int: "an integer",
+    bool: "a boolean",
+    dict: "an object",
+    list: "an array",
+    type(None): "null",
+    JsonFloat: "a non-integer number",
+}
+_EXPECTED: Final = {
+    "string_type": "a string",
+    "int_type": "an integer",
+    "bool_type": "true or false",
+    "model_type": "an object",
+    "dict_type": "an object",
+    "tuple_type": "an array",
+}
 
 
 def _model_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
@@ -57,8 +69,9 @@ def intent_error(exc: ValidationError, model: type[BaseModel]) -> IntentError:
     if kind == "extra_forbidden":
         parent = _model_at(model, loc[:-1])
         allowed = ", ".join(parent.model_fields) if parent else "see the schema"
-        return IntentError(f"unknown field {loc[-1]!r} (allowed: {allowed})", field=path,
-                           reason=kind)
+        return IntentError(
+            f"unknown field {loc[-1]!r} (allowed: {allowed})", field=path, reason=kind
+        )
     if kind == "missing":
         return IntentError(f"required field {loc[-1]!r} is missing", field=path, reason=kind)
     if kind in _EXPECTED:
@@ -70,10 +83,13 @@ def intent_error(exc: ValidationError, model: type[BaseModel]) -> IntentError:
         if odd is not None:
             i, c = odd
             name = unicodedata.name(c, "unnamed character")
-            message += (f": it contains U+{ord(c):04X} {name} at index {i}; only ASCII is "
-                        "accepted (look-alike characters are refused, not normalised)")
+            message += (
+                f": it contains U+{ord(c):04X} {name} at index {i}; only ASCII is "
+                "accepted (look-alike characters are refused, not normalised)"
+            )
         return IntentError(message, field=path, reason=kind)
     if kind == "literal_error":
-        return IntentError(f"{show(given)} is not allowed; expected {ctx.get('expected')}",
-                           field=path, reason=kind)
+        return IntentError(
+            f"{show(given)} is not allowed; expected {ctx.get('expected')}", field=path, reason=kind
+        )
     return IntentError(f"{err['msg']} (got {show(given)})", field=path, reason=kind)

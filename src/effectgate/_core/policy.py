@@ -30,8 +30,9 @@ class Policy(Protocol):
     @property
     def version(self) -> str: ...
 
-    def decide(self, action_class: ActionClass, effect: Mapping[str, str | int | bool]) -> Decision:
-        ...
+    def decide(
+        self, action_class: ActionClass, effect: Mapping[str, str | int | bool]
+    ) -> Decision: ...
 
 
 def effective_tier(floor: Tier, asked: Tier) -> Tier:
@@ -61,22 +62,31 @@ class LimitPolicy:
         if self.allowed_targets is not None and action_class.target_field:
             target = effect.get(action_class.target_field)
             if target not in self.allowed_targets:
-                return Decision(False, floor, f"target {target!r} is not on the allowlist",
-                                self.version)
+                return Decision(
+                    False, floor, f"target {target!r} is not on the allowlist", self.version
+                )
         if self.max_value is None and self.approve_above is None:
             return Decision(True, floor, "no value axis; allowed", self.version)
         value = action_class.value_of(effect) if action_class.value_of is not None else None
         if value is None:
-            return Decision(False, floor, f"the value of this {action_class.name} cannot be "
-                            "measured, so its value limits cannot be checked (deny by default)",
-                            self.version)
+            return Decision(
+                False,
+                floor,
+                f"the value of this {action_class.name} cannot be "
+                "measured, so its value limits cannot be checked (deny by default)",
+                self.version,
+            )
         if self.max_value is not None and value > self.max_value:
-            return Decision(False, floor, f"value {value} over limit {self.max_value}",
-                            self.version)
+            return Decision(
+                False, floor, f"value {value} over limit {self.max_value}", self.version
+            )
         if self.approve_above is not None and value > self.approve_above:
-            return Decision(True, effective_tier(floor, Tier.APPROVE),
-                            f"value {value} above {self.approve_above} needs approval",
-                            self.version)
+            return Decision(
+                True,
+                effective_tier(floor, Tier.APPROVE),
+                f"value {value} above {self.approve_above} needs approval",
+                self.version,
+            )
         within = f"within limit {self.max_value}" if self.max_value is not None else "no ceiling"
         return Decision(True, floor, f"value {value} {within}", self.version)
 
@@ -95,9 +105,12 @@ class PolicySet:
     def decide(self, action_class: ActionClass, intent: Intent) -> Decision:
         policy = self._policies.get(action_class.name)
         if policy is None:
-            return Decision(False, action_class.tier_floor,
-                            f"no policy for action class {action_class.name!r} (deny by default)",
-                            "none")
+            return Decision(
+                False,
+                action_class.tier_floor,
+                f"no policy for action class {action_class.name!r} (deny by default)",
+                "none",
+            )
         decision = policy.decide(action_class, intent.effect)
         # The floor applies whatever the policy said: a policy can raise a tier, never lower it.
         tier = effective_tier(action_class.tier_floor, decision.tier)

@@ -26,8 +26,14 @@ class State(StrEnum):
 
 
 TERMINAL: frozenset[State] = frozenset(
-    {State.REJECTED, State.DENIED, State.SHADOWED, State.ACKNOWLEDGED, State.FAILED,
-     State.QUARANTINED}
+    {
+        State.REJECTED,
+        State.DENIED,
+        State.SHADOWED,
+        State.ACKNOWLEDGED,
+        State.FAILED,
+        State.QUARANTINED,
+    }
 )
 NON_TERMINAL: frozenset[State] = frozenset(State) - TERMINAL
 

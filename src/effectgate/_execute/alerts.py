@@ -15,8 +15,15 @@ import httpx
 from effectgate._core.controls import Alert
 from effectgate.store.roles import Store
 
-__all__ = ["AlertSink", "LogAlertSink", "MultiSink", "WebhookAlertSink", "default_sink",
-           "deliver", "raise_alert"]
+__all__ = [
+    "AlertSink",
+    "LogAlertSink",
+    "MultiSink",
+    "WebhookAlertSink",
+    "default_sink",
+    "deliver",
+    "raise_alert",
+]
 
 log = logging.getLogger("effectgate.alerts")
 
@@ -41,8 +48,9 @@ class LogAlertSink:
 class WebhookAlertSink:
     """POSTs each alert as JSON to ``url`` (a pager or chat webhook)."""
 
-    def __init__(self, url: str, *, timeout: float = 5.0,
-                 client: httpx.Client | None = None) -> None:
+    def __init__(
+        self, url: str, *, timeout: float = 5.0, client: httpx.Client | None = None
+    ) -> None:
         self.url = url
         self._client = client or httpx.Client(timeout=timeout)
 
@@ -72,8 +80,13 @@ def deliver(sink: AlertSink | None, alert: Alert) -> None:
     try:
         sink(alert)
     except Exception as exc:
-        log.error("alert sink %r failed for %s/%s: %s", sink, alert.kind, alert.subject,
-                  type(exc).__name__)
+        log.error(
+            "alert sink %r failed for %s/%s: %s",
+            sink,
+            alert.kind,
+            alert.subject,
+            type(exc).__name__,
+        )
 
 
 def raise_alert(store: Store, sink: AlertSink | None, alert: Alert) -> bool:

@@ -14,8 +14,15 @@ import os
 import signal
 from typing import Literal
 
-__all__ = ["CRASH_POINTS", "CrashMode", "SimulatedCrash", "arm", "armed_point", "crashpoint",
-           "disarm"]
+__all__ = [
+    "CRASH_POINTS",
+    "CrashMode",
+    "SimulatedCrash",
+    "arm",
+    "armed_point",
+    "crashpoint",
+    "disarm",
+]
 
 #: Where the executor can be killed: after "submitted" is durable, after the venue answered but
 #: before the receipt is journalled, and after the receipt is journalled.
@@ -33,8 +40,8 @@ class SimulatedCrash(BaseException):
 
 
 _armed: tuple[str, CrashMode] | None = (
-    (os.environ["EFFECTGATE_CRASH_AT"], "kill") if os.environ.get("EFFECTGATE_CRASH_AT")
-    else None)
+    (os.environ["EFFECTGATE_CRASH_AT"], "kill") if os.environ.get("EFFECTGATE_CRASH_AT") else None
+)
 
 
 def arm(name: str, mode: CrashMode = "kill") -> None:

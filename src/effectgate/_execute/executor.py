@@ -56,12 +56,19 @@ RawIntent = bytes | str | Mapping[str, object]
 class Gate:
     """What a harness embeds: one object per process, safe to share between threads."""
 
-    def __init__(self, *, store: Store, registry: Registry, adapters: Mapping[str, Adapter],
-                 policy: PolicySet, clock: Callable[[], float] = time.time,
-                 dispatch_timeout: float = 10.0,
-                 breakers: Mapping[str, BreakerConfig] | None = None,
-                 approvals: ApprovalRules | None = None,
-                 alerts: AlertSink | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        registry: Registry,
+        adapters: Mapping[str, Adapter],
+        policy: PolicySet,
+        clock: Callable[[], float] = time.time,
+        dispatch_timeout: float = 10.0,
+        breakers: Mapping[str, BreakerConfig] | None = None,
+        approvals: ApprovalRules | None = None,
+        alerts: AlertSink | None = None,
+    ) -> None:
         missing = sorted({registry.get(n).adapter for n in registry.names()} - set(adapters))
         if missing:
             raise ConfigError(f"action classes name adapters that are not configured: {missing}")
@@ -83,9 +90,17 @@ class Gate:
 
     # --- the front door -------------------------------------------------------------------
 
-    def submit(self, action: str, operation_id: str, intent: RawIntent, *,
-               scope: str = "default", dispatch: bool = True, principal: str | None = None,
-               correlation_id: str | None = None) -> Operation:
+    def submit(
+        self,
+        action: str,
+        operation_id: str,
+        intent: RawIntent,
+        *,
+        scope: str = "default",
+        dispatch: bool = True,
+        principal: str | None = None,
+        correlation_id: str | None = None,
+    ) -> Operation:
         """Propose an action under ``operation_id`` and, if policy allows it automatically, run it.
 
         The same id with the same effect payload is a retry: the existing row comes back
@@ -100,26 +115,37 @@ class Gate:
         back with ``cause`` saying why its outcome is unknown.
         """
         parsed = self._parse(action, operation_id, intent, scope)
-        if principal is not None and (not IDENTITY_PATTERN.fullmatch(principal)
-                                      or principal.startswith(SYSTEM_PREFIX)):
-            raise IntentError(f"principal {principal!r} must match {IDENTITY_PATTERN.pattern} "
-                              f"and not start with {SYSTEM_PREFIX!r}",
-                              field="principal", reason="invalid_principal")
+        if principal is not None and (
+            not IDENTITY_PATTERN.fullmatch(principal) or principal.startswith(SYSTEM_PREFIX)
+        ):
+            raise IntentError(
+                f"principal {principal!r} must match {IDENTITY_PATTERN.pattern} "
+                f"and not start with {SYSTEM_PREFIX!r}",
+                field="principal",
+                reason="invalid_principal",
+            )
         action_class = self.registry.get(action)
         decision = self.policy.decide(action_class, parsed)
         path = _path_for(decision, dispatch)
         new = NewOperation(
-            scope=scope, operation_id=operation_id, action=action,
-            fingerprint=parsed.fingerprint, intent=parsed.snapshot, effect=parsed.effect,
-            tier=decision.tier.value, reason=decision.reason,
-            policy_version=decision.policy_version)
+            scope=scope,
+            operation_id=operation_id,
+            action=action,
+            fingerprint=parsed.fingerprint,
+            intent=parsed.snapshot,
+            effect=parsed.effect,
+            tier=decision.tier.value,
+            reason=decision.reason,
+            policy_version=decision.policy_version,
+        )
         for attempt in (1, 2):
             guard = self._guard(action_class, parsed.effect, correlation_id)
             guard.proposers = _proposers(principal, parsed.audit.get("proposed_by"))
             now = self.clock()
             try:
-                done = self.store.journal(new, path, now=now, guard=guard,
-                                          audit=_provenance(parsed, decision, principal))
+                done = self.store.journal(
+                    new, path, now=now, guard=guard, audit=_provenance(parsed, decision, principal)
+                )
                 break
             except CommitOutcomeUnknown:
                 # Journal again only when no row is visible: the unique index decides. If the
@@ -127,26 +153,32 @@ class Gate:
                 # nothing is sent; if it did not, this one is the journal (invariant 1).
                 if attempt == 2 or self.store.get(scope, operation_id) is not None:
                     return self._after_lost_commit(scope, operation_id)
-                log.warning("journal commit for %s:%s was indeterminate and left no row; "
-                            "journalling again", scope, operation_id)
+                log.warning(
+                    "journal commit for %s:%s was indeterminate and left no row; journalling again",
+                    scope,
+                    operation_id,
+                )
         row = done.row
         if not done.created:
             if row.state is State.VALIDATED and dispatch:
-                return _replayed(self.dispatch(operation_id, scope=scope,
-                                               correlation_id=correlation_id))
+                return _replayed(
+                    self.dispatch(operation_id, scope=scope, correlation_id=correlation_id)
+                )
             return _replayed(self._explain(row))
         self._after_guard(guard.action, done, now)
         if row.state is State.SUBMITTED:
             return self._call(row)
         return row
 
-    def propose(self, action: str, operation_id: str, intent: RawIntent, *,
-                scope: str = "default") -> Operation:
+    def propose(
+        self, action: str, operation_id: str, intent: RawIntent, *, scope: str = "default"
+    ) -> Operation:
         """Journal and decide without dispatching (the row ends ``validated`` at most)."""
         return self.submit(action, operation_id, intent, scope=scope, dispatch=False)
 
-    def dispatch(self, operation_id: str, *, scope: str = "default",
-                 correlation_id: str | None = None) -> Operation:
+    def dispatch(
+        self, operation_id: str, *, scope: str = "default", correlation_id: str | None = None
+    ) -> Operation:
         """Send a ``validated`` operation. Any other state is returned untouched.
 
         The controls are checked in the transaction that writes ``submitted``: a held row
@@ -185,33 +217,46 @@ class Gate:
         if row.state is not State.SUBMITTED or row.cause is not None:
             return row
         try:
-            trail = self.store.audit_entries(scope=row.scope, operation_id=row.operation_id,
-                                             limit=_TRAIL_LIMIT)
+            trail = self.store.audit_entries(
+                scope=row.scope, operation_id=row.operation_id, limit=_TRAIL_LIMIT
+            )
         except (StoreError, OutcomeUnknown) as exc:
             # The row was read; only its explanation is missing. Say so, never fail for it.
-            return replace(row, cause=f"not known: the audit trail could not be read "
-                                      f"({exc.code})")
+            return replace(row, cause=f"not known: the audit trail could not be read ({exc.code})")
         return replace(row, cause=uncertain_cause(trail))
 
     # --- internals ------------------------------------------------------------------------
 
-    def _guard(self, ac: ActionClass, effect: Mapping[str, str | int | bool],
-               correlation_id: str | None) -> DispatchGuard:
+    def _guard(
+        self, ac: ActionClass, effect: Mapping[str, str | int | bool], correlation_id: str | None
+    ) -> DispatchGuard:
         """What the store checks in the dispatching transaction, from the class and config."""
         target = effect.get(ac.target_field) if ac.target_field else None
         return DispatchGuard(
-            action=ac.name, value=ac.value_of(effect) if ac.value_of else None,
+            action=ac.name,
+            value=ac.value_of(effect) if ac.value_of else None,
             target=str(target) if target is not None else None,
-            breaker=self.breakers.get(ac.name), correlation_id=correlation_id,
-            approvals_required=self.approvals.multi_approvers, approval_ttl=self.approvals.ttl)
+            breaker=self.breakers.get(ac.name),
+            correlation_id=correlation_id,
+            approvals_required=self.approvals.multi_approvers,
+            approval_ttl=self.approvals.ttl,
+        )
 
     def _after_guard(self, action: str, done: Journal, now: float) -> None:
         """Page on a trip (after the commit that recorded it) and say why a row was held."""
         if done.tripped:
             reason = "; ".join(done.tripped)
-            deliver(self.alerts, Alert("breaker-tripped", f"{action}@{now!r}", action,
-                                       f"breaker for {action} tripped: {reason}",
-                                       {"signals": list(done.tripped)}, now))
+            deliver(
+                self.alerts,
+                Alert(
+                    "breaker-tripped",
+                    f"{action}@{now!r}",
+                    action,
+                    f"breaker for {action} tripped: {reason}",
+                    {"signals": list(done.tripped)},
+                    now,
+                ),
+            )
         if done.verdict is not None and done.verdict.held:
             log.warning("%s dispatch held: %s", action, done.verdict.reason)
 
@@ -222,12 +267,18 @@ class Gate:
         except (IntentError, UnknownActionClass) as exc:
             # A refusal changes nothing but the audit log.
             raw = intent if isinstance(intent, bytes) else str(intent).encode("utf-8", "replace")
-            self.store.append_audit("intent_refused", {
-                "action": action if isinstance(action, str) else repr(action),
-                "error": exc.to_dict(), "body_sha256": hashlib.sha256(raw).hexdigest(),
-                "body_bytes": len(raw)}, now=self.clock(),
+            self.store.append_audit(
+                "intent_refused",
+                {
+                    "action": action if isinstance(action, str) else repr(action),
+                    "error": exc.to_dict(),
+                    "body_sha256": hashlib.sha256(raw).hexdigest(),
+                    "body_bytes": len(raw),
+                },
+                now=self.clock(),
                 scope=scope if isinstance(scope, str) else None,
-                operation_id=operation_id if isinstance(operation_id, str) else None)
+                operation_id=operation_id if isinstance(operation_id, str) else None,
+            )
             raise
 
     def _after_lost_commit(self, scope: str, operation_id: str) -> Operation:
@@ -240,14 +291,22 @@ class Gate:
         """
         row = self.store.get(scope, operation_id)
         if row is None:
-            raise CommitOutcomeUnknown(f"journal commit for {operation_id!r} was lost and no "
-                                       "row is visible; retry with the same operation id")
-        log.error("journal commit for %s was indeterminate; not dispatching (state %s)",
-                  row.op_key, row.state.value)
+            raise CommitOutcomeUnknown(
+                f"journal commit for {operation_id!r} was lost and no "
+                "row is visible; retry with the same operation id"
+            )
+        log.error(
+            "journal commit for %s was indeterminate; not dispatching (state %s)",
+            row.op_key,
+            row.state.value,
+        )
         if row.state is State.SUBMITTED:
-            return replace(row, cause="the ledger lost the reply to the commit that journalled "
-                                      "it, so this call did not send it (a guess could send it "
-                                      "twice)")
+            return replace(
+                row,
+                cause="the ledger lost the reply to the commit that journalled "
+                "it, so this call did not send it (a guess could send it "
+                "twice)",
+            )
         return row
 
     def _call(self, row: Operation) -> Operation:
@@ -258,8 +317,11 @@ class Gate:
         try:
             receipt = adapter.execute(request, timeout=self.dispatch_timeout)
         except Exception as exc:
-            log.warning("dispatch of %s ended without a receipt (%s); left uncertain",
-                        row.op_key, type(exc).__name__)
+            log.warning(
+                "dispatch of %s ended without a receipt (%s); left uncertain",
+                row.op_key,
+                type(exc).__name__,
+            )
             receipt = Receipt(Outcome.UNKNOWN, detail={"error": _describe(exc)})
         crashpoint("after_venue_call")
         try:
@@ -272,8 +334,9 @@ class Gate:
         except (StoreError, OutcomeUnknown) as exc:
             # Nothing written, or the receipt may or may not be durable: the row is uncertain
             # either way and the reconciler settles it against the venue. Never dispatch again.
-            log.error("receipt for %s not journalled (%s); reconciler will settle it",
-                      row.op_key, exc)
+            log.error(
+                "receipt for %s not journalled (%s); reconciler will settle it", row.op_key, exc
+            )
             return replace(row, cause=_unrecorded(receipt, exc))
         crashpoint("after_receipt")
         return row
@@ -281,33 +344,62 @@ class Gate:
     def _late_receipt(self, row: Operation, receipt: Receipt) -> Operation:
         """A receipt that arrived after the row left ``submitted``: audit it, return the row."""
         try:
-            self.store.append_audit("late_receipt", {
-                "outcome": receipt.outcome.value, "venue_id": receipt.venue_id,
-                "proof": receipt.proof, "detail": dict(receipt.detail)},
-                now=self.clock(), scope=row.scope, operation_id=row.operation_id)
+            self.store.append_audit(
+                "late_receipt",
+                {
+                    "outcome": receipt.outcome.value,
+                    "venue_id": receipt.venue_id,
+                    "proof": receipt.proof,
+                    "detail": dict(receipt.detail),
+                },
+                now=self.clock(),
+                scope=row.scope,
+                operation_id=row.operation_id,
+            )
             current = self.store.get(row.scope, row.operation_id)
         except (StoreError, OutcomeUnknown) as exc:
             # The row is already settled; a late receipt lost with its audit line changes
             # nothing the caller must act on.
             log.error("late receipt for %s not recorded (%s)", row.op_key, exc)
             return row
-        log.warning("receipt for %s (%s) arrived after the row was settled as %s",
-                    row.op_key, receipt.outcome.value,
-                    current.state.value if current else "absent")
+        log.warning(
+            "receipt for %s (%s) arrived after the row was settled as %s",
+            row.op_key,
+            receipt.outcome.value,
+            current.state.value if current else "absent",
+        )
         return current if current is not None else row
 
     def _journal_receipt(self, row: Operation, receipt: Receipt) -> Operation:
         now = self.clock()
         if receipt.outcome is Outcome.APPLIED:
-            return self.store.transition(row.scope, row.operation_id, State.SUBMITTED,
-                                         State.ACKNOWLEDGED, now=now, venue_id=receipt.venue_id,
-                                         current=row)
+            return self.store.transition(
+                row.scope,
+                row.operation_id,
+                State.SUBMITTED,
+                State.ACKNOWLEDGED,
+                now=now,
+                venue_id=receipt.venue_id,
+                current=row,
+            )
         if receipt.outcome is Outcome.NOT_APPLIED:
-            return self.store.transition(row.scope, row.operation_id, State.SUBMITTED,
-                                         State.FAILED, now=now, detail=receipt.proof,
-                                         audit={"proof": receipt.proof}, current=row)
-        self.store.append_audit(OUTCOME_UNKNOWN_ENTRY, dict(receipt.detail), now=now,
-                                scope=row.scope, operation_id=row.operation_id)
+            return self.store.transition(
+                row.scope,
+                row.operation_id,
+                State.SUBMITTED,
+                State.FAILED,
+                now=now,
+                detail=receipt.proof,
+                audit={"proof": receipt.proof},
+                current=row,
+            )
+        self.store.append_audit(
+            OUTCOME_UNKNOWN_ENTRY,
+            dict(receipt.detail),
+            now=now,
+            scope=row.scope,
+            operation_id=row.operation_id,
+        )
         # In memory only: the audit entry just written is where a later read finds it.
         return replace(row, cause=_unknown_cause(receipt.detail))
 
@@ -324,8 +416,6 @@ def _path_for(decision: Decision, dispatch: bool) -> list[State]:
     return [State.PROPOSED, State.VALIDATED]
 
 
-
-
 def _proposers(principal: str | None, proposed_by: object) -> tuple[str, ...]:
     """Every identity that proposed the action; none of them may approve it."""
     names = {principal} if principal else set()
@@ -339,12 +429,19 @@ def _provenance(parsed: Intent, decision: Decision, principal: str | None) -> di
     by = parsed.audit.get("proposed_by")
     by = by if isinstance(by, Mapping) else {}
     digests = parsed.audit.get("tool_output_digests")
-    return {"principal": principal, "model": by.get("model"),
-            "harness_version": by.get("harness_version"),
-            "context_digest": parsed.audit.get("context_digest"),
-            "tool_output_digests": list(digests) if isinstance(digests, list | tuple) else [],
-            "decision": {"allowed": decision.allowed, "tier": decision.tier.value,
-                         "reason": decision.reason, "policy_version": decision.policy_version}}
+    return {
+        "principal": principal,
+        "model": by.get("model"),
+        "harness_version": by.get("harness_version"),
+        "context_digest": parsed.audit.get("context_digest"),
+        "tool_output_digests": list(digests) if isinstance(digests, list | tuple) else [],
+        "decision": {
+            "allowed": decision.allowed,
+            "tier": decision.tier.value,
+            "reason": decision.reason,
+            "policy_version": decision.policy_version,
+        },
+    }
 
 
 def _replayed(row: Operation) -> Operation:
@@ -358,8 +455,10 @@ _TRAIL_LIMIT = 10_000
 
 def uncertain_cause(trail: Iterable[ChainEntry]) -> str:
     """Why a ``submitted`` row's outcome is unknown, from its audit trail (the latest word)."""
-    cause = ("no receipt recorded: the call may still be in flight, or it was interrupted "
-             "(or never made) after the row was journalled")
+    cause = (
+        "no receipt recorded: the call may still be in flight, or it was interrupted "
+        "(or never made) after the row was journalled"
+    )
     for entry in trail:
         if entry.kind == OUTCOME_UNKNOWN_ENTRY:
             detail = entry.detail

@@ -24,13 +24,23 @@ __all__ = ["DIVERGENCE_ALERTS", "check_maintenance", "divergence_alert"]
 #: Divergence kinds that page, each under its own alert kind: effects made outside the boundary
 #: (orphans, and records under keys the boundary never dispatched), keys the venue did not
 #: honour, and written-off rows that appeared after all.
-DIVERGENCE_ALERTS = frozenset({"orphan", "duplicate-effect", "ledger-says-failed"} | {
-    f"ledger-says-{s}" for s in ("proposed", "awaiting_approval", "validated", "rejected",
-                                 "denied", "shadowed")})
+DIVERGENCE_ALERTS = frozenset(
+    {"orphan", "duplicate-effect", "ledger-says-failed"}
+    | {
+        f"ledger-says-{s}"
+        for s in ("proposed", "awaiting_approval", "validated", "rejected", "denied", "shadowed")
+    }
+)
 
 
-def divergence_alert(kind: str, op_key: str, venue_ids: tuple[str, ...] | list[str],
-                     ledger_state: str | None, *, at: float) -> Alert:
+def divergence_alert(
+    kind: str,
+    op_key: str,
+    venue_ids: tuple[str, ...] | list[str],
+    ledger_state: str | None,
+    *,
+    at: float,
+) -> Alert:
     if kind == "duplicate-effect":
         what = "the venue did not honour the operation key"
     elif kind == "ledger-says-failed":
@@ -38,17 +48,29 @@ def divergence_alert(kind: str, op_key: str, venue_ids: tuple[str, ...] | list[s
     elif kind == "orphan":
         what = "an effect made outside the boundary"
     else:
-        what = (f"an effect under the key of an operation that was never dispatched (the "
-                f"ledger says {ledger_state}): made outside the boundary")
-    return Alert(kind, f"{op_key}|{','.join(venue_ids)}", None,
-                 f"{kind} at {op_key} (venue ids {', '.join(venue_ids) or '-'}): {what}",
-                 {"op_key": op_key, "venue_ids": list(venue_ids), "ledger_state": ledger_state},
-                 at)
+        what = (
+            f"an effect under the key of an operation that was never dispatched (the "
+            f"ledger says {ledger_state}): made outside the boundary"
+        )
+    return Alert(
+        kind,
+        f"{op_key}|{','.join(venue_ids)}",
+        None,
+        f"{kind} at {op_key} (venue ids {', '.join(venue_ids) or '-'}): {what}",
+        {"op_key": op_key, "venue_ids": list(venue_ids), "ledger_state": ledger_state},
+        at,
+    )
 
 
-def check_maintenance(store: Store, registry: Registry, sink: AlertSink | None, *,
-                      now: float, ratio: float = HORIZON_RETENTION_RATIO,
-                      limit: int = 1000) -> list[Alert]:
+def check_maintenance(
+    store: Store,
+    registry: Registry,
+    sink: AlertSink | None,
+    *,
+    now: float,
+    ratio: float = HORIZON_RETENTION_RATIO,
+    limit: int = 1000,
+) -> list[Alert]:
     """Evaluate every rule now; return the alerts raised for the first time."""
     raised: list[Alert] = []
 
@@ -57,21 +79,38 @@ def check_maintenance(store: Store, registry: Registry, sink: AlertSink | None, 
             raised.append(alert)
 
     for ac in registry:
-        for label, value in (("visibility_horizon", ac.visibility_horizon),
-                             ("settlement_window", ac.settlement_window)):
+        for label, value in (
+            ("visibility_horizon", ac.visibility_horizon),
+            ("settlement_window", ac.settlement_window),
+        ):
             if value is not None and value > ratio * ac.key_retention:
-                emit(Alert("horizon-retention", f"{ac.name}:{label}:{value}:{ac.key_retention}",
-                           ac.name, f"{ac.name}: {label} {value:g}s is not well inside the key "
-                           f"retention {ac.key_retention:g}s (limit {ratio:.0%})",
-                           {label: value, "key_retention": ac.key_retention}, now))
+                emit(
+                    Alert(
+                        "horizon-retention",
+                        f"{ac.name}:{label}:{value}:{ac.key_retention}",
+                        ac.name,
+                        f"{ac.name}: {label} {value:g}s is not well inside the key "
+                        f"retention {ac.key_retention:g}s (limit {ratio:.0%})",
+                        {label: value, "key_retention": ac.key_retention},
+                        now,
+                    )
+                )
         window = ac.settlement_window or ac.visibility_horizon
-        for row in store.list_operations(state=State.SUBMITTED, action=ac.name,
-                                         older_than=now - window, limit=limit):
+        for row in store.list_operations(
+            state=State.SUBMITTED, action=ac.name, older_than=now - window, limit=limit
+        ):
             since = row.submitted_at or row.updated_at
-            emit(Alert("uncertain-aged", row.op_key, ac.name,
-                       f"{row.op_key} has been uncertain for {now - since:.0f}s, past the "
-                       f"{window:g}s settlement window", {"submitted_at": since,
-                                                          "window": window}, now))
+            emit(
+                Alert(
+                    "uncertain-aged",
+                    row.op_key,
+                    ac.name,
+                    f"{row.op_key} has been uncertain for {now - since:.0f}s, past the "
+                    f"{window:g}s settlement window",
+                    {"submitted_at": since, "window": window},
+                    now,
+                )
+            )
     # Divergences are recorded once by the reconciler; alerting from the table as well means a
     # reconciler that died between recording and alerting still pages on the next check.
     for d in store.list_divergences(limit=100_000):

@@ -46,10 +46,14 @@ class BlastRadius:
     dispatched_last_hour: int
 
     def to_dict(self) -> dict[str, object]:
-        return {"action": self.action, "killed": self.killed,
-                "would_hold": [r.op_key for r in self.dispatchable],
-                "awaiting_approval": self.awaiting_approval, "in_flight": self.in_flight,
-                "dispatched_last_hour": self.dispatched_last_hour}
+        return {
+            "action": self.action,
+            "killed": self.killed,
+            "would_hold": [r.op_key for r in self.dispatchable],
+            "awaiting_approval": self.awaiting_approval,
+            "in_flight": self.in_flight,
+            "dispatched_last_hour": self.dispatched_last_hour,
+        }
 
 
 @dataclass
@@ -70,24 +74,41 @@ class ShadowReport:
         return len(self.disagreed) / self.compared if self.compared else None
 
     def to_dict(self) -> dict[str, object]:
-        return {"action": self.action, "compared": self.compared,
-                "agreed": len(self.agreed), "disagreed": len(self.disagreed),
-                "awaiting_incumbent": len(self.awaiting_incumbent),
-                "disagreement_rate": self.disagreement_rate,
-                "cases": [{"correlation_id": p.correlation_id, "action": p.action,
-                           "operation_id": p.operation_id,
-                           "shadow": dict(p.request["effect"])  # type: ignore[call-overload]
-                           if p.request else None,
-                           "incumbent": dict(p.incumbent_effect)
-                           if p.incumbent_effect is not None else None}
-                          for p in self.disagreed]}
+        return {
+            "action": self.action,
+            "compared": self.compared,
+            "agreed": len(self.agreed),
+            "disagreed": len(self.disagreed),
+            "awaiting_incumbent": len(self.awaiting_incumbent),
+            "disagreement_rate": self.disagreement_rate,
+            "cases": [
+                {
+                    "correlation_id": p.correlation_id,
+                    "action": p.action,
+                    "operation_id": p.operation_id,
+                    "shadow": dict(p.request["effect"])  # type: ignore[call-overload]
+                    if p.request
+                    else None,
+                    "incumbent": dict(p.incumbent_effect)
+                    if p.incumbent_effect is not None
+                    else None,
+                }
+                for p in self.disagreed
+            ],
+        }
 
 
 class Operator:
     """Operator actions on one store. Construct it only where the operator credential lives."""
 
-    def __init__(self, *, store: Store, registry: Registry, alerts: AlertSink | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        registry: Registry,
+        alerts: AlertSink | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.store = store
         self.registry = registry
         self.alerts = alerts
@@ -100,11 +121,17 @@ class Operator:
 
     @staticmethod
     def _who(operator: str) -> str:
-        if not isinstance(operator, str) or not IDENTITY_PATTERN.fullmatch(operator) \
-                or operator.startswith(SYSTEM_PREFIX):
-            raise ControlError(f"operator identity {operator!r} must match "
-                               f"{IDENTITY_PATTERN.pattern} and not start with "
-                               f"{SYSTEM_PREFIX!r}", field="operator")
+        if (
+            not isinstance(operator, str)
+            or not IDENTITY_PATTERN.fullmatch(operator)
+            or operator.startswith(SYSTEM_PREFIX)
+        ):
+            raise ControlError(
+                f"operator identity {operator!r} must match "
+                f"{IDENTITY_PATTERN.pattern} and not start with "
+                f"{SYSTEM_PREFIX!r}",
+                field="operator",
+            )
         return operator
 
     # --- kill switch ------------------------------------------------------------------------
@@ -112,35 +139,45 @@ class Operator:
     def kill(self, action: str, *, operator: str, reason: str | None = None) -> ClassControls:
         """Halt new dispatches of ``action`` in every process (held rows stay ``validated``)."""
         self._class(action)
-        return self.store.set_kill(action, True, operator=self._who(operator), reason=reason,
-                                   now=self.clock())
+        return self.store.set_kill(
+            action, True, operator=self._who(operator), reason=reason, now=self.clock()
+        )
 
-    def release(self, action: str, *, operator: str,
-                reason: str | None = None) -> ClassControls:
+    def release(self, action: str, *, operator: str, reason: str | None = None) -> ClassControls:
         self._class(action)
-        return self.store.set_kill(action, False, operator=self._who(operator), reason=reason,
-                                   now=self.clock())
+        return self.store.set_kill(
+            action, False, operator=self._who(operator), reason=reason, now=self.clock()
+        )
 
     def blast_radius(self, action: str, *, limit: int = 1000) -> BlastRadius:
         """Rehearse a switch: what it would hold now, without flipping it."""
         self._class(action)
         counts = self.store.count_by_state()
-        dispatchable = self.store.list_operations(state=State.VALIDATED, action=action,
-                                                  limit=limit)
+        dispatchable = self.store.list_operations(state=State.VALIDATED, action=action, limit=limit)
         now = self.clock()
-        recent = [r for r in self.store.list_operations(action=action, limit=10_000)
-                  if r.submitted_at is not None and r.submitted_at >= now - 3600]
-        return BlastRadius(action, self.store.controls(action).killed, dispatchable,
-                           counts.get((action, State.AWAITING_APPROVAL.value), 0),
-                           counts.get((action, State.SUBMITTED.value), 0), len(recent))
+        recent = [
+            r
+            for r in self.store.list_operations(action=action, limit=10_000)
+            if r.submitted_at is not None and r.submitted_at >= now - 3600
+        ]
+        return BlastRadius(
+            action,
+            self.store.controls(action).killed,
+            dispatchable,
+            counts.get((action, State.AWAITING_APPROVAL.value), 0),
+            counts.get((action, State.SUBMITTED.value), 0),
+            len(recent),
+        )
 
     def held(self, action: str | None = None, *, limit: int = 1000) -> list[Operation]:
         """``validated`` rows a control is holding back (listed, never failed)."""
         if action is not None:
             self._class(action)
-        return [r for r in self.store.list_operations(state=State.VALIDATED, action=action,
-                                                      limit=limit)
-                if (r.detail or "").startswith(HELD_PREFIX)]
+        return [
+            r
+            for r in self.store.list_operations(state=State.VALIDATED, action=action, limit=limit)
+            if (r.detail or "").startswith(HELD_PREFIX)
+        ]
 
     def status(self, action: str | None = None) -> list[ClassControls]:
         names = [self._class(action).name] if action else self.registry.names()
@@ -148,12 +185,14 @@ class Operator:
 
     # --- breaker, shadow, staged authority -----------------------------------------------
 
-    def reset_breaker(self, action: str, *, operator: str,
-                      reason: str | None = None) -> ClassControls:
+    def reset_breaker(
+        self, action: str, *, operator: str, reason: str | None = None
+    ) -> ClassControls:
         """Close an open breaker (the only way it closes)."""
         self._class(action)
-        return self.store.reset_breaker(action, operator=self._who(operator), reason=reason,
-                                        now=self.clock())
+        return self.store.reset_breaker(
+            action, operator=self._who(operator), reason=reason, now=self.clock()
+        )
 
     def set_shadow(self, action: str, on: bool, *, operator: str) -> ClassControls:
         self._class(action)
@@ -163,16 +202,30 @@ class Operator:
         self._class(action)
         return self.store.controls(action).envelope
 
-    def step(self, action: str, axis: str, new: object, *, evidence: Mapping[str, object],
-             operator: str, reverse_on: str = "breaker_trip") -> AuthorityStep:
+    def step(
+        self,
+        action: str,
+        axis: str,
+        new: object,
+        *,
+        evidence: Mapping[str, object],
+        operator: str,
+        reverse_on: str = "breaker_trip",
+    ) -> AuthorityStep:
         """Move one envelope axis, naming the evidence and the condition that reverses it.
 
         The oversight tier is not an axis: a tier floor is never lowered by evidence.
         """
         self._class(action)
-        return self.store.apply_authority_step(action, axis, new, evidence=evidence,
-                                               reverse_on=reverse_on,
-                                               operator=self._who(operator), now=self.clock())
+        return self.store.apply_authority_step(
+            action,
+            axis,
+            new,
+            evidence=evidence,
+            reverse_on=reverse_on,
+            operator=self._who(operator),
+            now=self.clock(),
+        )
 
     def history(self, action: str | None = None) -> list[AuthorityStep]:
         if action is not None:
@@ -184,21 +237,42 @@ class Operator:
     def pending(self, *, limit: int = 1000) -> list[Operation]:
         return self.store.list_operations(state=State.AWAITING_APPROVAL, limit=limit)
 
-    def approve(self, operation_id: str, *, fingerprint: str, approver: str,
-                scope: str = "default", reason: str | None = None) -> ApprovalOutcome:
+    def approve(
+        self,
+        operation_id: str,
+        *,
+        fingerprint: str,
+        approver: str,
+        scope: str = "default",
+        reason: str | None = None,
+    ) -> ApprovalOutcome:
         """Approve exactly the payload ``fingerprint`` of ``operation_id``.
 
         Complete approvals move the row to ``validated``; dispatch it with ``Gate.dispatch``.
         """
         return self._decide(operation_id, fingerprint, approver, scope, True, reason)
 
-    def refuse(self, operation_id: str, *, fingerprint: str, approver: str,
-               scope: str = "default", reason: str | None = None) -> ApprovalOutcome:
+    def refuse(
+        self,
+        operation_id: str,
+        *,
+        fingerprint: str,
+        approver: str,
+        scope: str = "default",
+        reason: str | None = None,
+    ) -> ApprovalOutcome:
         """Refuse the payload; the row ends ``denied``."""
         return self._decide(operation_id, fingerprint, approver, scope, False, reason)
 
-    def _decide(self, operation_id: str, fingerprint: str, approver: str, scope: str,
-                approve: bool, reason: str | None) -> ApprovalOutcome:
+    def _decide(
+        self,
+        operation_id: str,
+        fingerprint: str,
+        approver: str,
+        scope: str,
+        approve: bool,
+        reason: str | None,
+    ) -> ApprovalOutcome:
         validate_identity(scope, operation_id)
         try:
             who = self._who(approver)
@@ -206,17 +280,28 @@ class Operator:
             raise InvalidApprover(exc.message) from None
         now = self.clock()
         try:
-            outcome = self.store.decide_approval(scope, operation_id, approver=who,
-                                                 fingerprint=fingerprint, approve=approve,
-                                                 reason=reason, now=now)
+            outcome = self.store.decide_approval(
+                scope,
+                operation_id,
+                approver=who,
+                fingerprint=fingerprint,
+                approve=approve,
+                reason=reason,
+                now=now,
+            )
         except ApprovalError as exc:
-            self.store.append_audit("approval_refused", {"approver": who,
-                                    "fingerprint": fingerprint, "error": exc.to_dict()},
-                                    now=now, scope=scope, operation_id=operation_id)
+            self.store.append_audit(
+                "approval_refused",
+                {"approver": who, "fingerprint": fingerprint, "error": exc.to_dict()},
+                now=now,
+                scope=scope,
+                operation_id=operation_id,
+            )
             raise
         if outcome.expired:
-            raise ApprovalExpired(f"the approval window of {operation_id!r} closed; it is now "
-                                  "denied")
+            raise ApprovalExpired(
+                f"the approval window of {operation_id!r} closed; it is now denied"
+            )
         return outcome
 
     def expire_approvals(self) -> list[Operation]:
@@ -224,8 +309,9 @@ class Operator:
 
     # --- shadow mode ----------------------------------------------------------------------
 
-    def feed_incumbent(self, correlation_id: str, action: str,
-                       intent: Mapping[str, object] | None, *, source: str) -> str | None:
+    def feed_incumbent(
+        self, correlation_id: str, action: str, intent: Mapping[str, object] | None, *, source: str
+    ) -> str | None:
         """Record what the incumbent (a human, the old system) did; ``None``: it did nothing.
 
         ``intent`` is parsed like an agent's intent (``intent_version`` and ``action`` may be
@@ -233,16 +319,19 @@ class Operator:
         """
         ac = self._class(action)
         if not isinstance(correlation_id, str) or not IDENTITY_PATTERN.fullmatch(correlation_id):
-            raise ControlError(f"correlation id {correlation_id!r} must match "
-                               f"{IDENTITY_PATTERN.pattern}", field="correlation_id")
+            raise ControlError(
+                f"correlation id {correlation_id!r} must match {IDENTITY_PATTERN.pattern}",
+                field="correlation_id",
+            )
         fingerprint: str | None = None
         effect: dict[str, Any] | None = None
         if intent is not None:
             body = {"intent_version": min(ac.schema_versions), "action": action, **intent}
             parsed = self.registry.parse(action, body)
             fingerprint, effect = parsed.fingerprint, dict(parsed.effect)
-        self.store.record_incumbent(correlation_id, action, fingerprint, effect,
-                                    source=self._who(source), now=self.clock())
+        self.store.record_incumbent(
+            correlation_id, action, fingerprint, effect, source=self._who(source), now=self.clock()
+        )
         return fingerprint
 
     def shadow_report(self, action: str | None = None) -> ShadowReport:
@@ -262,8 +351,9 @@ class Operator:
 
     # --- audit ----------------------------------------------------------------------------
 
-    def verify_audit(self, *, expect_heads: Mapping[int, tuple[int, str]] | None = None,
-                     ) -> VerifyResult:
+    def verify_audit(
+        self, *, expect_heads: Mapping[int, tuple[int, str]] | None = None
+    ) -> VerifyResult:
         return verify_store(self.store, expect_heads=expect_heads)
 
     def export_evidence(self, operation_id: str, *, scope: str = "default") -> dict[str, Any]:

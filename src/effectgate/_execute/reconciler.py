@@ -47,14 +47,23 @@ log = logging.getLogger("effectgate.reconciler")
 
 #: States of a row that was never dispatched: a venue record under its key is an effect made
 #: outside the boundary, an alarm exactly like an orphan.
-NEVER_DISPATCHED = frozenset({State.PROPOSED, State.AWAITING_APPROVAL, State.VALIDATED,
-                              State.REJECTED, State.DENIED, State.SHADOWED})
+NEVER_DISPATCHED = frozenset(
+    {
+        State.PROPOSED,
+        State.AWAITING_APPROVAL,
+        State.VALIDATED,
+        State.REJECTED,
+        State.DENIED,
+        State.SHADOWED,
+    }
+)
 #: Divergences that page (and make ``effectgate reconcile`` exit 3): an effect outside the
 #: boundary, a key the venue did not honour, an acknowledged effect gone, a written-off row
 #: that appeared after all.
-ALARM_KINDS = frozenset({"duplicate-effect", "orphan", "missing-at-venue",
-                         "ledger-says-failed"} | {f"ledger-says-{s.value}"
-                                                  for s in NEVER_DISPATCHED})
+ALARM_KINDS = frozenset(
+    {"duplicate-effect", "orphan", "missing-at-venue", "ledger-says-failed"}
+    | {f"ledger-says-{s.value}" for s in NEVER_DISPATCHED}
+)
 
 
 @dataclass
@@ -70,7 +79,8 @@ class ReconcileReport:
     quarantined: int = 0
     probe_errors: int = 0
     new_divergences: list[tuple[str, str, tuple[str, ...], str | None]] = field(
-        default_factory=list)
+        default_factory=list
+    )
     divergences_seen: int = 0
     repaired: list[tuple[str, str]] = field(default_factory=list)
 
@@ -113,12 +123,22 @@ class _Pass:
 class Reconciler:
     """Settles uncertain rows and reports divergences, once or as a standing job."""
 
-    def __init__(self, *, store: Store, registry: Registry, adapters: Mapping[str, Adapter],
-                 clock: Callable[[], float] = time.time, page_size: int = 1000,
-                 owner: str | None = None, sweep_ttl: float = 3600.0,
-                 lease_seconds: float = 60.0, keep_repaired: bool = True,
-                 alerts: AlertSink | None = None, flush_every: int = 500,
-                 trip_on_duplicate: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        registry: Registry,
+        adapters: Mapping[str, Adapter],
+        clock: Callable[[], float] = time.time,
+        page_size: int = 1000,
+        owner: str | None = None,
+        sweep_ttl: float = 3600.0,
+        lease_seconds: float = 60.0,
+        keep_repaired: bool = True,
+        alerts: AlertSink | None = None,
+        flush_every: int = 500,
+        trip_on_duplicate: bool = True,
+    ) -> None:
         self.store = store
         self.registry = registry
         self.adapters = dict(adapters)
@@ -155,8 +175,12 @@ class Reconciler:
             check_maintenance(self.store, self.registry, self.alerts, now=self.clock())
         return report
 
-    def watch(self, interval: float, stop: threading.Event,
-              on_report: Callable[[ReconcileReport], None] | None = None) -> None:
+    def watch(
+        self,
+        interval: float,
+        stop: threading.Event,
+        on_report: Callable[[ReconcileReport], None] | None = None,
+    ) -> None:
         """Run until ``stop`` is set: reconciliation as a standing job, not as recovery."""
         while not stop.is_set():
             report = self.run_once()
@@ -192,7 +216,8 @@ class Reconciler:
 
     def _sweep_one(self, adapter: Adapter, actions: list[str], run: _Pass) -> None:
         venue: Iterator[tuple[str, Iterator[VenueRecord]]] = groupby(
-            iter_records(adapter, self.page_size), key=lambda r: r.operation_key)
+            iter_records(adapter, self.page_size), key=lambda r: r.operation_key
+        )
         ledger = self._ledger(actions)
         entry = next(ledger, None)
         group = next(venue, None)
@@ -220,34 +245,56 @@ class Reconciler:
         now = self.clock()
         if entry.state is State.SUBMITTED:
             if entry.submitted_at is not None and now - entry.submitted_at >= horizon:
-                self._move(entry, State.FAILED, run, "absent-past-horizon",
-                           detail=f"absent at the venue {horizon:g}s after submission",
-                           tally=Tally.WRITTEN_OFF)
+                self._move(
+                    entry,
+                    State.FAILED,
+                    run,
+                    "absent-past-horizon",
+                    detail=f"absent at the venue {horizon:g}s after submission",
+                    tally=Tally.WRITTEN_OFF,
+                )
             else:
                 run.report.still_uncertain += 1
                 self._note(run, entry.op_key, "still-uncertain-inside-horizon")
         elif entry.state is State.ACKNOWLEDGED and now - entry.updated_at >= horizon:
             self._diverge("missing-at-venue", entry.op_key, [], entry.state.value, run)
 
-    def _present(self, entry: LedgerEntry, venue_ids: list[str],
-                 run: _Pass) -> None:
+    def _present(self, entry: LedgerEntry, venue_ids: list[str], run: _Pass) -> None:
         """A ledger row with one or more venue records."""
         if len(venue_ids) > 1:
-            if self._diverge("duplicate-effect", entry.op_key, venue_ids, entry.state.value,
-                             run) and self.trip_on_duplicate:
+            if (
+                self._diverge("duplicate-effect", entry.op_key, venue_ids, entry.state.value, run)
+                and self.trip_on_duplicate
+            ):
                 self._trip(entry, venue_ids)
             if entry.state in NEVER_DISPATCHED:
                 # Effects under a key the boundary never sent: alarm as such too.
-                self._diverge(f"ledger-says-{entry.state.value}", entry.op_key, venue_ids,
-                              entry.state.value, run)
+                self._diverge(
+                    f"ledger-says-{entry.state.value}",
+                    entry.op_key,
+                    venue_ids,
+                    entry.state.value,
+                    run,
+                )
             if entry.state not in (State.ACKNOWLEDGED, State.FAILED, State.QUARANTINED):
-                self._move(entry, State.QUARANTINED, run, "duplicate-effect",
-                           detail=f"{len(venue_ids)} venue records under one operation key",
-                           tally=Tally.QUARANTINED)
+                self._move(
+                    entry,
+                    State.QUARANTINED,
+                    run,
+                    "duplicate-effect",
+                    detail=f"{len(venue_ids)} venue records under one operation key",
+                    tally=Tally.QUARANTINED,
+                )
             return
         if entry.state is State.SUBMITTED:
-            self._move(entry, State.ACKNOWLEDGED, run, "confirmed", venue_id=venue_ids[0],
-                       tally=Tally.CONFIRMED)
+            self._move(
+                entry,
+                State.ACKNOWLEDGED,
+                run,
+                "confirmed",
+                venue_id=venue_ids[0],
+                tally=Tally.CONFIRMED,
+            )
         elif entry.state is not State.ACKNOWLEDGED or entry.venue_id != venue_ids[0]:
             fresh = self._fresh(entry.op_key)
             if fresh is not None and fresh.state is not entry.state:
@@ -255,8 +302,9 @@ class Reconciler:
                 # row as it is now, not the snapshot, or live traffic raises false alarms.
                 self._present(fresh, venue_ids, run)
                 return
-            self._diverge(f"ledger-says-{entry.state.value}", entry.op_key, venue_ids,
-                          entry.state.value, run)
+            self._diverge(
+                f"ledger-says-{entry.state.value}", entry.op_key, venue_ids, entry.state.value, run
+            )
 
     def _unmatched(self, key: str, venue_ids: list[str], run: _Pass) -> None:
         """Venue records whose key the ledger page did not hold: an orphan, or a row too new."""
@@ -276,9 +324,14 @@ class Reconciler:
         row = self.store.get(scope, operation_id)
         if row is None:
             return None
-        return LedgerEntry(op_key=row.op_key, action=row.action, state=row.state,
-                           venue_id=row.venue_id, submitted_at=row.submitted_at,
-                           updated_at=row.updated_at)
+        return LedgerEntry(
+            op_key=row.op_key,
+            action=row.action,
+            state=row.state,
+            venue_id=row.venue_id,
+            submitted_at=row.submitted_at,
+            updated_at=row.updated_at,
+        )
 
     # --- repair (probe) -------------------------------------------------------------------
 
@@ -289,9 +342,9 @@ class Reconciler:
         seen: set[str] = set()
         with self._batched(run):
             while True:
-                entries = self.store.lease_uncertain(self.owner, now=self.clock(),
-                                                     lease_seconds=self.lease_seconds,
-                                                     limit=batch)
+                entries = self.store.lease_uncertain(
+                    self.owner, now=self.clock(), lease_seconds=self.lease_seconds, limit=batch
+                )
                 fresh = [e for e in entries if e.op_key not in seen]
                 if not fresh:
                     return run.report
@@ -321,9 +374,17 @@ class Reconciler:
 
     # --- helpers --------------------------------------------------------------------------
 
-    def _move(self, entry: LedgerEntry, target: State, run: _Pass, note: str, *,
-              venue_id: str | None = None, detail: str | None = None,
-              tally: Tally | None = None) -> None:
+    def _move(
+        self,
+        entry: LedgerEntry,
+        target: State,
+        run: _Pass,
+        note: str,
+        *,
+        venue_id: str | None = None,
+        detail: str | None = None,
+        tally: Tally | None = None,
+    ) -> None:
         """Buffer one compare-and-set; written (and counted) by :meth:`_flush`.
 
         A move the state table refuses (a terminal row cannot be quarantined) is recorded as an
@@ -333,13 +394,25 @@ class Reconciler:
         try:
             check_transition(entry.state, target)
         except InvalidTransition as exc:
-            log.error("cannot move %s %s -> %s (%s); recorded as a divergence", entry.op_key,
-                      entry.state.value, target.value, exc)
+            log.error(
+                "cannot move %s %s -> %s (%s); recorded as a divergence",
+                entry.op_key,
+                entry.state.value,
+                target.value,
+                exc,
+            )
             self._diverge(f"unapplied-{target.value}", entry.op_key, [], entry.state.value, run)
             return
         scope, _, operation_id = entry.op_key.partition(":")
-        move = Move(scope, operation_id, entry.state, target, venue_id=venue_id, detail=detail,
-                    audit={"by": "reconciler", "owner": self.owner, "note": note})
+        move = Move(
+            scope,
+            operation_id,
+            entry.state,
+            target,
+            venue_id=venue_id,
+            detail=detail,
+            audit={"by": "reconciler", "owner": self.owner, "note": note},
+        )
         run.pending.append((move, entry.op_key, note, tally))
         if len(run.pending) >= self.flush_every:
             self._flush(run)
@@ -381,31 +454,53 @@ class Reconciler:
         if self.keep_repaired:
             run.report.repaired.append((op_key, note))
 
-    def _diverge(self, kind: str, op_key: str, venue_ids: list[str], ledger_state: str | None,
-                 run: _Pass) -> bool:
+    def _diverge(
+        self, kind: str, op_key: str, venue_ids: list[str], ledger_state: str | None, run: _Pass
+    ) -> bool:
         """Record a divergence; True the first time it is seen (it alarmed then)."""
         run.report.divergences_seen += 1
-        if not self.store.record_divergence(kind, op_key, venue_ids, ledger_state,
-                                            now=self.clock()):
+        if not self.store.record_divergence(
+            kind, op_key, venue_ids, ledger_state, now=self.clock()
+        ):
             return False
         run.report.new_divergences.append((kind, op_key, tuple(venue_ids), ledger_state))
-        level = logging.ERROR if kind in ALARM_KINDS or kind.startswith("unapplied") \
+        level = (
+            logging.ERROR
+            if kind in ALARM_KINDS or kind.startswith("unapplied")
             else logging.WARNING
-        log.log(level, "divergence %s: key=%s venue_ids=%s ledger_state=%s", kind, op_key,
-                venue_ids, ledger_state)
+        )
+        log.log(
+            level,
+            "divergence %s: key=%s venue_ids=%s ledger_state=%s",
+            kind,
+            op_key,
+            venue_ids,
+            ledger_state,
+        )
         if self.alerts is not None and kind in DIVERGENCE_ALERTS:
-            raise_alert(self.store, self.alerts, divergence_alert(
-                kind, op_key, venue_ids, ledger_state, at=self.clock()))
+            raise_alert(
+                self.store,
+                self.alerts,
+                divergence_alert(kind, op_key, venue_ids, ledger_state, at=self.clock()),
+            )
         return True
 
     def _trip(self, entry: LedgerEntry, venue_ids: list[str]) -> None:
         """Open the class's breaker after a duplicate effect (paged by the store's alert)."""
         why = f"{len(venue_ids)} venue records under {entry.op_key}: the key was not honoured"
         now = self.clock()
-        if self.store.trip_breaker(entry.action, [("duplicate-effect", why)], now=now,
-                                   trigger=entry.op_key):
+        if self.store.trip_breaker(
+            entry.action, [("duplicate-effect", why)], now=now, trigger=entry.op_key
+        ):
             # Recorded by the trip's transaction; delivered once it has committed.
-            deliver(self.alerts, Alert(
-                "breaker-tripped", f"{entry.action}@{now!r}", entry.action,
-                f"breaker for {entry.action} tripped: duplicate-effect: {why}",
-                {"signals": ["duplicate-effect"], "trigger": entry.op_key}, now))
+            deliver(
+                self.alerts,
+                Alert(
+                    "breaker-tripped",
+                    f"{entry.action}@{now!r}",
+                    entry.action,
+                    f"breaker for {entry.action} tripped: duplicate-effect: {why}",
+                    {"signals": ["duplicate-effect"], "trigger": entry.op_key},
+                    now,
+                ),
+            )

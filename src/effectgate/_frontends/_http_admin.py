@@ -9,7 +9,6 @@ its own. Sections:
   :mod:`effectgate._frontends._http_controls`
 """
 
-
 import time
 from dataclasses import replace
 from typing import Annotated, Any
@@ -66,26 +65,34 @@ class OperationDetailOut(OperationOut):
 def admin_router(service: Service, operator: Any, errors: dict[int | str, Any]) -> APIRouter:
     router = APIRouter(responses=errors)
 
-    @router.get("/operations", response_model=list[OperationOut],
-                summary="List operations (most recently updated first)")
+    @router.get(
+        "/operations",
+        response_model=list[OperationOut],
+        summary="List operations (most recently updated first)",
+    )
     async def list_operations(
-            who: operator,
-            state: Annotated[State | None, Query()] = None,
-            action: Annotated[str | None, Query(max_length=64)] = None,
-            scope: Annotated[str | None, Query(max_length=64)] = None,
-            older_than: Annotated[float | None, Query(ge=0, le=1e9)] = None,
-            limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
+        who: operator,
+        state: Annotated[State | None, Query()] = None,
+        action: Annotated[str | None, Query(max_length=64)] = None,
+        scope: Annotated[str | None, Query(max_length=64)] = None,
+        older_than: Annotated[float | None, Query(ge=0, le=1e9)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> list[dict[str, Any]]:
         visible = _visible(who, scope)
         cutoff = time.time() - older_than if older_than is not None else None
         rows = await run_in_threadpool(
-            lambda: service.store.list_operations(state=state, action=action, scope=visible,
-                                                  older_than=cutoff, limit=limit))
+            lambda: service.store.list_operations(
+                state=state, action=action, scope=visible, older_than=cutoff, limit=limit
+            )
+        )
         return [operation_dict(r, service.config.registry) for r in rows]
 
-    @router.get("/operations/{scope}/{operation_id}", response_model=OperationDetailOut,
-                summary="One operation with its intent snapshot and audit trail")
-    async def show_operation(who: operator, scope: str,
-                             operation_id: str) -> dict[str, Any]:
+    @router.get(
+        "/operations/{scope}/{operation_id}",
+        response_model=OperationDetailOut,
+        summary="One operation with its intent snapshot and audit trail",
+    )
+    async def show_operation(who: operator, scope: str, operation_id: str) -> dict[str, Any]:
         _visible(who, scope)
 
         def load() -> dict[str, Any]:
@@ -93,36 +100,56 @@ def admin_router(service: Service, operator: Any, errors: dict[int | str, Any]) 
             if row is None:
                 raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
             # One indexed range read on (scope, operation_id, seq), not a scan of the log.
-            entries = service.store.audit_entries(scope=scope, operation_id=operation_id,
-                                                  limit=_TRAIL_LIMIT)
+            entries = service.store.audit_entries(
+                scope=scope, operation_id=operation_id, limit=_TRAIL_LIMIT
+            )
             if row.state is State.SUBMITTED:
                 row = replace(row, cause=uncertain_cause(entries))
-            trail = [{"seq": e.seq, "at": e.at, "kind": e.kind, "detail": dict(e.detail)}
-                     for e in entries]
-            return {**operation_dict(row, service.config.registry), "intent": dict(row.intent),
-                    "effect": dict(row.effect), "audit": trail}
+            trail = [
+                {"seq": e.seq, "at": e.at, "kind": e.kind, "detail": dict(e.detail)}
+                for e in entries
+            ]
+            return {
+                **operation_dict(row, service.config.registry),
+                "intent": dict(row.intent),
+                "effect": dict(row.effect),
+                "audit": trail,
+            }
 
         return await run_in_threadpool(load)
 
-    @router.post("/reconcile", response_model=ReconcileOut,
-                 summary="Run one reconciliation pass now")
+    @router.post(
+        "/reconcile", response_model=ReconcileOut, summary="Run one reconciliation pass now"
+    )
     async def reconcile(who: operator) -> dict[str, object]:
         if who.scope != "*":
             raise PermissionDenied("reconciling sweeps every scope: needs an operator of '*'")
         report = await run_in_threadpool(service.reconcile_now)
         return report_dict(report)
 
-    @router.get("/divergences", response_model=list[DivergenceOut],
-                summary="Every divergence recorded, once each")
-    async def divergences(who: operator,
-                          limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
-                          ) -> list[dict[str, Any]]:
+    @router.get(
+        "/divergences",
+        response_model=list[DivergenceOut],
+        summary="Every divergence recorded, once each",
+    )
+    async def divergences(
+        who: operator, limit: Annotated[int, Query(ge=1, le=10000)] = 1000
+    ) -> list[dict[str, Any]]:
         # Filtered by the token's scope in SQL, before the limit applies.
         visible = None if who.scope == "*" else who.scope
         rows = await run_in_threadpool(
-            lambda: service.store.list_divergences_in(visible, limit=limit))
-        return [{"kind": d.kind, "op_key": d.op_key, "venue_ids": list(d.venue_ids),
-                 "ledger_state": d.ledger_state, "first_seen": d.first_seen} for d in rows]
+            lambda: service.store.list_divergences_in(visible, limit=limit)
+        )
+        return [
+            {
+                "kind": d.kind,
+                "op_key": d.op_key,
+                "venue_ids": list(d.venue_ids),
+                "ledger_state": d.ledger_state,
+                "first_seen": d.first_seen,
+            }
+            for d in rows
+        ]
 
     router.include_router(controls_router(service, operator, errors))
     return router

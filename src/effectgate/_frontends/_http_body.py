@@ -42,16 +42,19 @@ class BodyGate:
     authenticates it as before, and a bodiless PUT or DELETE needs no ``Content-Type``.
     """
 
-    def __init__(self, app: ASGIApp, *, tokens: TokenBook, cap: int,
-                 skip: Collection[str] = ()) -> None:
+    def __init__(
+        self, app: ASGIApp, *, tokens: TokenBook, cap: int, skip: Collection[str] = ()
+    ) -> None:
         self.app = app
         self._tokens = tokens
         self._cap = cap
         self._skip = frozenset(skip)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or \
-                scope["path"].removeprefix(scope.get("root_path", "")) in self._skip:
+        if (
+            scope["type"] != "http"
+            or scope["path"].removeprefix(scope.get("root_path", "")) in self._skip
+        ):
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
@@ -68,8 +71,9 @@ class BodyGate:
             body = await _read_capped(receive, length, self._cap)
         except EffectgateError as exc:
             status, doc, extra = problem_for(exc)
-            await JSONResponse(doc, status_code=status, headers=extra,
-                               media_type=PROBLEM_JSON)(scope, receive, send)
+            await JSONResponse(doc, status_code=status, headers=extra, media_type=PROBLEM_JSON)(
+                scope, receive, send
+            )
             return
         if body is None:  # the client left mid-body: nobody to answer
             return
@@ -87,8 +91,9 @@ def _not_json(content_type: str | None) -> str | None:
         name, _, value = param.partition("=")
         charset = value.strip().strip('"').lower()
         if name.strip().lower() == "charset" and charset not in _JSON_CHARSETS:
-            return (f"charset {charset[:40]!r} is not accepted: send application/json "
-                    "encoded as UTF-8")
+            return (
+                f"charset {charset[:40]!r} is not accepted: send application/json encoded as UTF-8"
+            )
     return None
 
 

@@ -46,24 +46,29 @@ class ReasonIn(_In):
 
 
 class DecisionIn(ReasonIn):
-    fingerprint: str = Field(pattern=r"^[0-9a-f]{64}$",
-                             description="The exact payload decided on (from the list)")
+    fingerprint: str = Field(
+        pattern=r"^[0-9a-f]{64}$", description="The exact payload decided on (from the list)"
+    )
 
 
 class StepIn(_In):
     axis: str = Field(max_length=32, description="max_value, exposure, allowed_targets, rate")
-    value: Any = Field(description='New value: "2000", {"limit": "5000", "window": 3600}, '
-                       '["XYZ-PERP"], {"limit": 10, "interval": 60}, or null to lift the axis')
+    value: Any = Field(
+        description='New value: "2000", {"limit": "5000", "window": 3600}, '
+        '["XYZ-PERP"], {"limit": 10, "interval": 60}, or null to lift the axis'
+    )
     evidence: dict[str, Any] = Field(description="What justified the step (audited)")
-    reverse_on: str = Field("breaker_trip", max_length=64,
-                            description="manual, breaker_trip or breaker_trip:<signal>")
+    reverse_on: str = Field(
+        "breaker_trip", max_length=64, description="manual, breaker_trip or breaker_trip:<signal>"
+    )
 
 
 class IncumbentIn(_In):
     correlation_id: str = Field(max_length=128)
     action: Action
-    intent: dict[str, Any] | None = Field(None, description="What the incumbent did (the "
-                                          "intent's fields); null: it did nothing")
+    intent: dict[str, Any] | None = Field(
+        None, description="What the incumbent did (the intent's fields); null: it did nothing"
+    )
 
 
 class ControlsOut(BaseModel):
@@ -179,15 +184,19 @@ def _heads(items: list[str]) -> dict[int, tuple[int, str]]:
     heads: dict[int, tuple[int, str]] = {}
     for item in items:
         parts = item.split(":")
-        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit() \
-                or len(parts[0]) > 6 or len(parts[1]) > 18:
+        if (
+            len(parts) != 3
+            or not parts[0].isdigit()
+            or not parts[1].isdigit()
+            or len(parts[0]) > 6
+            or len(parts[1]) > 18
+        ):
             raise ControlError(f"{item!r} is not LANE:SEQ:HASH", field="expect_head")
         heads[int(parts[0])] = (int(parts[1]), parts[2])
     return heads
 
 
-def controls_router(service: Service, operator: Any,
-                    errors: dict[int | str, Any]) -> APIRouter:
+def controls_router(service: Service, operator: Any, errors: dict[int | str, Any]) -> APIRouter:
     router = APIRouter(responses=errors)
     op = service.operator
 
@@ -196,52 +205,70 @@ def controls_router(service: Service, operator: Any,
 
     # --- status of every class (any operator) --------------------------------------------
 
-    @router.get("/controls", response_model=list[ControlsOut],
-                summary="Every class's controls: kill switch, breaker, shadow, envelope")
+    @router.get(
+        "/controls",
+        response_model=list[ControlsOut],
+        summary="Every class's controls: kill switch, breaker, shadow, envelope",
+    )
     async def controls(who: operator) -> list[dict[str, Any]]:
         return [_controls(c) for c in await call(op.status)]
 
-    @router.get("/controls/{action}", response_model=ControlsOut,
-                summary="One class's controls")
+    @router.get("/controls/{action}", response_model=ControlsOut, summary="One class's controls")
     async def one_class(who: operator, action: str) -> dict[str, Any]:
         return _controls((await call(op.status, action))[0])
 
     # --- kill switch ---------------------------------------------------------------------
 
-    @router.get("/kill", response_model=list[ControlsOut],
-                summary="Kill switch status of every class")
+    @router.get(
+        "/kill", response_model=list[ControlsOut], summary="Kill switch status of every class"
+    )
     async def kill_status(who: operator) -> list[dict[str, Any]]:
         return [_controls(c) for c in await call(op.status)]
 
-    @router.put("/kill/{action}", response_model=ControlsOut,
-                summary="Kill switch on: hold every new dispatch of the class, in every process")
+    @router.put(
+        "/kill/{action}",
+        response_model=ControlsOut,
+        summary="Kill switch on: hold every new dispatch of the class, in every process",
+    )
     async def kill_on(who: operator, action: str, body: ReasonIn | None = None) -> dict[str, Any]:
         _global(who, "a kill switch")
-        return _controls(await call(op.kill, action, operator=who.name,
-                                    reason=body.reason if body else None))
+        return _controls(
+            await call(op.kill, action, operator=who.name, reason=body.reason if body else None)
+        )
 
-    @router.delete("/kill/{action}", response_model=ControlsOut,
-                   summary="Kill switch off (held rows stay validated until dispatched)")
-    async def kill_off(who: operator, action: str,
-                       reason: Annotated[str | None, Query(max_length=500)] = None,
-                       ) -> dict[str, Any]:
+    @router.delete(
+        "/kill/{action}",
+        response_model=ControlsOut,
+        summary="Kill switch off (held rows stay validated until dispatched)",
+    )
+    async def kill_off(
+        who: operator, action: str, reason: Annotated[str | None, Query(max_length=500)] = None
+    ) -> dict[str, Any]:
         _global(who, "a kill switch")
         return _controls(await call(op.release, action, operator=who.name, reason=reason))
 
-    @router.get("/kill/{action}/blast-radius", response_model=BlastRadiusOut,
-                summary="Rehearsal: what the switch would hold right now (nothing is flipped)")
-    async def blast_radius(who: operator, action: str,
-                           limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
-                           ) -> dict[str, object]:
+    @router.get(
+        "/kill/{action}/blast-radius",
+        response_model=BlastRadiusOut,
+        summary="Rehearsal: what the switch would hold right now (nothing is flipped)",
+    )
+    async def blast_radius(
+        who: operator, action: str, limit: Annotated[int, Query(ge=1, le=10000)] = 1000
+    ) -> dict[str, object]:
         _global(who, "a blast radius")
         return (await call(op.blast_radius, action, limit=limit)).to_dict()
 
-    @router.get("/held", response_model=list[OperationOut],
-                summary="Operations a control is holding (validated: not sent, not failed)")
-    async def held(who: operator,
-                   action: Annotated[str | None, Query(max_length=64)] = None,
-                   scope: Annotated[str | None, Query(max_length=64)] = None,
-                   limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> list[dict[str, Any]]:
+    @router.get(
+        "/held",
+        response_model=list[OperationOut],
+        summary="Operations a control is holding (validated: not sent, not failed)",
+    )
+    async def held(
+        who: operator,
+        action: Annotated[str | None, Query(max_length=64)] = None,
+        scope: Annotated[str | None, Query(max_length=64)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> list[dict[str, Any]]:
         visible = _visible(who, scope)
         if action is not None:
             service.config.registry.get(action)
@@ -250,152 +277,233 @@ def controls_router(service: Service, operator: Any,
 
     # --- breakers ------------------------------------------------------------------------
 
-    @router.get("/breakers", response_model=list[ControlsOut],
-                summary="Every class's breaker: open (with why) or closed")
+    @router.get(
+        "/breakers",
+        response_model=list[ControlsOut],
+        summary="Every class's breaker: open (with why) or closed",
+    )
     async def breakers(who: operator) -> list[dict[str, Any]]:
         return [_controls(c) for c in await call(op.status)]
 
-    @router.post("/breakers/{action}/reset", response_model=ControlsOut,
-                 summary="Close an open breaker (it never closes by itself)")
-    async def breaker_reset(who: operator, action: str,
-                            body: ReasonIn | None = None) -> dict[str, Any]:
+    @router.post(
+        "/breakers/{action}/reset",
+        response_model=ControlsOut,
+        summary="Close an open breaker (it never closes by itself)",
+    )
+    async def breaker_reset(
+        who: operator, action: str, body: ReasonIn | None = None
+    ) -> dict[str, Any]:
         _global(who, "a breaker reset")
-        return _controls(await call(op.reset_breaker, action, operator=who.name,
-                                    reason=body.reason if body else None))
+        return _controls(
+            await call(
+                op.reset_breaker, action, operator=who.name, reason=body.reason if body else None
+            )
+        )
 
     # --- approvals -----------------------------------------------------------------------
 
-    @router.get("/approvals", response_model=list[PendingOut],
-                summary="Operations awaiting approval, with the fingerprint to approve")
-    async def approvals(who: operator,
-                        scope: Annotated[str | None, Query(max_length=64)] = None,
-                        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-                        ) -> list[dict[str, Any]]:
+    @router.get(
+        "/approvals",
+        response_model=list[PendingOut],
+        summary="Operations awaiting approval, with the fingerprint to approve",
+    )
+    async def approvals(
+        who: operator,
+        scope: Annotated[str | None, Query(max_length=64)] = None,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> list[dict[str, Any]]:
         visible = _visible(who, scope)
 
         def load() -> list[dict[str, Any]]:
             out = []
-            for r in service.store.list_operations(state=State.AWAITING_APPROVAL,
-                                                   scope=visible, limit=limit):
+            for r in service.store.list_operations(
+                state=State.AWAITING_APPROVAL, scope=visible, limit=limit
+            ):
                 req = service.store.approval_request(r.scope, r.operation_id)
                 got = service.store.list_approvals(r.scope, r.operation_id)
-                out.append({**operation_dict(r, service.config.registry),
-                            "effect": dict(r.effect), "required": req.required if req else 1,
-                            "expires_at": req.expires_at if req else None,
-                            "approvers": [a.approver for a in got if a.verdict == "approve"]})
+                out.append(
+                    {
+                        **operation_dict(r, service.config.registry),
+                        "effect": dict(r.effect),
+                        "required": req.required if req else 1,
+                        "expires_at": req.expires_at if req else None,
+                        "approvers": [a.approver for a in got if a.verdict == "approve"],
+                    }
+                )
             return out
 
         return await run_in_threadpool(load)
 
-    async def decide(who: Principal, scope: str, operation_id: str, body: DecisionIn,
-                     approve: bool) -> dict[str, Any]:
+    async def decide(
+        who: Principal, scope: str, operation_id: str, body: DecisionIn, approve: bool
+    ) -> dict[str, Any]:
         _visible(who, scope)
 
         def run() -> dict[str, Any]:
             fn = op.approve if approve else op.refuse
-            out = fn(operation_id, fingerprint=body.fingerprint, approver=who.name,
-                     scope=scope, reason=body.reason)
+            out = fn(
+                operation_id,
+                fingerprint=body.fingerprint,
+                approver=who.name,
+                scope=scope,
+                reason=body.reason,
+            )
             row = out.operation
             if out.complete and row.state is State.VALIDATED:
                 # The approval released it: dispatch now (the kill switch, breaker and
                 # envelope are checked in the dispatching transaction, as for any row).
                 row = service.gate.dispatch(operation_id, scope=scope)
-            return {"operation": operation_dict(row, service.config.registry),
-                    "approvals": out.approvals, "required": out.required,
-                    "complete": out.complete}
+            return {
+                "operation": operation_dict(row, service.config.registry),
+                "approvals": out.approvals,
+                "required": out.required,
+                "complete": out.complete,
+            }
 
         return await run_in_threadpool(run)
 
-    @router.post("/approvals/{scope}/{operation_id}/approve", response_model=ApprovalOutcomeOut,
-                 summary="Approve exactly one payload; complete approvals dispatch it")
-    async def approve(who: operator, scope: str, operation_id: str,
-                      body: DecisionIn) -> dict[str, Any]:
+    @router.post(
+        "/approvals/{scope}/{operation_id}/approve",
+        response_model=ApprovalOutcomeOut,
+        summary="Approve exactly one payload; complete approvals dispatch it",
+    )
+    async def approve(
+        who: operator, scope: str, operation_id: str, body: DecisionIn
+    ) -> dict[str, Any]:
         return await decide(who, scope, operation_id, body, True)
 
-    @router.post("/approvals/{scope}/{operation_id}/refuse", response_model=ApprovalOutcomeOut,
-                 summary="Refuse the payload; the operation ends denied")
-    async def refuse(who: operator, scope: str, operation_id: str,
-                     body: DecisionIn) -> dict[str, Any]:
+    @router.post(
+        "/approvals/{scope}/{operation_id}/refuse",
+        response_model=ApprovalOutcomeOut,
+        summary="Refuse the payload; the operation ends denied",
+    )
+    async def refuse(
+        who: operator, scope: str, operation_id: str, body: DecisionIn
+    ) -> dict[str, Any]:
         return await decide(who, scope, operation_id, body, False)
 
     # --- staged authority ----------------------------------------------------------------
 
-    @router.get("/envelope/{action}", response_model=EnvelopeOut,
-                summary="The class's envelope, axis by axis (null: not constrained)")
+    @router.get(
+        "/envelope/{action}",
+        response_model=EnvelopeOut,
+        summary="The class's envelope, axis by axis (null: not constrained)",
+    )
     async def envelope(who: operator, action: str) -> dict[str, Any]:
         env = await call(op.envelope, action)
         return {"action": action, "version": env.version, **env.to_json()}
 
-    @router.post("/envelope/{action}/step", response_model=StepOut,
-                 summary="Move one axis as a recorded step, with evidence and reversal")
+    @router.post(
+        "/envelope/{action}/step",
+        response_model=StepOut,
+        summary="Move one axis as a recorded step, with evidence and reversal",
+    )
     async def step(who: operator, action: str, body: StepIn) -> dict[str, Any]:
         _global(who, "an envelope step")
         try:
             json.dumps([body.value, body.evidence], allow_nan=False)
         except ValueError:
             raise ControlError("NaN and Infinity are not values", field="value") from None
-        out = await call(op.step, action, body.axis, body.value, evidence=body.evidence,
-                         operator=who.name, reverse_on=body.reverse_on)
+        out = await call(
+            op.step,
+            action,
+            body.axis,
+            body.value,
+            evidence=body.evidence,
+            operator=who.name,
+            reverse_on=body.reverse_on,
+        )
         return out.to_dict()
 
-    @router.get("/envelope/{action}/history", response_model=list[StepOut],
-                summary="Every recorded step of the class, reversals included")
+    @router.get(
+        "/envelope/{action}/history",
+        response_model=list[StepOut],
+        summary="Every recorded step of the class, reversals included",
+    )
     async def history(who: operator, action: str) -> list[dict[str, Any]]:
         return [s.to_dict() for s in await call(op.history, action)]
 
     # --- shadow mode ---------------------------------------------------------------------
 
-    @router.put("/shadow/{action}", response_model=ControlsOut,
-                summary="Shadow mode on: the pipeline runs, nothing is sent")
+    @router.put(
+        "/shadow/{action}",
+        response_model=ControlsOut,
+        summary="Shadow mode on: the pipeline runs, nothing is sent",
+    )
     async def shadow_on(who: operator, action: str) -> dict[str, Any]:
         _global(who, "shadow mode")
         return _controls(await call(op.set_shadow, action, True, operator=who.name))
 
-    @router.delete("/shadow/{action}", response_model=ControlsOut,
-                   summary="Shadow mode off (its history is kept)")
+    @router.delete(
+        "/shadow/{action}",
+        response_model=ControlsOut,
+        summary="Shadow mode off (its history is kept)",
+    )
     async def shadow_off(who: operator, action: str) -> dict[str, Any]:
         _global(who, "shadow mode")
         return _controls(await call(op.set_shadow, action, False, operator=who.name))
 
-    @router.post("/shadow/incumbent", response_model=IncumbentOut,
-                 summary="Record what the incumbent actually did, by correlation id")
+    @router.post(
+        "/shadow/incumbent",
+        response_model=IncumbentOut,
+        summary="Record what the incumbent actually did, by correlation id",
+    )
     async def incumbent(who: operator, body: IncumbentIn) -> dict[str, Any]:
         _global(who, "an incumbent outcome")
-        fp = await call(op.feed_incumbent, body.correlation_id, body.action, body.intent,
-                        source=who.name)
+        fp = await call(
+            op.feed_incumbent, body.correlation_id, body.action, body.intent, source=who.name
+        )
         return {"correlation_id": body.correlation_id, "fingerprint": fp}
 
-    @router.get("/shadow/report", response_model=ShadowReportOut,
-                summary="Disagreement rate of shadowed proposals against the incumbent")
-    async def shadow_report(who: operator,
-                            action: Annotated[str | None, Query(max_length=64)] = None,
-                            ) -> dict[str, object]:
+    @router.get(
+        "/shadow/report",
+        response_model=ShadowReportOut,
+        summary="Disagreement rate of shadowed proposals against the incumbent",
+    )
+    async def shadow_report(
+        who: operator, action: Annotated[str | None, Query(max_length=64)] = None
+    ) -> dict[str, object]:
         _global(who, "the shadow report")
         return (await call(op.shadow_report, action)).to_dict()
 
     # --- audit and alerts ----------------------------------------------------------------
 
-    @router.get("/audit/verify", response_model=VerifyOut,
-                summary="Verify the whole hash chain; findings say where it breaks")
-    async def audit_verify(who: operator, expect_head: Annotated[
-            list[str] | None, Query(max_length=200, description="LANE:SEQ:HASH anchored "
-                                    "earlier, that must still be in the log")] = None,
-            ) -> dict[str, object]:
+    @router.get(
+        "/audit/verify",
+        response_model=VerifyOut,
+        summary="Verify the whole hash chain; findings say where it breaks",
+    )
+    async def audit_verify(
+        who: operator,
+        expect_head: Annotated[
+            list[str] | None,
+            Query(
+                max_length=200,
+                description="LANE:SEQ:HASH anchored earlier, that must still be in the log",
+            ),
+        ] = None,
+    ) -> dict[str, object]:
         _global(who, "verifying the whole audit log")
         heads = _heads(expect_head or [])
         return (await call(op.verify_audit, expect_heads=heads)).to_dict()
 
-    @router.get("/audit/operations/{scope}/{operation_id}", response_model=dict[str, Any],
-                summary="One operation's evidence bundle (verifies offline)")
+    @router.get(
+        "/audit/operations/{scope}/{operation_id}",
+        response_model=dict[str, Any],
+        summary="One operation's evidence bundle (verifies offline)",
+    )
     async def audit_export(who: operator, scope: str, operation_id: str) -> dict[str, Any]:
         _visible(who, scope)
         return await call(op.export_evidence, operation_id, scope=scope)
 
-    @router.get("/alerts", response_model=list[AlertOut],
-                summary="Alerts raised so far, each once (a scoped token: its operations')")
-    async def alerts(who: operator,
-                     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
-                     ) -> list[dict[str, object]]:
+    @router.get(
+        "/alerts",
+        response_model=list[AlertOut],
+        summary="Alerts raised so far, each once (a scoped token: its operations')",
+    )
+    async def alerts(
+        who: operator, limit: Annotated[int, Query(ge=1, le=10000)] = 1000
+    ) -> list[dict[str, object]]:
         rows = await call(service.store.list_alerts_in, _visible(who, None), limit=limit)
         return [a.to_dict() for a in rows]
 

@@ -25,8 +25,15 @@ from effectgate.errors import (
 )
 from effectgate.store.base import Operation
 
-__all__ = ["DecisionOut", "OperationOut", "Problem", "describe", "operation_dict", "operation_out",
-           "problem_for"]
+__all__ = [
+    "DecisionOut",
+    "OperationOut",
+    "Problem",
+    "describe",
+    "operation_dict",
+    "operation_out",
+    "problem_for",
+]
 
 
 class DecisionOut(BaseModel):
@@ -51,10 +58,13 @@ class OperationOut(BaseModel):
         description="What happened: done (applied, or recorded in shadow mode), refused "
         "(nothing sent), failed (the venue did not apply it), uncertain (may or may not have "
         "taken effect), waiting_for_approval (a human must approve it), held (allowed, not "
-        "sent yet)")
+        "sent yet)"
+    )
     message: str = Field(description="What happened, what happens next and what not to do")
-    state: State = Field(description="Ledger state; 'submitted' means sent, outcome not "
-                             "yet known (the reconciler settles it)")
+    state: State = Field(
+        description="Ledger state; 'submitted' means sent, outcome not "
+        "yet known (the reconciler settles it)"
+    )
     cause: str | None = Field(description="Why the outcome is unknown, for a submitted row")
     fingerprint: str = Field(description="sha256 of the canonical effect fields")
     decision: DecisionOut
@@ -63,19 +73,32 @@ class OperationOut(BaseModel):
     created_at: float
     updated_at: float
     submitted_at: float | None
-    replayed: bool = Field(description="True when this call found the operation already "
-                           "journalled (a retry): nothing was sent again")
+    replayed: bool = Field(
+        description="True when this call found the operation already "
+        "journalled (a retry): nothing was sent again"
+    )
 
 
 def operation_out(op: Operation, registry: Registry | None = None) -> OperationOut:
     """The wire form of ``op``; ``registry`` lets the message name the visibility horizon."""
     outcome, message = describe(op, _horizon(registry, op.action))
     return OperationOut(
-        operation_id=op.operation_id, scope=op.scope, action=op.action, outcome=outcome,
-        message=message, state=op.state, cause=op.cause, fingerprint=op.fingerprint,
+        operation_id=op.operation_id,
+        scope=op.scope,
+        action=op.action,
+        outcome=outcome,
+        message=message,
+        state=op.state,
+        cause=op.cause,
+        fingerprint=op.fingerprint,
         decision=DecisionOut(tier=op.tier, reason=op.reason, policy_version=op.policy_version),
-        venue_id=op.venue_id, detail=op.detail, created_at=op.created_at,
-        updated_at=op.updated_at, submitted_at=op.submitted_at, replayed=op.replayed)
+        venue_id=op.venue_id,
+        detail=op.detail,
+        created_at=op.created_at,
+        updated_at=op.updated_at,
+        submitted_at=op.submitted_at,
+        replayed=op.replayed,
+    )
 
 
 def operation_dict(op: Operation, registry: Registry | None = None) -> dict[str, Any]:
@@ -86,60 +109,73 @@ def operation_dict(op: Operation, registry: Registry | None = None) -> dict[str,
 def describe(op: Operation, horizon: float | None = None) -> tuple[ModelOutcome, str]:
     """``(outcome, message)`` for a ledger row: the text is written for a model to act on."""
     oid = op.operation_id
-    check = (f"Check back with operation id {oid!r} (get_operation, or GET "
-             f"/v1/operations/{oid}); do not send it again under a new operation id, which "
-             "would be a second action.")
+    check = (
+        f"Check back with operation id {oid!r} (get_operation, or GET "
+        f"/v1/operations/{oid}); do not send it again under a new operation id, which "
+        "would be a second action."
+    )
     why = op.detail or op.reason or "no reason recorded"
     state = op.state
     if state is State.ACKNOWLEDGED:
         return ModelOutcome.DONE, (
             f"Done: the venue applied it (venue id {op.venue_id or 'not reported'}). Sending "
-            "the same operation id again returns this result and sends nothing.")
+            "the same operation id again returns this result and sends nothing."
+        )
     if state is State.SHADOWED:
         # Shadow mode compares the agent with the incumbent; the agent's job is finished.
         return ModelOutcome.DONE, (
             "Recorded in shadow mode: effectgate did not send it; the incumbent process "
-            "performs the real action. Nothing more to do; do not send it again.")
+            "performs the real action. Nothing more to do; do not send it again."
+        )
     if state is State.REJECTED:
         return ModelOutcome.REFUSED, (
             f"Refused: {why}. Nothing was sent. Sending the same request again is refused "
-            "again; a changed request is a new action under a new operation id.")
+            "again; a changed request is a new action under a new operation id."
+        )
     if state is State.DENIED:
-        return ModelOutcome.REFUSED, (
-            f"Refused at approval: {why}. Nothing was sent.")
+        return ModelOutcome.REFUSED, (f"Refused at approval: {why}. Nothing was sent.")
     if state is State.AWAITING_APPROVAL:
         return ModelOutcome.WAITING_FOR_APPROVAL, (
             f"Waiting for a human to approve it (tier {op.tier}): nothing has been sent yet. "
-            + check)
+            + check
+        )
     if state is State.VALIDATED and (op.detail or "").startswith(HELD_PREFIX):
         hold = (op.detail or "").removeprefix(HELD_PREFIX).strip()
         return ModelOutcome.HELD, (
             f"Allowed but held by an operator control ({hold}): nothing has been sent. Once "
             "the control is lifted, sending this request again with the same operation id "
             "sends it, once. Do not send it under a new operation id, which would be a second "
-            "action.")
+            "action."
+        )
     if state is State.PROPOSED:
         return ModelOutcome.HELD, "Journalled, not decided yet: nothing has been sent. " + check
     if state is State.VALIDATED:
         return ModelOutcome.HELD, (
             "Allowed and journalled, not sent yet. Sending this request again with the same "
-            "operation id dispatches it, once; a new operation id would be a second action.")
+            "operation id dispatches it, once; a new operation id would be a second action."
+        )
     if state is State.FAILED:
         return ModelOutcome.FAILED, (
             f"Failed: {why}. effectgate will not retry it. Proposing it again is a new action "
             "under a new operation id; if it was written off as absent at the venue, it may "
-            "still appear there, so confirm with a human first.")
+            "still appear there, so confirm with a human first."
+        )
     if state is State.QUARANTINED:
         return ModelOutcome.UNCERTAIN, (
             f"Quarantined for an operator ({why}): it may or may not have taken effect, and "
-            "only an operator's resolution settles it. " + check)
+            "only an operator's resolution settles it. " + check
+        )
     # submitted: journalled for dispatch, no receipt recorded.
-    within = (f"within the venue's visibility horizon of {horizon:g}s" if horizon is not None
-              else "once the venue's visibility horizon has passed")
+    within = (
+        f"within the venue's visibility horizon of {horizon:g}s"
+        if horizon is not None
+        else "once the venue's visibility horizon has passed"
+    )
     return ModelOutcome.UNCERTAIN, (
         f"Outcome unknown: {op.cause or 'no receipt recorded yet'}. It may or may not have "
         "taken effect. Retrying with the same operation id is safe and sends nothing again; "
-        f"the reconciler settles it {within}. " + check)
+        f"the reconciler settles it {within}. " + check
+    )
 
 
 def _horizon(registry: Registry | None, action: str) -> float | None:
@@ -172,10 +208,15 @@ def problem_for(exc: EffectgateError) -> tuple[int, dict[str, Any], dict[str, st
     Everything comes from the error's class; no table keyed by code can miss one.
     """
     status = exc.status
-    body: dict[str, Any] = {"type": f"urn:effectgate:problem:{exc.code}",
-                            "title": HTTPStatus(status).phrase, "status": status,
-                            "detail": exc.message, "code": exc.code,
-                            "outcome": exc.outcome.value, **exc.details()}
+    body: dict[str, Any] = {
+        "type": f"urn:effectgate:problem:{exc.code}",
+        "title": HTTPStatus(status).phrase,
+        "status": status,
+        "detail": exc.message,
+        "code": exc.code,
+        "outcome": exc.outcome.value,
+        **exc.details(),
+    }
     headers: dict[str, str] = {}
     if isinstance(exc, OperationInFlight | RateLimited):
         retry = max(1, int(exc.retry_after + 0.999))

@@ -27,11 +27,15 @@ from effectgate.bench.cli import register as register_bench
 from effectgate.errors import ConfigError, EffectgateError
 
 # -h as well as --help; sub-commands inherit it from this context.
-app = typer.Typer(help="effectgate: the boundary between an agent's proposal and its effect.",
-                  no_args_is_help=True, add_completion=True,
-                  context_settings={"help_option_names": ["-h", "--help"]})
-venue_app = typer.Typer(help="The paper venue: a reference system of record for rehearsals.",
-                        no_args_is_help=True)
+app = typer.Typer(
+    help="effectgate: the boundary between an agent's proposal and its effect.",
+    no_args_is_help=True,
+    add_completion=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+venue_app = typer.Typer(
+    help="The paper venue: a reference system of record for rehearsals.", no_args_is_help=True
+)
 ops_app = typer.Typer(help="Inspect ledger operations.", no_args_is_help=True)
 app.add_typer(venue_app, name="venue")
 app.add_typer(ops_app, name="ops")
@@ -42,9 +46,14 @@ cli_controls.register(app)
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
-StoreOpt = Annotated[str | None, typer.Option(
-    "--store", envvar="EFFECTGATE_STORE",
-    help="Ledger URL: sqlite:///PATH or postgresql://... (or give --config).")]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        envvar="EFFECTGATE_STORE",
+        help="Ledger URL: sqlite:///PATH or postgresql://... (or give --config).",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 # Exit codes scripts can rely on.
@@ -60,28 +69,44 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: Annotated[bool, typer.Option(
-        "--version", callback=_version, is_eager=True,
-        help="Print the version and exit.")] = False) -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
     """effectgate: the boundary between an agent's proposal and its effect."""
 
 
 @app.command()
-def demo(store: Annotated[str | None, typer.Option(
-        "--store", help="Run on this store (postgresql://...); default: temporary SQLite.")] = None,
-         ) -> None:
+def demo(
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store", help="Run on this store (postgresql://...); default: temporary SQLite."
+        ),
+    ] = None,
+) -> None:
     """Run every scenario of the ledger contract and show what was observed."""
     from effectgate._demo import run_demo
 
     logging.basicConfig(level=logging.CRITICAL)  # the table is the output; alarms are expected
     results = run_demo(store)
-    table = Table(title=f"effectgate demo on {'PostgreSQL' if store else 'SQLite'}",
-                  show_lines=False)
+    table = Table(
+        title=f"effectgate demo on {'PostgreSQL' if store else 'SQLite'}", show_lines=False
+    )
     for col in ("#", "scenario", "checks", "observed", "held"):
         table.add_column(col, overflow="fold")
     for r in results:
-        table.add_row(r.number, r.title, r.invariant, r.observed,
-                      "[green]yes[/green]" if r.held else "[red]NO[/red]")
+        table.add_row(
+            r.number,
+            r.title,
+            r.invariant,
+            r.observed,
+            "[green]yes[/green]" if r.held else "[red]NO[/red]",
+        )
     print_table(console, table)
     failed = [r for r in results if not r.held]
     if failed:
@@ -93,11 +118,13 @@ def demo(store: Annotated[str | None, typer.Option(
 @app.command()
 def reconcile(
     store: StoreOpt = None,
-    venue: Annotated[str | None, typer.Option(
-        help="Paper-venue base URL the HTTP adapter talks to (with --store).")] = None,
-    venue_key_env: Annotated[str, typer.Option(
-        help="Name of the environment variable holding the venue API key.")]
-        = "EFFECTGATE_VENUE_KEY",
+    venue: Annotated[
+        str | None,
+        typer.Option(help="Paper-venue base URL the HTTP adapter talks to (with --store)."),
+    ] = None,
+    venue_key_env: Annotated[
+        str, typer.Option(help="Name of the environment variable holding the venue API key.")
+    ] = "EFFECTGATE_VENUE_KEY",
     watch: Annotated[bool, typer.Option("--watch", help="Run as a standing job.")] = False,
     interval: Annotated[float, typer.Option(help="Seconds between passes with --watch.")] = 5.0,
     as_json: JsonOpt = False,
@@ -128,23 +155,32 @@ def reconcile(
         closers += [adapter.close, ledger.close]
         # A sink, even the log-only default, runs the maintenance rules every pass (aged
         # uncertain rows, horizon vs retention) and records orphans and duplicates as alerts.
-        rec = Reconciler(store=ledger, registry=default_registry(adapter="http"),
-                         adapters={"http": adapter}, keep_repaired=False, alerts=default_sink())
+        rec = Reconciler(
+            store=ledger,
+            registry=default_registry(adapter="http"),
+            adapters={"http": adapter},
+            keep_repaired=False,
+            alerts=default_sink(),
+        )
 
     def show(report: ReconcileReport) -> None:
-        data = {"swept": report.swept, "ledger_rows": report.ledger_rows,
-                "venue_records": report.venue_records, "confirmed": report.confirmed,
-                "written_off": report.written_off, "still_uncertain": report.still_uncertain,
-                "quarantined": report.quarantined, "probe_errors": report.probe_errors,
-                "new_divergences": [list(d) for d in report.new_divergences]}
+        data = {
+            "swept": report.swept,
+            "ledger_rows": report.ledger_rows,
+            "venue_records": report.venue_records,
+            "confirmed": report.confirmed,
+            "written_off": report.written_off,
+            "still_uncertain": report.still_uncertain,
+            "quarantined": report.quarantined,
+            "probe_errors": report.probe_errors,
+            "new_divergences": [list(d) for d in report.new_divergences],
+        }
         if as_json:
             print(json.dumps(data), flush=True)
         else:
-            console.print(", ".join(f"{k}={v}" for k, v in data.items()
-                                    if k != "new_divergences"))
+            console.print(", ".join(f"{k}={v}" for k, v in data.items() if k != "new_divergences"))
             for kind, key, ids, state in report.new_divergences:
-                err.print(f"[red]ALARM[/red] {kind} key={key} venue_ids={list(ids)} "
-                          f"ledger={state}")
+                err.print(f"[red]ALARM[/red] {kind} key={key} venue_ids={list(ids)} ledger={state}")
 
     try:
         if watch:
@@ -164,8 +200,7 @@ def reconcile(
 
 
 @app.command()
-def divergences(store: StoreOpt = None, as_json: JsonOpt = False,
-                config: ConfigOpt = None) -> None:
+def divergences(store: StoreOpt = None, as_json: JsonOpt = False, config: ConfigOpt = None) -> None:
     """List every divergence the reconciler has recorded (each once)."""
     ledger = open_ledger(store, config)
     try:
@@ -173,16 +208,32 @@ def divergences(store: StoreOpt = None, as_json: JsonOpt = False,
     finally:
         ledger.close()
     if as_json:
-        print(json.dumps([{"kind": d.kind, "op_key": d.op_key, "venue_ids": list(d.venue_ids),
-                           "ledger_state": d.ledger_state, "first_seen": d.first_seen}
-                          for d in rows]))
+        print(
+            json.dumps(
+                [
+                    {
+                        "kind": d.kind,
+                        "op_key": d.op_key,
+                        "venue_ids": list(d.venue_ids),
+                        "ledger_state": d.ledger_state,
+                        "first_seen": d.first_seen,
+                    }
+                    for d in rows
+                ]
+            )
+        )
         return
     table = Table(title="divergences")
     for col in ("kind", "operation key", "venue ids", "ledger state", "first seen"):
         table.add_column(col)
     for d in rows:
-        table.add_row(d.kind, d.op_key, ", ".join(d.venue_ids), d.ledger_state or "-",
-                      time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.first_seen)))
+        table.add_row(
+            d.kind,
+            d.op_key,
+            ", ".join(d.venue_ids),
+            d.ledger_state or "-",
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.first_seen)),
+        )
     print_table(console, table)
 
 
@@ -191,8 +242,9 @@ def ops_list(
     store: StoreOpt = None,
     state: Annotated[str | None, typer.Option(help="Filter by state.")] = None,
     action: Annotated[str | None, typer.Option(help="Filter by action class.")] = None,
-    older_than: Annotated[float | None, typer.Option(
-        help="Only rows not updated for this many seconds.")] = None,
+    older_than: Annotated[
+        float | None, typer.Option(help="Only rows not updated for this many seconds.")
+    ] = None,
     limit: int = 100,
     as_json: JsonOpt = False,
     config: ConfigOpt = None,
@@ -205,8 +257,12 @@ def ops_list(
     ledger = open_ledger(store, config)
     try:
         rows = ledger.list_operations(
-            state=State(state) if state else None, action=action, limit=limit, scope=scope,
-            older_than=time.time() - older_than if older_than is not None else None)
+            state=State(state) if state else None,
+            action=action,
+            limit=limit,
+            scope=scope,
+            older_than=time.time() - older_than if older_than is not None else None,
+        )
     finally:
         ledger.close()
     if as_json:
@@ -216,14 +272,25 @@ def ops_list(
     for col in ("scope", "operation id", "action", "state", "venue id", "updated"):
         table.add_column(col)
     for r in rows:
-        table.add_row(r.scope, r.operation_id, r.action, r.state.value, r.venue_id or "-",
-                      time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.updated_at)))
+        table.add_row(
+            r.scope,
+            r.operation_id,
+            r.action,
+            r.state.value,
+            r.venue_id or "-",
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(r.updated_at)),
+        )
     print_table(console, table)
 
 
 @ops_app.command("show")
-def ops_show(operation_id: str, store: StoreOpt = None, scope: str = "default",
-             config: ConfigOpt = None, as_json: JsonOpt = True) -> None:
+def ops_show(
+    operation_id: str,
+    store: StoreOpt = None,
+    scope: str = "default",
+    config: ConfigOpt = None,
+    as_json: JsonOpt = True,
+) -> None:
     """Show one operation with its intent snapshot and audit trail (JSON).
 
     ``outcome`` and ``message`` are what an agent is told; ``cause`` says why a ``submitted``
@@ -244,24 +311,34 @@ def ops_show(operation_id: str, store: StoreOpt = None, scope: str = "default",
     if row.state is State.SUBMITTED:
         row = replace(row, cause=uncertain_cause(entries))
     outcome, message = describe(row)
-    trail = [{"seq": e.seq, "at": e.at, "kind": e.kind, "detail": dict(e.detail)}
-             for e in entries]
-    print(json.dumps({**row.to_dict(), "outcome": outcome.value, "cause": row.cause,
-                      "message": message, "intent": dict(row.intent),
-                      "effect": dict(row.effect), "audit": trail}, indent=2))
+    trail = [{"seq": e.seq, "at": e.at, "kind": e.kind, "detail": dict(e.detail)} for e in entries]
+    print(
+        json.dumps(
+            {
+                **row.to_dict(),
+                "outcome": outcome.value,
+                "cause": row.cause,
+                "message": message,
+                "intent": dict(row.intent),
+                "effect": dict(row.effect),
+                "audit": trail,
+            },
+            indent=2,
+        )
+    )
 
 
 @venue_app.command("serve")
 def venue_serve(
     port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1.")] = 8700,
     host: Annotated[str, typer.Option(help="Bind address.")] = "127.0.0.1",
-    api_key_env: Annotated[str, typer.Option(
-        help="Environment variable holding the API key clients must present.")]
-        = "EFFECTGATE_VENUE_KEY",
-    ignore_key: Annotated[bool, typer.Option(
-        "--ignore-key", help="Ignore Idempotency-Key (shows duplicate effects).")] = False,
-    read_lag: Annotated[float, typer.Option(help="Seconds before a record becomes visible.")]
-        = 0.0,
+    api_key_env: Annotated[
+        str, typer.Option(help="Environment variable holding the API key clients must present.")
+    ] = "EFFECTGATE_VENUE_KEY",
+    ignore_key: Annotated[
+        bool, typer.Option("--ignore-key", help="Ignore Idempotency-Key (shows duplicate effects).")
+    ] = False,
+    read_lag: Annotated[float, typer.Option(help="Seconds before a record becomes visible.")] = 0.0,
 ) -> None:
     """Run the paper venue as an HTTP server."""
     from effectgate.adapters._paper_server import serve_paper_venue
@@ -272,13 +349,18 @@ def venue_serve(
         err.print(f"set {api_key_env} to the API key clients must present")
         raise typer.Exit(EXIT_USAGE)
     try:
-        server = serve_paper_venue(PaperVenue(honour_key=not ignore_key, read_lag=read_lag),
-                                   host=host, port=port, api_key=key)
+        server = serve_paper_venue(
+            PaperVenue(honour_key=not ignore_key, read_lag=read_lag),
+            host=host,
+            port=port,
+            api_key=key,
+        )
     except OSError as exc:
         err.print(cli_service.port_problem(host, port, exc), highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
-    console.print(f"paper venue on {server.url} (honour key: {not ignore_key}, "
-                  f"read lag: {read_lag:g}s)")
+    console.print(
+        f"paper venue on {server.url} (honour key: {not ignore_key}, read lag: {read_lag:g}s)"
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:
@@ -304,8 +386,12 @@ def _with_progress(rec: Reconciler) -> ReconcileReport:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     total = sum(rec.store.count_by_state().values())
-    columns = ("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+    columns = (
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
     with Progress(*columns, console=err, transient=True) as bar:
         task = bar.add_task("sweeping ledger", total=total)
         rec.progress = lambda done: bar.update(task, completed=done)

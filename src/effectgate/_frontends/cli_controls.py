@@ -27,37 +27,56 @@ __all__ = ["register"]
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
-StoreOpt = Annotated[str, typer.Option(
-    "--store", "--config", envvar="EFFECTGATE_STORE",
-    help="Ledger URL (sqlite:///PATH, postgresql://...) or the service's config file "
-         "(--config effectgate.toml: its store and its action classes).")]
-OperatorOpt = Annotated[str, typer.Option("--operator", envvar="EFFECTGATE_OPERATOR",
-                                          help="Your operator identity (audited).")]
+StoreOpt = Annotated[
+    str,
+    typer.Option(
+        "--store",
+        "--config",
+        envvar="EFFECTGATE_STORE",
+        help="Ledger URL (sqlite:///PATH, postgresql://...) or the service's config file "
+        "(--config effectgate.toml: its store and its action classes).",
+    ),
+]
+OperatorOpt = Annotated[
+    str,
+    typer.Option(
+        "--operator", envvar="EFFECTGATE_OPERATOR", help="Your operator identity (audited)."
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 ScopeOpt = Annotated[str, typer.Option(help="Tenant scope of the operation.")]
 ReasonOpt = Annotated[str | None, typer.Option(help="Why (audited).")]
 
 EXIT_USAGE, EXIT_ALARM = 2, 3
 
-kill_app = typer.Typer(help="Kill switches per action class (hold new dispatches).",
-                       no_args_is_help=True)
+kill_app = typer.Typer(
+    help="Kill switches per action class (hold new dispatches).", no_args_is_help=True
+)
 breaker_app = typer.Typer(help="Anomaly circuit breakers.", no_args_is_help=True)
-approvals_app = typer.Typer(help="Pending approvals: list, approve, refuse.",
-                            no_args_is_help=True)
-authority_app = typer.Typer(help="Staged authority: envelopes and their recorded steps.",
-                            no_args_is_help=True)
-shadow_app = typer.Typer(help="Shadow mode: record instead of send; compare with the incumbent.",
-                         no_args_is_help=True)
+approvals_app = typer.Typer(help="Pending approvals: list, approve, refuse.", no_args_is_help=True)
+authority_app = typer.Typer(
+    help="Staged authority: envelopes and their recorded steps.", no_args_is_help=True
+)
+shadow_app = typer.Typer(
+    help="Shadow mode: record instead of send; compare with the incumbent.", no_args_is_help=True
+)
 audit_app = typer.Typer(help="The hash-chained audit log.", no_args_is_help=True)
-alerts_app = typer.Typer(help="Alerts from breakers and the maintenance rules.",
-                         no_args_is_help=True)
+alerts_app = typer.Typer(
+    help="Alerts from breakers and the maintenance rules.", no_args_is_help=True
+)
 
 
 def register(app: typer.Typer) -> None:
     """Add the operator command groups to the main CLI."""
-    for sub, name in ((kill_app, "kill"), (breaker_app, "breaker"),
-                      (approvals_app, "approvals"), (authority_app, "authority"),
-                      (shadow_app, "shadow"), (audit_app, "audit"), (alerts_app, "alerts")):
+    for sub, name in (
+        (kill_app, "kill"),
+        (breaker_app, "breaker"),
+        (approvals_app, "approvals"),
+        (authority_app, "authority"),
+        (shadow_app, "shadow"),
+        (audit_app, "audit"),
+        (alerts_app, "alerts"),
+    ):
         app.add_typer(sub, name=name)
 
 
@@ -102,9 +121,9 @@ def _ts(at: float | None) -> str:
 
 # --- kill switch -------------------------------------------------------------------------
 
+
 @kill_app.command("on")
-def kill_on(action: str, store: StoreOpt, operator: OperatorOpt,
-            reason: ReasonOpt = None) -> None:
+def kill_on(action: str, store: StoreOpt, operator: OperatorOpt, reason: ReasonOpt = None) -> None:
     """Halt new dispatches of ACTION in every process (held rows stay validated)."""
     with _operator(store) as op:
         op.kill(action, operator=operator, reason=reason)
@@ -112,8 +131,7 @@ def kill_on(action: str, store: StoreOpt, operator: OperatorOpt,
 
 
 @kill_app.command("off")
-def kill_off(action: str, store: StoreOpt, operator: OperatorOpt,
-             reason: ReasonOpt = None) -> None:
+def kill_off(action: str, store: StoreOpt, operator: OperatorOpt, reason: ReasonOpt = None) -> None:
     """Release the kill switch of ACTION (held rows can then be dispatched)."""
     with _operator(store) as op:
         op.release(action, operator=operator, reason=reason)
@@ -121,11 +139,18 @@ def kill_off(action: str, store: StoreOpt, operator: OperatorOpt,
 
 
 @kill_app.command("status")
-def kill_status(store: StoreOpt, action: Annotated[str | None, typer.Argument()] = None,
-                blast_radius: Annotated[bool, typer.Option(
-                    "--blast-radius", help="Show what the switch would hold now (rehearsal: "
-                    "nothing is flipped).")] = False,
-                as_json: JsonOpt = False) -> None:
+def kill_status(
+    store: StoreOpt,
+    action: Annotated[str | None, typer.Argument()] = None,
+    blast_radius: Annotated[
+        bool,
+        typer.Option(
+            "--blast-radius",
+            help="Show what the switch would hold now (rehearsal: nothing is flipped).",
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
     """Show the switches (and, with --blast-radius, what flipping ACTION's would halt)."""
     with _operator(store) as op:
         if blast_radius:
@@ -135,11 +160,13 @@ def kill_status(store: StoreOpt, action: Annotated[str | None, typer.Argument()]
             if as_json:
                 _print(radius.to_dict())
                 return
-            console.print(f"{action}: switch {'ON' if radius.killed else 'off'}; flipping it "
-                          f"now would hold {len(radius.dispatchable)} validated operation(s) "
-                          f"and every new dispatch ({radius.dispatched_last_hour} in the last "
-                          f"hour); {radius.awaiting_approval} awaiting approval would be held "
-                          f"once approved; {radius.in_flight} in flight are not affected")
+            console.print(
+                f"{action}: switch {'ON' if radius.killed else 'off'}; flipping it "
+                f"now would hold {len(radius.dispatchable)} validated operation(s) "
+                f"and every new dispatch ({radius.dispatched_last_hour} in the last "
+                f"hour); {radius.awaiting_approval} awaiting approval would be held "
+                f"once approved; {radius.in_flight} in flight are not affected"
+            )
             for row in radius.dispatchable:
                 console.print(f"  would hold {row.op_key}")
             return
@@ -151,16 +178,24 @@ def kill_status(store: StoreOpt, action: Annotated[str | None, typer.Argument()]
     for col in ("action", "kill switch", "breaker", "shadow", "envelope v", "by", "at"):
         table.add_column(col)
     for c in rows:
-        table.add_row(c.action, f"ON ({c.kill_reason or '-'})" if c.killed else "off",
-                      f"OPEN ({c.breaker_reason})" if c.breaker_open else "closed",
-                      "on" if c.shadow else "off", str(c.envelope.version), c.updated_by or "-",
-                      _ts(c.updated_at))
+        table.add_row(
+            c.action,
+            f"ON ({c.kill_reason or '-'})" if c.killed else "off",
+            f"OPEN ({c.breaker_reason})" if c.breaker_open else "closed",
+            "on" if c.shadow else "off",
+            str(c.envelope.version),
+            c.updated_by or "-",
+            _ts(c.updated_at),
+        )
     print_table(console, table)
 
 
 @kill_app.command("held")
-def kill_held(store: StoreOpt, action: Annotated[str | None, typer.Argument()] = None,
-              as_json: JsonOpt = False) -> None:
+def kill_held(
+    store: StoreOpt,
+    action: Annotated[str | None, typer.Argument()] = None,
+    as_json: JsonOpt = False,
+) -> None:
     """List operations a control is holding (validated, not sent, not failed)."""
     with _operator(store) as op:
         rows = op.held(action)
@@ -174,9 +209,11 @@ def kill_held(store: StoreOpt, action: Annotated[str | None, typer.Argument()] =
 
 # --- breaker ---------------------------------------------------------------------------------
 
+
 @breaker_app.command("reset")
-def breaker_reset(action: str, store: StoreOpt, operator: OperatorOpt,
-                  reason: ReasonOpt = None) -> None:
+def breaker_reset(
+    action: str, store: StoreOpt, operator: OperatorOpt, reason: ReasonOpt = None
+) -> None:
     """Close ACTION's breaker (only an operator can; it never closes by itself)."""
     with _operator(store) as op:
         op.reset_breaker(action, operator=operator, reason=reason)
@@ -192,11 +229,14 @@ def breaker_status(store: StoreOpt, as_json: JsonOpt = False) -> None:
         _print({c.action: {"open": c.breaker_open, "reason": c.breaker_reason} for c in rows})
         return
     for c in rows:
-        console.print(f"{c.action}: " + (f"[red]OPEN[/red] {c.breaker_reason}"
-                                         if c.breaker_open else "closed"))
+        console.print(
+            f"{c.action}: "
+            + (f"[red]OPEN[/red] {c.breaker_reason}" if c.breaker_open else "closed")
+        )
 
 
 # --- approvals -------------------------------------------------------------------------------
+
 
 @approvals_app.command("list")
 def approvals_list(store: StoreOpt, as_json: JsonOpt = False) -> None:
@@ -207,10 +247,15 @@ def approvals_list(store: StoreOpt, as_json: JsonOpt = False) -> None:
         for r in rows:
             req = op.store.approval_request(r.scope, r.operation_id)
             got = op.store.list_approvals(r.scope, r.operation_id)
-            out.append({**r.to_dict(), "effect": dict(r.effect),
-                        "required": req.required if req else 1,
-                        "expires_at": req.expires_at if req else None,
-                        "approvers": [a.approver for a in got if a.verdict == "approve"]})
+            out.append(
+                {
+                    **r.to_dict(),
+                    "effect": dict(r.effect),
+                    "required": req.required if req else 1,
+                    "expires_at": req.expires_at if req else None,
+                    "approvers": [a.approver for a in got if a.verdict == "approve"],
+                }
+            )
     if as_json:
         _print(out)
         return
@@ -218,37 +263,58 @@ def approvals_list(store: StoreOpt, as_json: JsonOpt = False) -> None:
     for col in ("operation", "action", "tier", "approvals", "expires", "fingerprint", "effect"):
         table.add_column(col, overflow="fold")
     for o in out:
-        table.add_row(f"{o['scope']}:{o['operation_id']}", str(o["action"]), str(o["tier"]),
-                      f"{len(o['approvers'])}/{o['required']}", _ts(o["expires_at"]),
-                      str(o["fingerprint"]), json.dumps(o["effect"]))
+        table.add_row(
+            f"{o['scope']}:{o['operation_id']}",
+            str(o["action"]),
+            str(o["tier"]),
+            f"{len(o['approvers'])}/{o['required']}",
+            _ts(o["expires_at"]),
+            str(o["fingerprint"]),
+            json.dumps(o["effect"]),
+        )
     print_table(console, table)
 
 
 @approvals_app.command("approve")
-def approvals_approve(operation_id: str, store: StoreOpt, operator: OperatorOpt,
-                      fingerprint: Annotated[str, typer.Option(
-                          help="The payload you approve (from `approvals list`).")],
-                      scope: ScopeOpt = "default", reason: ReasonOpt = None) -> None:
+def approvals_approve(
+    operation_id: str,
+    store: StoreOpt,
+    operator: OperatorOpt,
+    fingerprint: Annotated[
+        str, typer.Option(help="The payload you approve (from `approvals list`).")
+    ],
+    scope: ScopeOpt = "default",
+    reason: ReasonOpt = None,
+) -> None:
     """Approve exactly one payload of OPERATION_ID."""
     with _operator(store) as op:
-        out = op.approve(operation_id, fingerprint=fingerprint, approver=operator, scope=scope,
-                         reason=reason)
-    console.print(f"{operation_id}: {out.approvals}/{out.required} approvals; now "
-                  f"{out.operation.state.value}")
+        out = op.approve(
+            operation_id, fingerprint=fingerprint, approver=operator, scope=scope, reason=reason
+        )
+    console.print(
+        f"{operation_id}: {out.approvals}/{out.required} approvals; now {out.operation.state.value}"
+    )
 
 
 @approvals_app.command("refuse")
-def approvals_refuse(operation_id: str, store: StoreOpt, operator: OperatorOpt,
-                     fingerprint: Annotated[str, typer.Option(help="The payload you refuse.")],
-                     scope: ScopeOpt = "default", reason: ReasonOpt = None) -> None:
+def approvals_refuse(
+    operation_id: str,
+    store: StoreOpt,
+    operator: OperatorOpt,
+    fingerprint: Annotated[str, typer.Option(help="The payload you refuse.")],
+    scope: ScopeOpt = "default",
+    reason: ReasonOpt = None,
+) -> None:
     """Refuse OPERATION_ID; it ends denied."""
     with _operator(store) as op:
-        out = op.refuse(operation_id, fingerprint=fingerprint, approver=operator, scope=scope,
-                        reason=reason)
+        out = op.refuse(
+            operation_id, fingerprint=fingerprint, approver=operator, scope=scope, reason=reason
+        )
     console.print(f"{operation_id}: {out.operation.state.value}")
 
 
 # --- staged authority --------------------------------------------------------------------------
+
 
 @authority_app.command("show")
 def authority_show(action: str, store: StoreOpt) -> None:
@@ -259,8 +325,11 @@ def authority_show(action: str, store: StoreOpt) -> None:
 
 
 @authority_app.command("history")
-def authority_history(store: StoreOpt, action: Annotated[str | None, typer.Argument()] = None,
-                      as_json: JsonOpt = False) -> None:
+def authority_history(
+    store: StoreOpt,
+    action: Annotated[str | None, typer.Argument()] = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Every recorded step: axis, old -> new, evidence, reversal condition, operator."""
     with _operator(store) as op:
         steps = op.history(action)
@@ -271,33 +340,52 @@ def authority_history(store: StoreOpt, action: Annotated[str | None, typer.Argum
     for col in ("#", "action", "axis", "old", "new", "evidence", "reverse on", "by", "at"):
         table.add_column(col, overflow="fold")
     for s in steps:
-        table.add_row(str(s.id) + (f" (reversal of {s.reverses})" if s.reverses else ""),
-                      s.action, s.axis, json.dumps(s.old), json.dumps(s.new),
-                      json.dumps(dict(s.evidence)), s.reverse_on, s.operator, _ts(s.at))
+        table.add_row(
+            str(s.id) + (f" (reversal of {s.reverses})" if s.reverses else ""),
+            s.action,
+            s.axis,
+            json.dumps(s.old),
+            json.dumps(s.new),
+            json.dumps(dict(s.evidence)),
+            s.reverse_on,
+            s.operator,
+            _ts(s.at),
+        )
     print_table(console, table)
 
 
 @authority_app.command("step")
-def authority_step(action: str, axis: str,
-                   value: Annotated[str, typer.Argument(help="New value as JSON, e.g. '\"2000\"',"
-                                                        " '{\"limit\": \"5000\", \"window\": "
-                                                        "3600}', '[\"XYZ-PERP\"]' or null.")],
-                   store: StoreOpt, operator: OperatorOpt,
-                   evidence: Annotated[str, typer.Option(help="JSON object: what justified it.")],
-                   reverse_on: Annotated[str, typer.Option(
-                       help="manual, breaker_trip or breaker_trip:<signal>.")] = "breaker_trip",
-                   ) -> None:
+def authority_step(
+    action: str,
+    axis: str,
+    value: Annotated[
+        str,
+        typer.Argument(
+            help="New value as JSON, e.g. '\"2000\"',"
+            ' \'{"limit": "5000", "window": '
+            "3600}', '[\"XYZ-PERP\"]' or null."
+        ),
+    ],
+    store: StoreOpt,
+    operator: OperatorOpt,
+    evidence: Annotated[str, typer.Option(help="JSON object: what justified it.")],
+    reverse_on: Annotated[
+        str, typer.Option(help="manual, breaker_trip or breaker_trip:<signal>.")
+    ] = "breaker_trip",
+) -> None:
     """Move one envelope AXIS of ACTION to VALUE, as a recorded step."""
     new = _json_arg(value, "VALUE")
     proof = _json_arg(evidence, "--evidence")
     with _operator(store) as op:
-        step = op.step(action, axis, new, evidence=proof, operator=operator,
-                       reverse_on=reverse_on)
-    console.print(f"step {step.id}: {action}.{axis} {json.dumps(step.old)} -> "
-                  f"{json.dumps(step.new)} (reverses on {step.reverse_on})")
+        step = op.step(action, axis, new, evidence=proof, operator=operator, reverse_on=reverse_on)
+    console.print(
+        f"step {step.id}: {action}.{axis} {json.dumps(step.old)} -> "
+        f"{json.dumps(step.new)} (reverses on {step.reverse_on})"
+    )
 
 
 # --- shadow ------------------------------------------------------------------------------------
+
 
 @shadow_app.command("on")
 def shadow_on(action: str, store: StoreOpt, operator: OperatorOpt) -> None:
@@ -316,12 +404,18 @@ def shadow_off(action: str, store: StoreOpt, operator: OperatorOpt) -> None:
 
 
 @shadow_app.command("feed")
-def shadow_feed(correlation_id: str, store: StoreOpt,
-                action: Annotated[str, typer.Option(help="Action class of the outcome.")],
-                source: Annotated[str, typer.Option(help="Who the incumbent is (audited).")],
-                intent: Annotated[str | None, typer.Option(
-                    help="What the incumbent did, as an intent JSON object; omit for "
-                    "'did nothing'.")] = None) -> None:
+def shadow_feed(
+    correlation_id: str,
+    store: StoreOpt,
+    action: Annotated[str, typer.Option(help="Action class of the outcome.")],
+    source: Annotated[str, typer.Option(help="Who the incumbent is (audited).")],
+    intent: Annotated[
+        str | None,
+        typer.Option(
+            help="What the incumbent did, as an intent JSON object; omit for 'did nothing'."
+        ),
+    ] = None,
+) -> None:
     """Record what the incumbent actually did for CORRELATION_ID."""
     body = _json_arg(intent, "--intent") if intent is not None else None
     if body is not None and not isinstance(body, dict):
@@ -332,8 +426,11 @@ def shadow_feed(correlation_id: str, store: StoreOpt,
 
 
 @shadow_app.command("report")
-def shadow_report(store: StoreOpt, action: Annotated[str | None, typer.Argument()] = None,
-                  as_json: JsonOpt = False) -> None:
+def shadow_report(
+    store: StoreOpt,
+    action: Annotated[str | None, typer.Argument()] = None,
+    as_json: JsonOpt = False,
+) -> None:
     """The disagreement rate between shadowed proposals and the incumbent, and the cases."""
     with _operator(store) as op:
         report = op.shadow_report(action)
@@ -342,23 +439,33 @@ def shadow_report(store: StoreOpt, action: Annotated[str | None, typer.Argument(
         _print(data)
         return
     rate = report.disagreement_rate
-    console.print(f"compared {report.compared}: agreed {len(report.agreed)}, disagreed "
-                  f"{len(report.disagreed)}, disagreement rate "
-                  f"{'-' if rate is None else f'{rate:.1%}'}; awaiting the incumbent "
-                  f"{len(report.awaiting_incumbent)}")
+    console.print(
+        f"compared {report.compared}: agreed {len(report.agreed)}, disagreed "
+        f"{len(report.disagreed)}, disagreement rate "
+        f"{'-' if rate is None else f'{rate:.1%}'}; awaiting the incumbent "
+        f"{len(report.awaiting_incumbent)}"
+    )
     for case in data["cases"]:  # type: ignore[attr-defined]
-        console.print(f"  {case['correlation_id']}: shadow={json.dumps(case['shadow'])} "
-                      f"incumbent={json.dumps(case['incumbent'])}")
+        console.print(
+            f"  {case['correlation_id']}: shadow={json.dumps(case['shadow'])} "
+            f"incumbent={json.dumps(case['incumbent'])}"
+        )
 
 
 # --- audit ---------------------------------------------------------------------------------
 
+
 @audit_app.command("verify")
-def audit_verify(store: StoreOpt,
-                 expect_head: Annotated[list[str] | None, typer.Option(
-                     help="An anchored head LANE:SEQ:HASH that must still be in the log "
-                     "(repeatable).")] = None,
-                 as_json: JsonOpt = False) -> None:
+def audit_verify(
+    store: StoreOpt,
+    expect_head: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="An anchored head LANE:SEQ:HASH that must still be in the log (repeatable)."
+        ),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Verify the whole hash chain; exit 3 and say where if anything was tampered with."""
     heads: dict[int, tuple[int, str]] = {}
     for item in expect_head or []:
@@ -373,8 +480,9 @@ def audit_verify(store: StoreOpt,
     else:
         for f in result.findings:
             err.print(f"[red]TAMPERED[/red] {f.problem}: {f.message}")
-        console.print(f"checked {result.checked} entries: "
-                      f"{'intact' if result.ok else 'NOT intact'}")
+        console.print(
+            f"checked {result.checked} entries: {'intact' if result.ok else 'NOT intact'}"
+        )
         for lane, (seq, h) in sorted(result.heads.items()):
             console.print(f"  head {lane}:{seq}:{h}  (anchor this)")
     if not result.ok:
@@ -382,9 +490,12 @@ def audit_verify(store: StoreOpt,
 
 
 @audit_app.command("export")
-def audit_export(operation_id: str, store: StoreOpt,
-                 out: Annotated[Path, typer.Option(help="Where to write the bundle (JSON).")],
-                 scope: ScopeOpt = "default") -> None:
+def audit_export(
+    operation_id: str,
+    store: StoreOpt,
+    out: Annotated[Path, typer.Option(help="Where to write the bundle (JSON).")],
+    scope: ScopeOpt = "default",
+) -> None:
     """Write OPERATION_ID's evidence bundle; it verifies offline (`audit verify-bundle`)."""
     with _operator(store) as op:
         bundle = op.export_evidence(operation_id, scope=scope)
@@ -414,9 +525,13 @@ def audit_verify_bundle(path: Path, as_json: JsonOpt = False) -> None:
 
 # --- alerts --------------------------------------------------------------------------------
 
+
 @alerts_app.command("check")
-def alerts_check(store: StoreOpt, webhook: Annotated[str | None, typer.Option(
-        help="Also POST new alerts to this URL.")] = None, as_json: JsonOpt = False) -> None:
+def alerts_check(
+    store: StoreOpt,
+    webhook: Annotated[str | None, typer.Option(help="Also POST new alerts to this URL.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
     """Run the maintenance rules now; new alerts are logged (and posted); exit 3 if any."""
     from effectgate._execute.alerts import AlertSink, MultiSink, WebhookAlertSink
     from effectgate._execute.maintenance import check_maintenance

@@ -27,12 +27,27 @@ from effectgate.store.roles import Store
 if TYPE_CHECKING:
     from effectgate._service import Service, ServiceConfig
 
-__all__ = ["ConfigOpt", "LogFormat", "LogFormatOpt", "bind_port", "open_ledger", "port_problem",
-           "register", "require_extra", "service_from"]
+__all__ = [
+    "ConfigOpt",
+    "LogFormat",
+    "LogFormatOpt",
+    "bind_port",
+    "open_ledger",
+    "port_problem",
+    "register",
+    "require_extra",
+    "service_from",
+]
 
-ConfigOpt = Annotated[str | None, typer.Option(
-    "--config", "-c", envvar="EFFECTGATE_CONFIG",
-    help="Service config file (TOML); see docs/service.md.")]
+ConfigOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--config",
+        "-c",
+        envvar="EFFECTGATE_CONFIG",
+        help="Service config file (TOML); see docs/service.md.",
+    ),
+]
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)
@@ -74,8 +89,10 @@ def require_extra(extra: str, *modules: str) -> None:
 
     missing = [m for m in modules if importlib.util.find_spec(m) is None]
     if missing:
-        raise ConfigError(f"this command needs {', '.join(missing)}, from the {extra!r} extra: "
-                          f"pip install 'effectgate[{extra}]'")
+        raise ConfigError(
+            f"this command needs {', '.join(missing)}, from the {extra!r} extra: "
+            f"pip install 'effectgate[{extra}]'"
+        )
 
 
 class LogFormat(StrEnum):
@@ -90,12 +107,21 @@ class LogLevel(StrEnum):
     error = "error"
 
 
-LogFormatOpt = Annotated[LogFormat | None, typer.Option(
-    help="Log lines as text or JSON, timestamped (default: [service] log_format, else text).")]
+LogFormatOpt = Annotated[
+    LogFormat | None,
+    typer.Option(
+        help="Log lines as text or JSON, timestamped (default: [service] log_format, else text)."
+    ),
+]
 
 
-def service_from(config: str, *, log_level: str | None = None,
-                 log_format: LogFormat | None = None, create: bool = False) -> Service:
+def service_from(
+    config: str,
+    *,
+    log_level: str | None = None,
+    log_format: LogFormat | None = None,
+    create: bool = False,
+) -> Service:
     """The service of a config file, after the same checks ``effectgate check`` makes.
 
     With ``log_level``, logging is set up first (the format from the option, else the config),
@@ -116,21 +142,32 @@ def service_from(config: str, *, log_level: str | None = None,
         _invalid(exc.message)
 
 
-def init(directory: Annotated[Path, typer.Option(
-             "--dir", help="Where to write effectgate.toml and effectgate_classes.py.")]
-         = Path("."),
-         force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")]
-         = False,
-         shell: Annotated[bool, typer.Option(
-             "--shell", help="Print the tokens as export lines for eval "
-             "(eval \"$(effectgate init --shell)\" sets AGENT_TOKEN and OPERATOR_TOKEN).")]
-         = False,
-         venue: Annotated[str | None, typer.Option(
-             help="Base URL of an HTTP venue (effectgate venue serve) instead of the "
-             "in-process paper venue.")] = None,
-         venue_key_env: Annotated[str, typer.Option(
-             help="With --venue: the environment variable holding the venue's API key.")]
-         = "EFFECTGATE_VENUE_KEY") -> None:
+def init(
+    directory: Annotated[
+        Path,
+        typer.Option("--dir", help="Where to write effectgate.toml and effectgate_classes.py."),
+    ] = Path("."),
+    force: Annotated[bool, typer.Option("--force", help="Overwrite existing files.")] = False,
+    shell: Annotated[
+        bool,
+        typer.Option(
+            "--shell",
+            help="Print the tokens as export lines for eval "
+            '(eval "$(effectgate init --shell)" sets AGENT_TOKEN and OPERATOR_TOKEN).',
+        ),
+    ] = False,
+    venue: Annotated[
+        str | None,
+        typer.Option(
+            help="Base URL of an HTTP venue (effectgate venue serve) instead of the "
+            "in-process paper venue."
+        ),
+    ] = None,
+    venue_key_env: Annotated[
+        str,
+        typer.Option(help="With --venue: the environment variable holding the venue's API key."),
+    ] = "EFFECTGATE_VENUE_KEY",
+) -> None:
     """Write a working starter config and example action classes (paper venue)."""
     from effectgate._service import load_config, write_starter
 
@@ -142,13 +179,17 @@ def init(directory: Annotated[Path, typer.Option(
     load_config(starter.config)  # the starter must always be valid
     if shell:
         # stdout is for eval: export lines, and comments a shell ignores.
-        print(f"# wrote {starter.config} and {starter.classes}; the tokens are shown once "
-              "(only their SHA-256 is stored)")
+        print(
+            f"# wrote {starter.config} and {starter.classes}; the tokens are shown once "
+            "(only their SHA-256 is stored)"
+        )
         print(f"export AGENT_TOKEN={shlex.quote(starter.agent_token)}")
         print(f"export OPERATOR_TOKEN={shlex.quote(starter.operator_token)}")
-        err.print(f"wrote {starter.config}; AGENT_TOKEN and OPERATOR_TOKEN are set if this ran "
-                  f"under eval. next: effectgate serve --config {starter.config}",
-                  highlight=False)
+        err.print(
+            f"wrote {starter.config}; AGENT_TOKEN and OPERATOR_TOKEN are set if this ran "
+            f"under eval. next: effectgate serve --config {starter.config}",
+            highlight=False,
+        )
         return
     console.print(f"wrote {starter.config} and {starter.classes}")
     console.print("[bold]tokens (shown once; only their SHA-256 is stored):[/bold]")
@@ -157,11 +198,13 @@ def init(directory: Annotated[Path, typer.Option(
     console.print(f"next: effectgate serve --config {starter.config}", highlight=False)
 
 
-def check(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
-          as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-          = False,
-          connect: Annotated[bool, typer.Option(
-              "--connect", help="Also connect to the PostgreSQL store.")] = False) -> None:
+def check(
+    config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+    connect: Annotated[
+        bool, typer.Option("--connect", help="Also connect to the PostgreSQL store.")
+    ] = False,
+) -> None:
     """Check that `serve` will start: the file, credentials, the store (exit 2 naming the key)."""
     from effectgate._service import preflight
 
@@ -173,10 +216,15 @@ def check(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGA
         "store": cfg.store.url.split("://")[0],
         "checked": list(checked.notes),
         "adapters": {n: a.kind for n, a in cfg.adapters.items()},
-        "classes": {ac.name: {"adapter": ac.adapter, "effect_class": ac.effect_class.value,
-                              "tier_floor": ac.tier_floor.value,
-                              "policy": ac.name in cfg.policy_names}
-                    for ac in cfg.registry},
+        "classes": {
+            ac.name: {
+                "adapter": ac.adapter,
+                "effect_class": ac.effect_class.value,
+                "tier_floor": ac.tier_floor.value,
+                "policy": ac.name in cfg.policy_names,
+            }
+            for ac in cfg.registry
+        },
         "tokens": {t.name: {"role": t.role, "scope": t.scope} for t in cfg.tokens},
     }
     if as_json:
@@ -186,19 +234,25 @@ def check(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGA
     for col in ("class", "adapter", "effect class", "tier floor", "policy"):
         table.add_column(col)
     for name, c in summary["classes"].items():
-        table.add_row(name, c["adapter"], c["effect_class"], c["tier_floor"],
-                      "yes" if c["policy"] else "[red]none: deny all[/red]")
+        table.add_row(
+            name,
+            c["adapter"],
+            c["effect_class"],
+            c["tier_floor"],
+            "yes" if c["policy"] else "[red]none: deny all[/red]",
+        )
     print_table(console, table)
     for note in checked.notes:
         console.print(note, highlight=False)
 
 
-def serve(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
-          host: Annotated[str | None, typer.Option(help="Override [service] host.")] = None,
-          port: Annotated[int | None, typer.Option(help="Override [service] port.")] = None,
-          log_level: Annotated[LogLevel, typer.Option(help="Log level (uvicorn's too).")]
-          = LogLevel.info,
-          log_format: LogFormatOpt = None) -> None:
+def serve(
+    config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
+    host: Annotated[str | None, typer.Option(help="Override [service] host.")] = None,
+    port: Annotated[int | None, typer.Option(help="Override [service] port.")] = None,
+    log_level: Annotated[LogLevel, typer.Option(help="Log level (uvicorn's too).")] = LogLevel.info,
+    log_format: LogFormatOpt = None,
+) -> None:
     """Run the HTTP API (and MCP at /mcp) with the standing reconciler."""
     import ipaddress
 
@@ -207,12 +261,10 @@ def serve(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGA
 
     from effectgate._frontends.http import create_app
 
-    service = service_from(config, log_level=log_level.value, log_format=log_format,
-                           create=True)
+    service = service_from(config, log_level=log_level.value, log_format=log_format, create=True)
     settings = service.config.service
     bind = host or settings.host
-    if not settings.public and bind != "localhost" and not ipaddress.ip_address(
-            bind).is_loopback:
+    if not settings.public and bind != "localhost" and not ipaddress.ip_address(bind).is_loopback:
         err.print(f"{bind} is not a loopback address (set public = true in [service])")
         service.close()
         raise typer.Exit(EXIT_USAGE)
@@ -228,8 +280,16 @@ def serve(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGA
     app = create_app(service, standing_reconciler=True)
     # log_config=None: uvicorn's loggers propagate to the handler set up above (timestamps,
     # --log-format) instead of installing their own.
-    server = uvicorn.Server(uvicorn.Config(app, host=bind, port=port, log_level=log_level.value,
-                                           log_config=None, server_header=False))
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=bind,
+            port=port,
+            log_level=log_level.value,
+            log_config=None,
+            server_header=False,
+        )
+    )
     try:
         server.run(sockets=[sock])
     except SystemExit as exc:
@@ -261,18 +321,23 @@ def bind_port(host: str, port: int) -> socket.socket:
 def port_problem(host: str, port: int, exc: OSError) -> str:
     """What to tell an operator whose server could not bind ``host:port``."""
     if exc.errno == errno.EADDRINUSE:
-        return (f"port {port} on {host} is already in use (another effectgate serve or venue "
-                "serve?); stop that process or choose another port with --port")
+        return (
+            f"port {port} on {host} is already in use (another effectgate serve or venue "
+            "serve?); stop that process or choose another port with --port"
+        )
     if exc.errno == errno.EACCES:
         return f"not allowed to bind port {port} on {host} (ports below 1024 need privileges)"
     return f"cannot bind port {port} on {host}: {exc.strerror or exc}"
 
 
-def mcp(config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
-        token_env: Annotated[str, typer.Option(
-            help="Environment variable holding this agent's token (decides its scope).")]
-        = "EFFECTGATE_AGENT_TOKEN",  # noqa: S107 - a variable name
-        log_format: LogFormatOpt = None) -> None:
+def mcp(
+    config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
+    token_env: Annotated[
+        str,
+        typer.Option(help="Environment variable holding this agent's token (decides its scope)."),
+    ] = "EFFECTGATE_AGENT_TOKEN",  # noqa: S107 - a variable name
+    log_format: LogFormatOpt = None,
+) -> None:
     """Serve MCP over stdio for one agent (logs go to stderr; stdout is the protocol)."""
     require_extra("server", "mcp", "anyio")
     import anyio

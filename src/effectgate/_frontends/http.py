@@ -21,7 +21,6 @@ Errors are ``application/problem+json`` (RFC 9457) with a stable ``code``. The G
 synchronous, so it runs in the threadpool; the event loop never waits on the ledger or a venue.
 """
 
-
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -72,17 +71,26 @@ def problem_response(exc: EffectgateError) -> JSONResponse:
 _PROBLEM_CONTENT = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": Problem, "description": text, "content": _PROBLEM_CONTENT}
-    for status, text in ((400, "Missing key or malformed body"), (401, "No valid token"),
-                         (403, "Wrong role for this endpoint"), (404, "Not found"),
-                         (409, "Same key still in flight"),
-                         (422, "Key reused with a different payload"), (429, "Rate limited"))}
+    for status, text in (
+        (400, "Missing key or malformed body"),
+        (401, "No valid token"),
+        (403, "Wrong role for this endpoint"),
+        (404, "Not found"),
+        (409, "Same key still in flight"),
+        (422, "Key reused with a different payload"),
+        (429, "Rate limited"),
+    )
+}
 #: BodyGate's answers, declared by _openapi on every operation that takes a body.
-_BODY_ERRORS = {"413": "Body larger than max_body_bytes",
-                "415": "Body is not Content-Type: application/json"}
+_BODY_ERRORS = {
+    "413": "Body larger than max_body_bytes",
+    "415": "Body is not Content-Type: application/json",
+}
 
 
-def create_app(service: Service, *, mcp_http: bool | None = None,
-               standing_reconciler: bool = False) -> FastAPI:
+def create_app(
+    service: Service, *, mcp_http: bool | None = None, standing_reconciler: bool = False
+) -> FastAPI:
     """The ASGI app for ``service``. ``mcp_http`` defaults to the config's ``mcp_http``."""
     settings = service.config.service
     want_mcp = settings.mcp_http if mcp_http is None else mcp_http
@@ -102,21 +110,32 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
             yield
 
     # No redirect_slashes: its 307 builds the Location from the client's Host header.
-    app = FastAPI(title="effectgate", version=__version__, lifespan=lifespan,
-                  docs_url=None, redoc_url=None, redirect_slashes=False,
-                  description="The boundary between an agent's proposed action and its effect.")
+    app = FastAPI(
+        title="effectgate",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        redirect_slashes=False,
+        description="The boundary between an agent's proposed action and its effect.",
+    )
     _install_errors(app)
-    app.add_middleware(BodyGate, tokens=service.tokens, cap=settings.max_body_bytes,
-                       skip=("/mcp",) if mount is not None else ())
+    app.add_middleware(
+        BodyGate,
+        tokens=service.tokens,
+        cap=settings.max_body_bytes,
+        skip=("/mcp",) if mount is not None else (),
+    )
 
     def principal(role: str) -> Callable[..., Coroutine[Any, Any, Principal]]:
         async def dependency(
-                request: Request,
-                _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> Principal:
+            request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+        ) -> Principal:
             who = service.tokens.from_header(request.headers.get("authorization"))
             who.require(role)
             service.limiter.check(who)
             return who
+
         return dependency
 
     agent = Annotated[Principal, Depends(principal("agent"))]
@@ -129,31 +148,54 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
     @app.post("/v1/actions/{action}", include_in_schema=False)
     async def unknown_action(action: str, who: agent) -> JSONResponse:
         names = sorted(service.config.registry.names())
-        exc = UnknownActionClass(f"no action class named {action[:64]!r}; this service "
-                                 f"accepts: {', '.join(names)} (GET /v1/actions for schemas)")
+        exc = UnknownActionClass(
+            f"no action class named {action[:64]!r}; this service "
+            f"accepts: {', '.join(names)} (GET /v1/actions for schemas)"
+        )
         status, body, headers = problem_for(exc)
         body["actions"] = names
         return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
 
-    @app.get("/v1/operations/{operation_id}", response_model=OperationOut, responses=_ERRORS,
-             tags=["agent"], summary="Look up an operation in your scope")
+    @app.get(
+        "/v1/operations/{operation_id}",
+        response_model=OperationOut,
+        responses=_ERRORS,
+        tags=["agent"],
+        summary="Look up an operation in your scope",
+    )
     async def get_operation(operation_id: str, who: agent) -> JSONResponse:
         op = await run_in_threadpool(service.lookup, who, operation_id)
         return _operation_response(op, 200, service)
 
-    @app.get("/v1/actions", tags=["agent"], summary="The action classes this service accepts",
-             responses=_ERRORS)
+    @app.get(
+        "/v1/actions",
+        tags=["agent"],
+        summary="The action classes this service accepts",
+        responses=_ERRORS,
+    )
     async def list_actions(who: agent) -> dict[str, Any]:
-        return {"actions": [{"name": ac.name, "effect_class": ac.effect_class.value,
-                             "tier_floor": ac.tier_floor.value, "schema": ac.json_schema()}
-                            for ac in service.config.registry]}
+        return {
+            "actions": [
+                {
+                    "name": ac.name,
+                    "effect_class": ac.effect_class.value,
+                    "tier_floor": ac.tier_floor.value,
+                    "schema": ac.json_schema(),
+                }
+                for ac in service.config.registry
+            ]
+        }
 
     @app.get("/healthz", tags=["health"], summary="Liveness")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/readyz", tags=["health"], summary="Readiness: the ledger answers",
-             responses={503: _ERRORS[429] | {"description": "Ledger unavailable"}})
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        summary="Readiness: the ledger answers",
+        responses={503: _ERRORS[429] | {"description": "Ledger unavailable"}},
+    )
     async def ready() -> JSONResponse:
         try:
             await run_in_threadpool(service.store.get, "default", "readiness-probe")
@@ -164,14 +206,20 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
 
     # Operator credential: the figures describe every tenant's ledger, and a scrape costs
     # queries; neither belongs to anonymous callers.
-    @app.get("/metrics", tags=["operator"], summary="Prometheus metrics (operator token)",
-             response_class=Response, responses=_ERRORS)
+    @app.get(
+        "/metrics",
+        tags=["operator"],
+        summary="Prometheus metrics (operator token)",
+        response_class=Response,
+        responses=_ERRORS,
+    )
     async def metrics(who: operator) -> Response:
         body = await run_in_threadpool(service.metrics.render)
         return Response(body, media_type=CONTENT_TYPE)
 
-    app.include_router(admin_router(service, operator, _ERRORS), prefix="/v1/admin",
-                       tags=["operator"])
+    app.include_router(
+        admin_router(service, operator, _ERRORS), prefix="/v1/admin", tags=["operator"]
+    )
     if mount is not None:
         app.router.routes.append(Route("/mcp", endpoint=mount, include_in_schema=False))
     app.openapi = lambda: _openapi(app, service)  # type: ignore[method-assign]
@@ -181,46 +229,76 @@ def create_app(service: Service, *, mcp_http: bool | None = None,
 def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> None:
     settings = service.config.service
 
-    async def propose(request: Request, who: agent,
-                      idempotency_key: Annotated[str | None, Header(
-                          alias="Idempotency-Key",
-                          description="The operation id: minted once per deliberate action, "
-                          "sent again unchanged on every retry",
-                          json_schema_extra={"pattern": _KEY_PATTERN})] = None) -> JSONResponse:
+    async def propose(
+        request: Request,
+        who: agent,
+        idempotency_key: Annotated[
+            str | None,
+            Header(
+                alias="Idempotency-Key",
+                description="The operation id: minted once per deliberate action, "
+                "sent again unchanged on every retry",
+                json_schema_extra={"pattern": _KEY_PATTERN},
+            ),
+        ] = None,
+    ) -> JSONResponse:
         if len(request.headers.getlist("idempotency-key")) > 1:
             # One request is one operation: picking one of several ids would be a guess.
-            raise InvalidIdempotencyKey("send exactly one Idempotency-Key header: one request "
-                                        "is one operation")
+            raise InvalidIdempotencyKey(
+                "send exactly one Idempotency-Key header: one request is one operation"
+            )
         if idempotency_key is None:
-            raise IdempotencyKeyMissing("the Idempotency-Key header is required: send the "
-                                        "operation id")
+            raise IdempotencyKeyMissing(
+                "the Idempotency-Key header is required: send the operation id"
+            )
         key = idempotency_key.strip()
         if len(key) >= 2 and key[0] == key[-1] == '"':  # the draft's sf-string form
             key = key[1:-1]
         if not OPERATION_ID_PATTERN.fullmatch(key):
             raise InvalidIdempotencyKey(
-                f"Idempotency-Key must match {OPERATION_ID_PATTERN.pattern}")
+                f"Idempotency-Key must match {OPERATION_ID_PATTERN.pattern}"
+            )
         raw = await request.body()  # authenticated, JSON-typed and capped by BodyGate
         refuse_deep(raw, settings.max_depth)
         op = await run_in_threadpool(service.propose, who, name, key, raw)
         return _operation_response(op, 200 if op.replayed else 201, service)
 
     app.add_api_route(
-        f"/v1/actions/{name}", propose, methods=["POST"], response_model=OperationOut,
-        status_code=201, tags=["agent"], name=f"propose_{name}",
-        summary=f"Propose a {name} action", responses={
-            200: {"model": OperationOut, "description": "Replay: the stored operation "
-                  "(header Idempotent-Replayed: true)"}, **_ERRORS},
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": {"$ref": f"#/components/schemas/intent_{name}"}}}}})
+        f"/v1/actions/{name}",
+        propose,
+        methods=["POST"],
+        response_model=OperationOut,
+        status_code=201,
+        tags=["agent"],
+        name=f"propose_{name}",
+        summary=f"Propose a {name} action",
+        responses={
+            200: {
+                "model": OperationOut,
+                "description": "Replay: the stored operation (header Idempotent-Replayed: true)",
+            },
+            **_ERRORS,
+        },
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": f"#/components/schemas/intent_{name}"}}
+                },
+            }
+        },
+    )
 
 
 def _operation_response(op: Operation, status: int, service: Service) -> JSONResponse:
     headers = {"Location": f"/v1/operations/{op.operation_id}"}
     if op.replayed:
         headers["Idempotent-Replayed"] = "true"
-    return JSONResponse(operation_out(op, service.config.registry).model_dump(mode="json"),
-                        status_code=status, headers=headers)
+    return JSONResponse(
+        operation_out(op, service.config.registry).model_dump(mode="json"),
+        status_code=status,
+        headers=headers,
+    )
 
 
 def _install_errors(app: FastAPI) -> None:
@@ -232,8 +310,7 @@ def _install_errors(app: FastAPI) -> None:
     async def on_invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(p) for p in first.get("loc", ()))
-        return problem_response(
-            BadRequest(f"{where}: {first.get('msg', 'invalid request')}"))
+        return problem_response(BadRequest(f"{where}: {first.get('msg', 'invalid request')}"))
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -252,8 +329,9 @@ def _openapi(app: FastAPI, service: Service) -> dict[str, Any]:
     """FastAPI's document plus one intent schema per action class (refs moved to components)."""
     if app.openapi_schema:
         return app.openapi_schema
-    doc = get_openapi(title=app.title, version=app.version, description=app.description,
-                      routes=app.routes)
+    doc = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     for ac in service.config.registry:
         schema = ac.json_schema()
@@ -261,8 +339,9 @@ def _openapi(app: FastAPI, service: Service) -> dict[str, Any]:
         text = json.dumps(schema).replace('"#/$defs/', '"#/components/schemas/')
         schemas[f"intent_{ac.name}"] = json.loads(text)
         for def_name, sub in defs.items():
-            schemas.setdefault(def_name, json.loads(
-                json.dumps(sub).replace('"#/$defs/', '"#/components/schemas/')))
+            schemas.setdefault(
+                def_name, json.loads(json.dumps(sub).replace('"#/$defs/', '"#/components/schemas/'))
+            )
     # The handler answers a missing key with its own 400 (the draft's rule), so FastAPI sees the
     # header as optional; the published contract says what clients must send.
     for path in doc.get("paths", {}).values():
@@ -273,6 +352,7 @@ def _openapi(app: FastAPI, service: Service) -> dict[str, Any]:
             if "requestBody" in operation:
                 for status, text in _BODY_ERRORS.items():
                     operation["responses"].setdefault(
-                        status, {"description": text, "content": _PROBLEM_CONTENT})
+                        status, {"description": text, "content": _PROBLEM_CONTENT}
+                    )
     app.openapi_schema = doc
     return doc

@@ -52,16 +52,25 @@ from effectgate.errors import (
 )
 from effectgate.store.base import OPERATION_ID_PATTERN
 
-__all__ = ["LOOKUP_TOOL", "PIN_META_KEY", "McpHttpMount", "build_server", "run_stdio",
-           "tool_definitions"]
+__all__ = [
+    "LOOKUP_TOOL",
+    "PIN_META_KEY",
+    "McpHttpMount",
+    "build_server",
+    "run_stdio",
+    "tool_definitions",
+]
 
 LOOKUP_TOOL: Final = "get_operation"
 PIN_META_KEY: Final = "io.effectgate/operation_id"
 _PRINCIPAL_KEY: Final = "effectgate.principal"
 _ID_SCHEMA: Final = {
-    "type": "string", "pattern": f"^{OPERATION_ID_PATTERN.pattern}$", "maxLength": 128,
+    "type": "string",
+    "pattern": f"^{OPERATION_ID_PATTERN.pattern}$",
+    "maxLength": 128,
     "description": "The operation id: mint it once when you decide on this action and send "
-                   "the same id on every retry of it. A new id is a new action."}
+    "the same id on every retry of it. A new id is a new action.",
+}
 
 
 def tool_definitions(service: Service) -> list[types.Tool]:
@@ -72,22 +81,40 @@ def tool_definitions(service: Service) -> list[types.Tool]:
         schema["properties"] = {"operation_id": _ID_SCHEMA, **schema["properties"]}
         schema["required"] = ["operation_id", *schema.get("required", [])]
         mutation = ac.effect_class.value != "read_only"
-        tools.append(types.Tool(
-            name=ac.name, title=ac.name.replace("_", " "),
-            description=(f"Propose a {ac.name} action ({ac.effect_class.value}; oversight "
-                         f"tier at least {ac.tier_floor.value}). Deterministic policy decides; "
-                         "the result is the journalled operation. Decimals are JSON strings."),
-            input_schema=schema, output_schema=output,
-            annotations=types.ToolAnnotations(read_only_hint=not mutation,
-                                              destructive_hint=mutation,
-                                              idempotent_hint=True, open_world_hint=True)))
-    tools.append(types.Tool(
-        name=LOOKUP_TOOL, title="get operation",
-        description="Look up an operation you proposed, by its operation id (read-only).",
-        input_schema={"type": "object", "properties": {"operation_id": _ID_SCHEMA},
-                      "required": ["operation_id"], "additionalProperties": False},
-        output_schema=output,
-        annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True)))
+        tools.append(
+            types.Tool(
+                name=ac.name,
+                title=ac.name.replace("_", " "),
+                description=(
+                    f"Propose a {ac.name} action ({ac.effect_class.value}; oversight "
+                    f"tier at least {ac.tier_floor.value}). Deterministic policy decides; "
+                    "the result is the journalled operation. Decimals are JSON strings."
+                ),
+                input_schema=schema,
+                output_schema=output,
+                annotations=types.ToolAnnotations(
+                    read_only_hint=not mutation,
+                    destructive_hint=mutation,
+                    idempotent_hint=True,
+                    open_world_hint=True,
+                ),
+            )
+        )
+    tools.append(
+        types.Tool(
+            name=LOOKUP_TOOL,
+            title="get operation",
+            description="Look up an operation you proposed, by its operation id (read-only).",
+            input_schema={
+                "type": "object",
+                "properties": {"operation_id": _ID_SCHEMA},
+                "required": ["operation_id"],
+                "additionalProperties": False,
+            },
+            output_schema=output,
+            annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
+        )
+    )
     return tools
 
 
@@ -95,12 +122,14 @@ def build_server(service: Service, principal: Principal | None = None) -> Server
     """The MCP server. ``principal`` is fixed for stdio; over HTTP it comes from each request."""
     tools = tool_definitions(service)
 
-    async def list_tools(_: ServerRequestContext[Any],
-                         __: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+    async def list_tools(
+        _: ServerRequestContext[Any], __: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
         return types.ListToolsResult(tools=tools)
 
-    async def call_tool(ctx: ServerRequestContext[Any],
-                        params: types.CallToolRequestParams) -> types.CallToolResult:
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
         try:
             who = _principal(ctx, principal)
             service.limiter.check(who)
@@ -109,12 +138,18 @@ def build_server(service: Service, principal: Principal | None = None) -> Server
             _, body, _ = problem_for(exc)
             return types.CallToolResult(
                 content=[types.TextContent(type="text", text=json.dumps(body))],
-                structured_content=body, is_error=True)
+                structured_content=body,
+                is_error=True,
+            )
 
-    return Server("effectgate", version=__version__, on_list_tools=list_tools,
-                  on_call_tool=call_tool,
-                  instructions="Propose actions with the tools; each call needs an operation_id "
-                               "you mint once per action and repeat on retries.")
+    return Server(
+        "effectgate",
+        version=__version__,
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        instructions="Propose actions with the tools; each call needs an operation_id "
+        "you mint once per action and repeat on retries.",
+    )
 
 
 def _principal(ctx: ServerRequestContext[Any], fixed: Principal | None) -> Principal:
@@ -128,43 +163,59 @@ def _principal(ctx: ServerRequestContext[Any], fixed: Principal | None) -> Princ
     raise Unauthenticated("no agent token for this session")
 
 
-async def _call(service: Service, who: Principal,
-                params: types.CallToolRequestParams) -> types.CallToolResult:
+async def _call(
+    service: Service, who: Principal, params: types.CallToolRequestParams
+) -> types.CallToolResult:
     refused = (params.meta or {}).get(REFUSED_META)
     if refused is not None:
-        raise IntentError(f"duplicate key {str(refused)!r} in the tool call; send each key once",
-                          field=str(refused), reason="duplicate_key")
+        raise IntentError(
+            f"duplicate key {str(refused)!r} in the tool call; send each key once",
+            field=str(refused),
+            reason="duplicate_key",
+        )
     args = dict(params.arguments or {})
     if "operation_id" not in args:
-        raise IntentError("required field 'operation_id' is missing", field="operation_id",
-                          reason="missing")
+        raise IntentError(
+            "required field 'operation_id' is missing", field="operation_id", reason="missing"
+        )
     op_id = args.pop("operation_id")
     if not isinstance(op_id, str) or not OPERATION_ID_PATTERN.fullmatch(op_id):
-        raise IntentError(f"must be a string matching {OPERATION_ID_PATTERN.pattern}",
-                          field="operation_id", reason="invalid_operation_id")
+        raise IntentError(
+            f"must be a string matching {OPERATION_ID_PATTERN.pattern}",
+            field="operation_id",
+            reason="invalid_operation_id",
+        )
     pinned = (params.meta or {}).get(PIN_META_KEY)
     if pinned is not None and pinned != op_id:
-        raise IntentError("differs from the operation id your harness pinned for this call; "
-                          "send the pinned id", field="operation_id", reason="pinned_mismatch")
+        raise IntentError(
+            "differs from the operation id your harness pinned for this call; send the pinned id",
+            field="operation_id",
+            reason="pinned_mismatch",
+        )
     if params.name == LOOKUP_TOOL:
         if args:
-            raise IntentError(f"unknown field {sorted(args)[0]!r} (allowed: operation_id)",
-                              field=sorted(args)[0], reason="extra_forbidden")
+            raise IntentError(
+                f"unknown field {sorted(args)[0]!r} (allowed: operation_id)",
+                field=sorted(args)[0],
+                reason="extra_forbidden",
+            )
         op = await anyio.to_thread.run_sync(service.lookup, who, op_id)
     elif params.name in service.config.registry:
         op = await anyio.to_thread.run_sync(service.propose, who, params.name, op_id, args)
     else:
         raise UnknownActionClass(f"no tool named {params.name!r}")
     out = operation_out(op, service.config.registry).model_dump(mode="json")
-    return types.CallToolResult(content=[types.TextContent(type="text", text=json.dumps(out))],
-                                structured_content=out)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps(out))], structured_content=out
+    )
 
 
 async def run_stdio(service: Service, principal: Principal) -> None:
     """Serve MCP over this process's stdin/stdout until the client closes it."""
     server = build_server(service, principal)
-    lines = ScreenedLines(anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8",
-                                                           errors="replace")))
+    lines = ScreenedLines(
+        anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
+    )
     async with stdio_server(stdin=lines) as (read, write):  # type: ignore[arg-type]
         await server.run(read, write, server.create_initialization_options())
 
@@ -183,14 +234,23 @@ class McpHttpMount:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         settings = self._service.config.service
-        security = None if settings.public else TransportSecuritySettings(
-            enable_dns_rebinding_protection=True,
-            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost"],
-            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"])
+        security = (
+            None
+            if settings.public
+            else TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*", "127.0.0.1", "localhost"],
+                allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+            )
+        )
         # A session manager runs once; every app lifespan gets its own.
         manager = StreamableHTTPSessionManager(
-            app=self._server, stateless=True, json_response=True, security_settings=security,
-            max_request_body_size=settings.max_body_bytes + 4096)
+            app=self._server,
+            stateless=True,
+            json_response=True,
+            security_settings=security,
+            max_request_body_size=settings.max_body_bytes + 4096,
+        )
         async with manager.run():
             self._manager = manager
             try:
@@ -201,27 +261,31 @@ class McpHttpMount:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self._manager is None:
             status, body, extra = problem_for(
-                ServiceUnavailable("the MCP endpoint runs only inside the app's lifespan"))
-            await JSONResponse(body, status_code=status, headers=extra,
-                               media_type="application/problem+json")(scope, receive, send)
+                ServiceUnavailable("the MCP endpoint runs only inside the app's lifespan")
+            )
+            await JSONResponse(
+                body, status_code=status, headers=extra, media_type="application/problem+json"
+            )(scope, receive, send)
             return
-        headers = {k.decode("latin-1").lower(): v.decode("latin-1")
-                   for k, v in scope.get("headers", [])}
+        headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+        }
         try:
             who = self._service.tokens.from_header(headers.get("authorization"))
             who.require("agent")
         except EffectgateError as exc:
             status, body, extra = problem_for(exc)
-            await JSONResponse(body, status_code=status, headers=extra,
-                               media_type="application/problem+json")(scope, receive, send)
+            await JSONResponse(
+                body, status_code=status, headers=extra, media_type="application/problem+json"
+            )(scope, receive, send)
             return
-        scope, receive = await _screened_request(scope, receive,
-                                                 self._service.config.service.max_body_bytes)
+        scope, receive = await _screened_request(
+            scope, receive, self._service.config.service.max_body_bytes
+        )
         await self._manager.handle_request({**scope, _PRINCIPAL_KEY: who}, receive, send)
 
 
-async def _screened_request(scope: Scope, receive: Receive,
-                            cap: int) -> tuple[Scope, Receive]:
+async def _screened_request(scope: Scope, receive: Receive, cap: int) -> tuple[Scope, Receive]:
     """Buffer a POST body (up to ``cap``), screen it for duplicate keys, and replay it."""
     if scope.get("method") != "POST":
         return scope, receive
@@ -236,8 +300,9 @@ async def _screened_request(scope: Scope, receive: Receive,
         more = message.get("more_body", False)
     body = b"".join(chunks)
     if more:  # over the cap: let the SDK refuse it, untouched
-        return scope, _replay([{"type": "http.request", "body": body, "more_body": True}],
-                              then=receive)
+        return scope, _replay(
+            [{"type": "http.request", "body": body, "more_body": True}], then=receive
+        )
     screened = screen(body)
     data = screened if isinstance(screened, bytes) else screened.encode()
     if data is not body:

@@ -33,8 +33,11 @@ class Principal:
 
     def require(self, role: str) -> None:
         if self.role != role:
-            what = "propose actions or read agent operations" if role == "agent" \
+            what = (
+                "propose actions or read agent operations"
+                if role == "agent"
                 else "use the operator API"
+            )
             raise PermissionDenied(f"a token with role {self.role!r} may not {what}")
 
 
@@ -42,8 +45,9 @@ class TokenBook:
     """The configured tokens, by digest."""
 
     def __init__(self, tokens: Iterable[TokenConfig]) -> None:
-        self._by_digest = {t.sha256: Principal(t.name, t.role, t.scope, t.rate_limit)
-                           for t in tokens}
+        self._by_digest = {
+            t.sha256: Principal(t.name, t.role, t.scope, t.rate_limit) for t in tokens
+        }
 
     def __len__(self) -> int:
         return len(self._by_digest)
@@ -86,6 +90,8 @@ class RateLimiter:
             if tokens < 1.0:
                 self._buckets[principal.name] = (tokens, now)
                 wait = (1.0 - tokens) / limit.per_second if limit.per_second > 0 else 60.0
-                raise RateLimited(f"rate limit of {limit.per_second:g}/s (burst {limit.burst}) "
-                                  "exceeded", retry_after=wait)
+                raise RateLimited(
+                    f"rate limit of {limit.per_second:g}/s (burst {limit.burst}) exceeded",
+                    retry_after=wait,
+                )
             self._buckets[principal.name] = (tokens - 1.0, now)

@@ -44,8 +44,17 @@ from effectgate.errors import ConfigError, EffectgateError
 from effectgate.store.base import SCOPE_PATTERN, parse_store_url
 
 __all__ = [
-    "AdapterConfig", "AlertsConfig", "RateLimit", "ServiceConfig", "ServiceSettings", "StoreConfig",
-    "TokenConfig", "import_object", "load_config", "parse_config", "shown_url",
+    "AdapterConfig",
+    "AlertsConfig",
+    "RateLimit",
+    "ServiceConfig",
+    "ServiceSettings",
+    "StoreConfig",
+    "TokenConfig",
+    "import_object",
+    "load_config",
+    "parse_config",
+    "shown_url",
 ]
 
 _NAME = r"[a-z][a-z0-9_-]{0,63}"
@@ -56,10 +65,14 @@ ADAPTER_KINDS = ("http", "paper", "python")
 _TIME_KEYS = ("visibility_horizon", "key_retention", "settlement_window")
 # Facts about the venue, never defaulted: a round number that is wrong for the venue writes
 # rows off too early or lets a retry outlive the venue's memory of the key.
-_HORIZON_WHY = ("seconds the venue's reads may lag its writes; take it from the venue's "
-                "documentation, there is no safe default")
-_RETENTION_WHY = ("seconds the venue remembers an idempotency key; take it from the venue's "
-                  "documentation, there is no safe default")
+_HORIZON_WHY = (
+    "seconds the venue's reads may lag its writes; take it from the venue's "
+    "documentation, there is no safe default"
+)
+_RETENTION_WHY = (
+    "seconds the venue remembers an idempotency key; take it from the venue's "
+    "documentation, there is no safe default"
+)
 
 
 @dataclass(frozen=True)
@@ -141,8 +154,9 @@ def load_config(path: str | os.PathLike[str]) -> ServiceConfig:
     return parse_config(source, str(file), base_dir=file.resolve().parent)
 
 
-def parse_config(source: str, file: str = "<config>", *,
-                 base_dir: Path | None = None) -> ServiceConfig:
+def parse_config(
+    source: str, file: str = "<config>", *, base_dir: Path | None = None
+) -> ServiceConfig:
     try:
         data = tomllib.loads(source)
     except tomllib.TOMLDecodeError as exc:
@@ -173,12 +187,14 @@ def parse_config(source: str, file: str = "<config>", *,
         if registry.get(name).value_of is None:
             for key in ("max_value", "approve_above"):
                 if getattr(limits, key) is not None:
-                    sec.fail(key, f"class {name!r} declares no value measure (classes.{name}."
-                             "value), so this limit could never be checked")
+                    sec.fail(
+                        key,
+                        f"class {name!r} declares no value measure (classes.{name}."
+                        "value), so this limit could never be checked",
+                    )
         policy.set(name, limits)
         policy_names.add(name)
-    breakers = {name: breaker_section(name, sec, registry)
-                for name, sec in top.tables("controls")}
+    breakers = {name: breaker_section(name, sec, registry) for name, sec in top.tables("controls")}
     approvals = approvals_section(top.table("approvals"))
     alerts = alerts_section(top.table("alerts"))
     tokens = tuple(_token(name, sec) for name, sec in top.tables("tokens"))
@@ -186,10 +202,19 @@ def parse_config(source: str, file: str = "<config>", *,
     if len(set(digests)) != len(digests):
         top.fail("tokens", "two tokens have the same value; give each caller its own")
     top.done()
-    return ServiceConfig(path=file, service=service, store=store, registry=registry,
-                         adapters=adapters, policy=policy, policy_names=frozenset(policy_names),
-                         tokens=tokens, breakers=breakers, approvals=approvals,
-                         alerts=alerts)
+    return ServiceConfig(
+        path=file,
+        service=service,
+        store=store,
+        registry=registry,
+        adapters=adapters,
+        policy=policy,
+        policy_names=frozenset(policy_names),
+        tokens=tokens,
+        breakers=breakers,
+        approvals=approvals,
+        alerts=alerts,
+    )
 
 
 def shown_url(url: str) -> str:
@@ -225,8 +250,9 @@ def import_object(ref: str) -> Any:
 def _rate(sec: Section | None, default: RateLimit) -> RateLimit:
     if sec is None:
         return default
-    limit = RateLimit(sec.number("per_second", default.per_second),
-                      sec.integer("burst", default.burst, minimum=1))
+    limit = RateLimit(
+        sec.number("per_second", default.per_second), sec.integer("burst", default.burst, minimum=1)
+    )
     sec.done()
     return limit
 
@@ -242,20 +268,26 @@ def _service(sec: Section | None) -> ServiceSettings:
     except ValueError:
         sec.fail("host", f"{host!r} is not an IP address")
     if not loopback and not public:
-        sec.fail("host", f"{host!r} is not a loopback address; bind 127.0.0.1 behind a TLS "
-                 "proxy, or set public = true if you really mean it")
+        sec.fail(
+            "host",
+            f"{host!r} is not a loopback address; bind 127.0.0.1 behind a TLS "
+            "proxy, or set public = true if you really mean it",
+        )
     settings = ServiceSettings(
-        host=host, public=public,
+        host=host,
+        public=public,
         port=sec.integer("port", d.port, minimum=0, maximum=65535),
-        max_body_bytes=sec.integer("max_body_bytes", d.max_body_bytes, minimum=256,
-                               maximum=16 * 1024 * 1024),
+        max_body_bytes=sec.integer(
+            "max_body_bytes", d.max_body_bytes, minimum=256, maximum=16 * 1024 * 1024
+        ),
         max_depth=sec.integer("max_depth", d.max_depth, minimum=2, maximum=64),
         dispatch_timeout=sec.number("dispatch_timeout", d.dispatch_timeout),
         mcp_http=sec.flag("mcp_http", d.mcp_http),
         reconcile_interval=sec.number("reconcile_interval", d.reconcile_interval, exclusive=False),
         in_flight_grace=sec.number("in_flight_grace", d.in_flight_grace, exclusive=False),
         rate_limit=_rate(sec.table("rate_limit"), d.rate_limit),
-        log_format=sec.text("log_format", d.log_format, choices=LOG_FORMATS) or d.log_format)
+        log_format=sec.text("log_format", d.log_format, choices=LOG_FORMATS) or d.log_format,
+    )
     sec.done()
     return settings
 
@@ -265,8 +297,10 @@ def _store(sec: Section, base_dir: Path | None = None) -> StoreConfig:
     try:
         dialect, target = parse_store_url(url)
     except ConfigError:
-        sec.fail("url", f"unsupported store URL {shown_url(url)!r}; use sqlite:///PATH or "
-                 "postgresql://...")
+        sec.fail(
+            "url",
+            f"unsupported store URL {shown_url(url)!r}; use sqlite:///PATH or postgresql://...",
+        )
     options: dict[str, Any] = {}
     if dialect == "sqlite":
         sync = sec.text("synchronous", choices=["FULL", "EXTRA", "NORMAL", "OFF"])
@@ -276,9 +310,12 @@ def _store(sec: Section, base_dir: Path | None = None) -> StoreConfig:
             options["busy_timeout_ms"] = sec.integer("busy_timeout_ms", 30000, minimum=1)
     else:
         # PostgreSQL: pool sizes and the server-side timeouts (see docs/postgresql.md).
-        for key, option, low in (("pool_min_size", "min_size", 1), ("pool_max_size", "max_size", 1),
-                                 ("statement_timeout_ms", "statement_timeout_ms", 1),
-                                 ("lock_timeout_ms", "lock_timeout_ms", 1)):
+        for key, option, low in (
+            ("pool_min_size", "min_size", 1),
+            ("pool_max_size", "max_size", 1),
+            ("statement_timeout_ms", "statement_timeout_ms", 1),
+            ("lock_timeout_ms", "lock_timeout_ms", 1),
+        ):
             if sec.has(key):
                 options[option] = sec.integer(key, 1, minimum=low, maximum=10_000_000)
         for key in ("connect_timeout", "pool_timeout"):
@@ -287,15 +324,20 @@ def _store(sec: Section, base_dir: Path | None = None) -> StoreConfig:
         schema = sec.text("schema", pattern=r"[a-z_][a-z0-9_]{0,62}")
         if schema is not None:
             options["schema"] = schema
-        sync = sec.text("synchronous_commit", choices=["on", "remote_apply", "remote_write",
-                                                        "local", "off"])
+        sync = sec.text(
+            "synchronous_commit", choices=["on", "remote_apply", "remote_write", "local", "off"]
+        )
         if sync is not None:
             options["synchronous_commit"] = sync
         if options.get("min_size", 1) > options.get("max_size", 4):
             sec.fail("pool_min_size", "must not exceed pool_max_size (default 4)")
     sec.done()
-    if dialect == "sqlite" and base_dir is not None and target != ":memory:" \
-            and not Path(target).is_absolute():
+    if (
+        dialect == "sqlite"
+        and base_dir is not None
+        and target != ":memory:"
+        and not Path(target).is_absolute()
+    ):
         # A relative ledger path means "next to this config file", wherever the command runs
         # from: resolved against the working directory, another folder opened another, empty
         # ledger and a retry of an acknowledged operation was sent again.
@@ -306,9 +348,12 @@ def _store(sec: Section, base_dir: Path | None = None) -> StoreConfig:
 def _refuse_secrets(sec: Section) -> None:
     for key in sec.names():
         if key.lower() in _SECRET_KEYS or key.lower().endswith(("_key", "_secret", "password")):
-            sec.fail(key, "secrets never go in the config file; put the credential in an "
-                     "environment variable or a file and name it with credential_env or "
-                     "credential_file")
+            sec.fail(
+                key,
+                "secrets never go in the config file; put the credential in an "
+                "environment variable or a file and name it with credential_env or "
+                "credential_file",
+            )
 
 
 def _adapter(name: str, sec: Section) -> AdapterConfig:
@@ -322,11 +367,19 @@ def _adapter(name: str, sec: Section) -> AdapterConfig:
         cred_file = sec.text("credential_file")
         if (env is None) == (cred_file is None):
             sec.fail("credential_env", "give exactly one of credential_env or credential_file")
-        cfg = AdapterConfig(name, kind, endpoint=sec.req_text("endpoint"), credential_env=env,
-                            credential_file=cred_file, timeout=sec.number("timeout", 5.0))
+        cfg = AdapterConfig(
+            name,
+            kind,
+            endpoint=sec.req_text("endpoint"),
+            credential_env=env,
+            credential_file=cred_file,
+            timeout=sec.number("timeout", 5.0),
+        )
     elif kind == "paper":
-        options = {"honour_key": sec.flag("honour_key", True),
-                   "read_lag": sec.number("read_lag", 0.0, exclusive=False)}
+        options = {
+            "honour_key": sec.flag("honour_key", True),
+            "read_lag": sec.number("read_lag", 0.0, exclusive=False),
+        }
         cfg = AdapterConfig(name, kind, options=options)
     else:
         factory = sec.req_text("factory")
@@ -346,8 +399,11 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     schema_ref = sec.text("schema")
     json_schema = sec.table("json_schema")
     if (schema_ref is None) == (json_schema is None):
-        sec.fail("schema", "give exactly one of schema = \"package.module:Model\" or a "
-                 "[classes.NAME.json_schema] table")
+        sec.fail(
+            "schema",
+            'give exactly one of schema = "package.module:Model" or a '
+            "[classes.NAME.json_schema] table",
+        )
     model: type[IntentBase]
     if schema_ref is not None:
         obj = _imported(sec, "schema", schema_ref)
@@ -360,8 +416,9 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
         model = model_from_json_schema(name, json_schema)
     adapter = sec.req_text("adapter")
     if adapter not in adapters:
-        sec.fail("adapter", f"no adapter named {adapter!r} (declared: "
-                 f"{', '.join(sorted(adapters))})")
+        sec.fail(
+            "adapter", f"no adapter named {adapter!r} (declared: {', '.join(sorted(adapters))})"
+        )
     value_ref = sec.text("value")
     value_of: Callable[..., Decimal | None] | None = None
     if value_ref is not None:
@@ -373,21 +430,28 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     expect_decimal = sec.text_list("decimal_fields")
     expect_audit = sec.text_list("audit_fields")
     # Read before the try: a ConfigError from the getters is located already.
-    effect_class = EffectClass(sec.req_text("effect_class",
-                                            choices=[e.value for e in EffectClass]))
-    tier_floor = Tier(sec.text("tier_floor", "validate",
-                               choices=[t.value for t in Tier]) or "validate")
+    effect_class = EffectClass(sec.req_text("effect_class", choices=[e.value for e in EffectClass]))
+    tier_floor = Tier(
+        sec.text("tier_floor", "validate", choices=[t.value for t in Tier]) or "validate"
+    )
     horizon = sec.req_number("visibility_horizon", _HORIZON_WHY)
     retention = sec.req_number("key_retention", _RETENTION_WHY)
     target_field = sec.text("target_field")
-    settlement = (sec.number("settlement_window", 1.0) if sec.has("settlement_window")
-                  else None)
+    settlement = sec.number("settlement_window", 1.0) if sec.has("settlement_window") else None
     try:
         ac = ActionClass(
-            name=name, model=model, adapter=adapter, effect_class=effect_class,
-            tier_floor=tier_floor, visibility_horizon=horizon, key_retention=retention,
-            schema_versions=frozenset(versions), value_of=value_of,
-            target_field=target_field, settlement_window=settlement)
+            name=name,
+            model=model,
+            adapter=adapter,
+            effect_class=effect_class,
+            tier_floor=tier_floor,
+            visibility_horizon=horizon,
+            key_retention=retention,
+            schema_versions=frozenset(versions),
+            value_of=value_of,
+            target_field=target_field,
+            settlement_window=settlement,
+        )
     except EffectgateError as exc:
         # "submit_order: visibility_horizon ...": locate the key the message is about.
         words = exc.message.removeprefix(f"{name}: ").split(maxsplit=1)
@@ -397,9 +461,10 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     # Declared field lists are assertions: they document the class and catch drift between
     # the config and the model it points at.
     for key, expected, actual in (
-            ("effect_fields", expect_effect, [f for f in ac.effect_fields if f != "action"]),
-            ("decimal_fields", expect_decimal, list(ac.decimal_fields)),
-            ("audit_fields", expect_audit, sorted(AUDIT_FIELDS))):
+        ("effect_fields", expect_effect, [f for f in ac.effect_fields if f != "action"]),
+        ("decimal_fields", expect_decimal, list(ac.decimal_fields)),
+        ("audit_fields", expect_audit, sorted(AUDIT_FIELDS)),
+    ):
         if expected is not None and sorted(expected) != sorted(actual):
             sec.fail(key, f"says {sorted(expected)} but the schema has {sorted(actual)}")
     sec.done()
@@ -423,7 +488,7 @@ def _policy(sec: Section) -> LimitPolicy:
         try:
             value = Decimal(text)
         except InvalidOperation:
-            sec.fail(key, f"{text!r} is not a decimal (write it as a string, e.g. \"1000\")")
+            sec.fail(key, f'{text!r} is not a decimal (write it as a string, e.g. "1000")')
         if not value.is_finite() or value < 0:
             sec.fail(key, "must be a finite decimal >= 0")
         return value
@@ -431,10 +496,12 @@ def _policy(sec: Section) -> LimitPolicy:
     max_value = dec("max_value")
     approve_above = dec("approve_above")
     targets = sec.text_list("allowed_targets")
-    policy = LimitPolicy(max_value,
-                         version=sec.text("version", "limit-1") or "limit-1",
-                         approve_above=approve_above,
-                         allowed_targets=frozenset(targets) if targets is not None else None)
+    policy = LimitPolicy(
+        max_value,
+        version=sec.text("version", "limit-1") or "limit-1",
+        approve_above=approve_above,
+        allowed_targets=frozenset(targets) if targets is not None else None,
+    )
     sec.done()
     return policy
 
@@ -444,25 +511,32 @@ def _token(name: str, sec: Section) -> TokenConfig:
         # The name is the caller's identity in the audit log (proposer, approver, operator).
         sec.fail(None, f"token name must match {_CALLER_NAME}")
     if sec.has("token") or sec.has("value"):
-        sec.fail("token" if sec.has("token") else "value",
-                 "plaintext tokens never go in the config file; store sha256 = \"<hex>\" "
-                 "or env = \"VAR\"")
+        sec.fail(
+            "token" if sec.has("token") else "value",
+            'plaintext tokens never go in the config file; store sha256 = "<hex>" or env = "VAR"',
+        )
     role = sec.req_text("role", choices=["agent", "operator"])
     scope = sec.req_text("scope")
     if not (scope == "*" and role == "operator") and not SCOPE_PATTERN.fullmatch(scope):
-        sec.fail("scope", f"must match {SCOPE_PATTERN.pattern}" +
-                 (" (or \"*\" for an operator of every scope)" if role == "operator" else ""))
+        sec.fail(
+            "scope",
+            f"must match {SCOPE_PATTERN.pattern}"
+            + (' (or "*" for an operator of every scope)' if role == "operator" else ""),
+        )
     digest = sec.text("sha256", pattern=r"[0-9a-f]{64}")
     env = sec.text("env", pattern=_ENV_NAME)
     if (digest is None) == (env is None):
-        sec.fail("sha256", "give exactly one of sha256 = \"<hex digest>\" or env = \"VAR\"")
+        sec.fail("sha256", 'give exactly one of sha256 = "<hex digest>" or env = "VAR"')
     if env is not None:
         value = os.environ.get(env)
         if not value:
             sec.fail("env", f"environment variable {env} is not set or empty")
         digest = hashlib.sha256(value.encode("utf-8")).hexdigest()
-    limit = _rate(sec.table("rate_limit"), ServiceSettings().rate_limit) \
-        if sec.has("rate_limit") else None
+    limit = (
+        _rate(sec.table("rate_limit"), ServiceSettings().rate_limit)
+        if sec.has("rate_limit")
+        else None
+    )
     sec.done()
     if digest is None:  # unreachable: one of the two is set
         sec.fail("sha256", "is required")

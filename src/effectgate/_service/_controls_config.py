@@ -58,8 +58,11 @@ def breaker_section(name: str, sec: Section, registry: Registry) -> BreakerConfi
     value: Decimal | None = None
     if value_text is not None:
         if ac.value_of is None:
-            sec.fail("max_window_value", f"class {name!r} declares no value measure "
-                     f"(classes.{name}.value), so this threshold could never be checked")
+            sec.fail(
+                "max_window_value",
+                f"class {name!r} declares no value measure "
+                f"(classes.{name}.value), so this threshold could never be checked",
+            )
         try:
             value = Decimal(value_text)
         except InvalidOperation:
@@ -67,21 +70,39 @@ def breaker_section(name: str, sec: Section, registry: Registry) -> BreakerConfi
     repeats = sec.raw("max_repeats")
     new_targets = sec.raw("max_new_targets")
     if new_targets is not None and ac.target_field is None:
-        sec.fail("max_new_targets", f"class {name!r} declares no target_field, so new "
-                 "targets could never be seen")
-    fields = {"window": "window", "max_rejection_rate": "max_rejection_rate",
-              "min_samples": "min_samples", "max_value": "max_window_value",
-              "max_repeats": "max_repeats", "max_new_targets": "max_new_targets"}
+        sec.fail(
+            "max_new_targets",
+            f"class {name!r} declares no target_field, so new targets could never be seen",
+        )
+    fields = {
+        "window": "window",
+        "max_rejection_rate": "max_rejection_rate",
+        "min_samples": "min_samples",
+        "max_value": "max_window_value",
+        "max_repeats": "max_repeats",
+        "max_new_targets": "max_new_targets",
+    }
     try:
-        cfg = BreakerConfig(window=window, max_rejection_rate=rate, min_samples=min_samples,
-                            max_value=value, max_repeats=repeats, max_new_targets=new_targets)
+        cfg = BreakerConfig(
+            window=window,
+            max_rejection_rate=rate,
+            min_samples=min_samples,
+            max_value=value,
+            max_repeats=repeats,
+            max_new_targets=new_targets,
+        )
     except ControlError as exc:
         key = fields.get(exc.field or "")
         sec.fail(key, exc.message.split(": ", 1)[-1])
-    if all(v is None for v in (cfg.max_rejection_rate, cfg.max_value, cfg.max_repeats,
-                               cfg.max_new_targets)):
-        sec.fail(None, "a breaker needs at least one of max_rejection_rate, max_window_value, "
-                 "max_repeats, max_new_targets")
+    if all(
+        v is None
+        for v in (cfg.max_rejection_rate, cfg.max_value, cfg.max_repeats, cfg.max_new_targets)
+    ):
+        sec.fail(
+            None,
+            "a breaker needs at least one of max_rejection_rate, max_window_value, "
+            "max_repeats, max_new_targets",
+        )
     sec.done()
     return cfg
 
@@ -92,9 +113,11 @@ def approvals_section(sec: Section | None) -> ApprovalRules:
     d = ApprovalRules()
     try:
         rules = ApprovalRules(
-            multi_approvers=sec.integer("multi_approvers", d.multi_approvers, minimum=2,
-                                        maximum=16),
-            ttl=sec.number("ttl", d.ttl))
+            multi_approvers=sec.integer(
+                "multi_approvers", d.multi_approvers, minimum=2, maximum=16
+            ),
+            ttl=sec.number("ttl", d.ttl),
+        )
     except ControlError as exc:  # pragma: no cover - the getters check the same bounds
         sec.fail(exc.field, exc.message)
     sec.done()
@@ -110,8 +133,10 @@ def alerts_section(sec: Section | None) -> AlertsConfig:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             sec.fail("webhook", f"{webhook!r} is not an http(s) URL")
         if parts.username or parts.password:
-            sec.fail("webhook", "credentials never go in the config file; use a webhook URL "
-                     "without user:password")
+            sec.fail(
+                "webhook",
+                "credentials never go in the config file; use a webhook URL without user:password",
+            )
     cfg = AlertsConfig(webhook=webhook, timeout=sec.number("timeout", 5.0))
     sec.done()
     return cfg

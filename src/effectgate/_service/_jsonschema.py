@@ -96,8 +96,11 @@ def _annotation(prop: Section) -> Any:
     if len(chosen) > 1:
         prop.fail(chosen[1], f"combine at most one of enum, pattern, format (got {chosen})")
     if enum is not None:
-        if (not isinstance(enum, list) or not enum
-                or not all(isinstance(v, str) and v.isascii() for v in enum)):
+        if (
+            not isinstance(enum, list)
+            or not enum
+            or not all(isinstance(v, str) and v.isascii() for v in enum)
+        ):
             prop.fail("enum", "must be a non-empty list of ASCII strings")
         return Literal[tuple(enum)]
     if pattern is not None:
@@ -110,6 +113,7 @@ def _annotation(prop: Section) -> Any:
     if fmt == "decimal":
         return SignedDecimal
     if max_length is None:
-        prop.fail("maxLength", "free-text strings need a maxLength (or use enum, pattern or "
-                  "format)")
+        prop.fail(
+            "maxLength", "free-text strings need a maxLength (or use enum, pattern or format)"
+        )
     return Annotated[str, StringConstraints(max_length=max_length)]

@@ -42,8 +42,12 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line; the message is formatted first, so it is plain text."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, object] = {"ts": _timestamp(record), "level": record.levelname,
-                                    "logger": record.name, "message": record.getMessage()}
+        entry: dict[str, object] = {
+            "ts": _timestamp(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
         return json.dumps(entry)
@@ -63,8 +67,9 @@ class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
         super().emit(record)
 
 
-def configure_logging(level: str = "info", fmt: str = "text",
-                      stream: IO[str] | None = None) -> None:
+def configure_logging(
+    level: str = "info", fmt: str = "text", stream: IO[str] | None = None
+) -> None:
     """Log ``fmt`` lines at ``level`` to ``stream`` (stderr); replaces an earlier call's."""
     if fmt not in LOG_FORMATS:
         raise ValueError(f"log format {fmt!r} is not one of {', '.join(LOG_FORMATS)}")

@@ -45,7 +45,8 @@ class TimedAdapter(Adapter):
             return receipt
         finally:
             self._histogram.labels(request.action, self._adapter_name, outcome).observe(
-                time.perf_counter() - started)
+                time.perf_counter() - started
+            )
 
     def probe(self, operation_key: str) -> list[str]:
         return self.inner.probe(operation_key)
@@ -69,27 +70,34 @@ class _LedgerCollector(Collector):
         self._actions = list(actions)
 
     def collect(self) -> Iterator[Metric]:
-        ops = GaugeMetricFamily("effectgate_operations", "Ledger rows by action class and state",
-                                labels=["action", "state"])
+        ops = GaugeMetricFamily(
+            "effectgate_operations",
+            "Ledger rows by action class and state",
+            labels=["action", "state"],
+        )
         for (action, state), n in sorted(self._store.count_by_state().items()):
             ops.add_metric([action, state], n)
         yield ops
         oldest = self._store.oldest_submitted_at()
-        age = GaugeMetricFamily("effectgate_uncertain_oldest_age_seconds",
-                                "Age of the oldest submitted (uncertain) row; 0 when none")
+        age = GaugeMetricFamily(
+            "effectgate_uncertain_oldest_age_seconds",
+            "Age of the oldest submitted (uncertain) row; 0 when none",
+        )
         age.add_metric([], max(0.0, self._clock() - oldest) if oldest is not None else 0.0)
         yield age
         kinds = {"orphan": 0, "duplicate-effect": 0, **self._store.count_divergences()}
-        div = GaugeMetricFamily("effectgate_divergences", "Divergences recorded, by kind",
-                                labels=["kind"])
+        div = GaugeMetricFamily(
+            "effectgate_divergences", "Divergences recorded, by kind", labels=["kind"]
+        )
         for kind, n in sorted(kinds.items()):
             div.add_metric([kind], n)
         yield div
         orphans = GaugeMetricFamily("effectgate_orphans", "Venue records with no ledger row")
         orphans.add_metric([], kinds["orphan"])
         yield orphans
-        dups = GaugeMetricFamily("effectgate_duplicate_effects",
-                                 "Operation keys with more than one venue record")
+        dups = GaugeMetricFamily(
+            "effectgate_duplicate_effects", "Operation keys with more than one venue record"
+        )
         dups.add_metric([], kinds["duplicate-effect"])
         yield dups
         yield from self._controls()
@@ -98,16 +106,26 @@ class _LedgerCollector(Collector):
         stored = {c.action: c for c in self._store.list_controls()}
         held = self._store.count_held()
         gauges = {
-            "breaker": GaugeMetricFamily("effectgate_breaker_open", "1 while the action "
-                                         "class's circuit breaker is open", labels=["action"]),
-            "kill": GaugeMetricFamily("effectgate_kill_switch_on", "1 while the action "
-                                      "class's kill switch holds new dispatches",
-                                      labels=["action"]),
-            "shadow": GaugeMetricFamily("effectgate_shadow_mode", "1 while the action class "
-                                        "runs in shadow mode", labels=["action"]),
-            "held": GaugeMetricFamily("effectgate_held_operations", "Validated rows a control "
-                                      "is holding back (not failed, not sent)",
-                                      labels=["action"]),
+            "breaker": GaugeMetricFamily(
+                "effectgate_breaker_open",
+                "1 while the action class's circuit breaker is open",
+                labels=["action"],
+            ),
+            "kill": GaugeMetricFamily(
+                "effectgate_kill_switch_on",
+                "1 while the action class's kill switch holds new dispatches",
+                labels=["action"],
+            ),
+            "shadow": GaugeMetricFamily(
+                "effectgate_shadow_mode",
+                "1 while the action class runs in shadow mode",
+                labels=["action"],
+            ),
+            "held": GaugeMetricFamily(
+                "effectgate_held_operations",
+                "Validated rows a control is holding back (not failed, not sent)",
+                labels=["action"],
+            ),
         }
         for action in sorted(set(self._actions) | set(stored) | set(held)):
             ctl = stored.get(action)
@@ -121,13 +139,17 @@ class _LedgerCollector(Collector):
 class Metrics:
     """One registry per service instance (tests build many; nothing global)."""
 
-    def __init__(self, store: Store, clock: Callable[[], float],
-                 actions: Sequence[str] = ()) -> None:
+    def __init__(
+        self, store: Store, clock: Callable[[], float], actions: Sequence[str] = ()
+    ) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.dispatch_seconds = Histogram(
-            "effectgate_dispatch_seconds", "Duration of outbound venue calls",
-            ["action", "adapter", "outcome"], registry=self.registry,
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+            "effectgate_dispatch_seconds",
+            "Duration of outbound venue calls",
+            ["action", "adapter", "outcome"],
+            registry=self.registry,
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
         self.registry.register(_LedgerCollector(store, clock, actions))
 
     def render(self) -> bytes:

@@ -53,8 +53,9 @@ def preflight(cfg: ServiceConfig, *, connect: bool = False) -> Preflight:
     for extra, modules in _EXTRAS.items():
         missing = [m for m in modules if importlib.util.find_spec(m) is None]
         if missing and (extra == "server" or parse_store_url(cfg.store.url)[0] == "postgresql"):
-            problems.append(f"{cfg.path}: {', '.join(missing)} not installed: pip install "
-                            f"'effectgate[{extra}]'")
+            problems.append(
+                f"{cfg.path}: {', '.join(missing)} not installed: pip install 'effectgate[{extra}]'"
+            )
     store_problem, store_note = _store(cfg, connect)
     if store_problem:
         problems.append(f"{where('store', 'url')}: {store_problem}")
@@ -82,8 +83,11 @@ def _store(cfg: ServiceConfig, connect: bool) -> tuple[str | None, str]:
         file = Path(rest)
         folder = file.parent if str(file.parent) else Path(".")
         # Relative paths are opened from the working directory, as the store opens them.
-        shown = f"{str(folder)!r} (from {os.getcwd()!r})" if not file.is_absolute() \
+        shown = (
+            f"{str(folder)!r} (from {os.getcwd()!r})"
+            if not file.is_absolute()
             else repr(str(folder))
+        )
         if not folder.is_dir():
             return f"the folder of the SQLite ledger, {shown}, does not exist", ""
         if file.exists() and not file.is_file():
@@ -92,8 +96,9 @@ def _store(cfg: ServiceConfig, connect: bool) -> tuple[str | None, str]:
             return f"{str(file if file.exists() else folder)!r} is not writable", ""
         return None, f"store: SQLite ledger {rest!r}, folder exists"
     if not connect:
-        return None, (f"store: PostgreSQL {shown_url(url)!r} not contacted "
-                      "(check --connect reaches it)")
+        return None, (
+            f"store: PostgreSQL {shown_url(url)!r} not contacted (check --connect reaches it)"
+        )
     return _reach_postgres(url, float(cfg.store.options.get("connect_timeout", 5.0)))
 
 
@@ -115,14 +120,17 @@ def _adapter(cfg: AdapterConfig) -> tuple[str | None, str | None]:
     """(key, problem) for one adapter: its credential, then building it as ``serve`` does."""
     if cfg.kind == "http":
         if cfg.credential_env is not None and not os.environ.get(cfg.credential_env):
-            return "credential_env", (f"environment variable {cfg.credential_env} is not set "
-                                      "or empty (it must hold the venue's API key)")
+            return "credential_env", (
+                f"environment variable {cfg.credential_env} is not set "
+                "or empty (it must hold the venue's API key)"
+            )
         if cfg.credential_file is not None:
             try:
                 secret = Path(cfg.credential_file).read_text(encoding="utf-8").strip()
             except OSError as exc:
-                return "credential_file", (f"{cfg.credential_file!r} cannot be read: "
-                                           f"{exc.strerror}")
+                return "credential_file", (
+                    f"{cfg.credential_file!r} cannot be read: {exc.strerror}"
+                )
             if not secret:
                 return "credential_file", f"{cfg.credential_file!r} is empty"
     try:

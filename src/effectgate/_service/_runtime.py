@@ -48,11 +48,17 @@ def build_adapter(cfg: AdapterConfig) -> Adapter:
     if cfg.kind == "http":
         if cfg.endpoint is None:
             raise ConfigError(f"adapters.{cfg.name}: endpoint is required")
-        return HttpVenueAdapter(cfg.endpoint, credential_env=cfg.credential_env,
-                                credential_file=cfg.credential_file, timeout=cfg.timeout)
+        return HttpVenueAdapter(
+            cfg.endpoint,
+            credential_env=cfg.credential_env,
+            credential_file=cfg.credential_file,
+            timeout=cfg.timeout,
+        )
     if cfg.kind == "paper":
-        venue = PaperVenue(honour_key=bool(cfg.options.get("honour_key", True)),
-                           read_lag=float(cfg.options.get("read_lag", 0.0)))
+        venue = PaperVenue(
+            honour_key=bool(cfg.options.get("honour_key", True)),
+            read_lag=float(cfg.options.get("read_lag", 0.0)),
+        )
         return PaperAdapter(venue)
     if cfg.factory is None:
         raise ConfigError(f"adapters.{cfg.name}: factory is required")
@@ -72,14 +78,23 @@ class _Watch:
 class Service:
     """Everything one service process holds. Safe to share between threads."""
 
-    def __init__(self, config: ServiceConfig, *, store: Store | None = None,
-                 adapters: Mapping[str, Adapter] | None = None,
-                 clock: Callable[[], float] = time.time, create: bool = True) -> None:
+    def __init__(
+        self,
+        config: ServiceConfig,
+        *,
+        store: Store | None = None,
+        adapters: Mapping[str, Adapter] | None = None,
+        clock: Callable[[], float] = time.time,
+        create: bool = True,
+    ) -> None:
         self.config = config
         self.clock = clock
         # ``create``: only ``serve`` may start a configured ledger that does not exist yet.
-        self.store = store if store is not None else open_store(
-            config.store.url, create=create, **dict(config.store.options))
+        self.store = (
+            store
+            if store is not None
+            else open_store(config.store.url, create=create, **dict(config.store.options))
+        )
         raw = dict(adapters) if adapters is not None else {}
         try:
             for name, cfg in config.adapters.items():
@@ -92,23 +107,39 @@ class Service:
             raise
         self.metrics = Metrics(self.store, clock, config.registry.names())
         self.adapters: dict[str, Adapter] = {
-            name: TimedAdapter(a, name, self.metrics.dispatch_seconds) for name, a in raw.items()}
+            name: TimedAdapter(a, name, self.metrics.dispatch_seconds) for name, a in raw.items()
+        }
         settings = config.service
         # Alerts are always logged at ERROR (by deliver); a webhook is the optional pager.
-        self._webhook = (WebhookAlertSink(config.alerts.webhook, timeout=config.alerts.timeout)
-                         if config.alerts.webhook else None)
+        self._webhook = (
+            WebhookAlertSink(config.alerts.webhook, timeout=config.alerts.timeout)
+            if config.alerts.webhook
+            else None
+        )
         self.alerts: AlertSink = MultiSink([self._webhook]) if self._webhook else default_sink()
-        self.gate = Gate(store=self.store, registry=config.registry, adapters=self.adapters,
-                         policy=config.policy, clock=clock,
-                         dispatch_timeout=settings.dispatch_timeout,
-                         breakers=config.breakers, approvals=config.approvals,
-                         alerts=self.alerts)
-        self.reconciler = Reconciler(store=self.store, registry=config.registry,
-                                     adapters=self.adapters, clock=clock, keep_repaired=False,
-                                     alerts=self.alerts)
+        self.gate = Gate(
+            store=self.store,
+            registry=config.registry,
+            adapters=self.adapters,
+            policy=config.policy,
+            clock=clock,
+            dispatch_timeout=settings.dispatch_timeout,
+            breakers=config.breakers,
+            approvals=config.approvals,
+            alerts=self.alerts,
+        )
+        self.reconciler = Reconciler(
+            store=self.store,
+            registry=config.registry,
+            adapters=self.adapters,
+            clock=clock,
+            keep_repaired=False,
+            alerts=self.alerts,
+        )
         #: Operator actions (the admin API only; never reachable with an agent token).
-        self.operator = Operator(store=self.store, registry=config.registry, alerts=self.alerts,
-                                 clock=clock)
+        self.operator = Operator(
+            store=self.store, registry=config.registry, alerts=self.alerts, clock=clock
+        )
         self.tokens = TokenBook(config.tokens)
         self.limiter = RateLimiter(settings.rate_limit)
         self._lock = threading.Lock()
@@ -116,13 +147,20 @@ class Service:
         self._watch = _Watch()
         unguarded = sorted(set(config.registry.names()) - config.policy_names)
         if unguarded:
-            log.warning("no policy for %s: every intent of these classes is rejected "
-                        "(deny by default)", ", ".join(unguarded))
+            log.warning(
+                "no policy for %s: every intent of these classes is rejected (deny by default)",
+                ", ".join(unguarded),
+            )
 
     # --- agent operations -------------------------------------------------------------------
 
-    def propose(self, principal: Principal, action: str, operation_id: str,
-                body: bytes | Mapping[str, object]) -> Operation:
+    def propose(
+        self,
+        principal: Principal,
+        action: str,
+        operation_id: str,
+        body: bytes | Mapping[str, object],
+    ) -> Operation:
         """Submit an intent under ``operation_id`` in the principal's scope (see module doc)."""
         principal.require("agent")
         key = (principal.scope, operation_id)
@@ -130,12 +168,15 @@ class Service:
             if key in self._in_flight:
                 raise OperationInFlight(
                     f"operation {operation_id!r} is still being executed; retry shortly",
-                    operation_id=operation_id, retry_after=1.0)
+                    operation_id=operation_id,
+                    retry_after=1.0,
+                )
             self._in_flight.add(key)
         try:
             # The token's name is recorded as the proposer: it may never approve this action.
-            op = self.gate.submit(action, operation_id, body, scope=principal.scope,
-                                  principal=principal.name)
+            op = self.gate.submit(
+                action, operation_id, body, scope=principal.scope, principal=principal.name
+            )
         finally:
             with self._lock:
                 self._in_flight.discard(key)
@@ -146,7 +187,9 @@ class Service:
                 raise OperationInFlight(
                     f"operation {operation_id!r} was journalled {bound - remaining:.1f}s ago and "
                     "may still be executing; retry shortly",
-                    operation_id=operation_id, retry_after=remaining)
+                    operation_id=operation_id,
+                    retry_after=remaining,
+                )
         return op
 
     def lookup(self, principal: Principal, operation_id: str) -> Operation:
@@ -176,8 +219,7 @@ class Service:
                     log.error("reconciler pass failed (%s); retrying", type(exc).__name__)
                     self._watch.stop.wait(interval)
 
-        self._watch.thread = threading.Thread(target=run, name="effectgate-reconciler",
-                                              daemon=True)
+        self._watch.thread = threading.Thread(target=run, name="effectgate-reconciler", daemon=True)
         self._watch.thread.start()
 
     def close(self) -> None:
@@ -193,10 +235,17 @@ class Service:
 
 def report_dict(report: ReconcileReport) -> dict[str, object]:
     """A reconcile report as JSON-able data (CLI ``--json`` and the admin API)."""
-    return {"swept": report.swept, "ledger_rows": report.ledger_rows,
-            "venue_records": report.venue_records, "confirmed": report.confirmed,
-            "written_off": report.written_off, "still_uncertain": report.still_uncertain,
-            "quarantined": report.quarantined, "probe_errors": report.probe_errors,
-            "new_divergences": [{"kind": k, "op_key": key, "venue_ids": list(ids),
-                                 "ledger_state": state}
-                                for k, key, ids, state in report.new_divergences]}
+    return {
+        "swept": report.swept,
+        "ledger_rows": report.ledger_rows,
+        "venue_records": report.venue_records,
+        "confirmed": report.confirmed,
+        "written_off": report.written_off,
+        "still_uncertain": report.still_uncertain,
+        "quarantined": report.quarantined,
+        "probe_errors": report.probe_errors,
+        "new_divergences": [
+            {"kind": k, "op_key": key, "venue_ids": list(ids), "ledger_state": state}
+            for k, key, ids, state in report.new_divergences
+        ],
+    }

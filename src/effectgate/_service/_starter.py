@@ -56,7 +56,7 @@ def notional(effect: Mapping[str, str | int | bool]) -> Decimal:
     return Decimal(str(effect["quantity"])) * Decimal(str(effect["limit_price"]))
 '''
 
-_CONFIG = '''# effectgate service configuration (written by `effectgate init`).
+_CONFIG = """# effectgate service configuration (written by `effectgate init`).
 # Reference: docs/service.md. Secrets never go in this file: adapters name the environment
 # variable or file holding their credential; tokens are stored as SHA-256 digests.
 
@@ -134,10 +134,10 @@ sha256 = "@AGENT@"
 role = "operator"
 scope = "*"
 sha256 = "@OPERATOR@"
-'''
+"""
 
 
-_IN_PROCESS = '''# The in-process paper venue: nothing else to start. To use the HTTP paper venue
+_IN_PROCESS = """# The in-process paper venue: nothing else to start. To use the HTTP paper venue
 # (`EFFECTGATE_VENUE_KEY=... effectgate venue serve --port 8700`, then `effectgate init
 # --venue http://127.0.0.1:8700`) or a real venue:
 #   kind = "http"
@@ -145,15 +145,15 @@ _IN_PROCESS = '''# The in-process paper venue: nothing else to start. To use the
 #   credential_env = "EFFECTGATE_VENUE_KEY"   # the NAME of the variable, never the key
 [adapters.paper]
 kind = "paper"
-'''
+"""
 
-_OVER_HTTP = '''# The paper venue over HTTP (`effectgate venue serve`), or a venue speaking its
+_OVER_HTTP = """# The paper venue over HTTP (`effectgate venue serve`), or a venue speaking its
 # protocol (docs/paper-venue.md). Its API key is read from the environment variable named here.
 [adapters.paper]
 kind = "http"
 endpoint = @ENDPOINT@
 credential_env = @KEY_ENV@   # the NAME of the variable, never the key
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -164,8 +164,13 @@ class Starter:
     operator_token: str
 
 
-def write_starter(directory: Path, *, force: bool = False, venue: str | None = None,
-                  venue_key_env: str = "EFFECTGATE_VENUE_KEY") -> Starter:
+def write_starter(
+    directory: Path,
+    *,
+    force: bool = False,
+    venue: str | None = None,
+    venue_key_env: str = "EFFECTGATE_VENUE_KEY",
+) -> Starter:
     """Write ``effectgate.toml`` and ``effectgate_classes.py`` into ``directory``.
 
     The adapter is the in-process paper venue, or, with ``venue`` (a base URL), an ``http``
@@ -174,8 +179,9 @@ def write_starter(directory: Path, *, force: bool = False, venue: str | None = N
     config, classes = directory / CONFIG_FILE, directory / CLASSES_FILE
     existing = [p.name for p in (config, classes) if p.exists()]
     if existing and not force:
-        raise ConfigError(f"{', '.join(existing)} already exist in {directory}; use --force "
-                          "to overwrite")
+        raise ConfigError(
+            f"{', '.join(existing)} already exist in {directory}; use --force to overwrite"
+        )
     adapter = _IN_PROCESS
     if venue is not None:
         parts = urlsplit(venue)
@@ -184,13 +190,17 @@ def write_starter(directory: Path, *, force: bool = False, venue: str | None = N
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", venue_key_env):
             raise ConfigError(f"--venue-key-env {venue_key_env!r} is not a variable name")
         # json.dumps gives a valid TOML basic string for any URL (quotes, backslashes).
-        adapter = (_OVER_HTTP.replace("@ENDPOINT@", json.dumps(venue))
-                   .replace("@KEY_ENV@", json.dumps(venue_key_env)))
+        adapter = _OVER_HTTP.replace("@ENDPOINT@", json.dumps(venue)).replace(
+            "@KEY_ENV@", json.dumps(venue_key_env)
+        )
     agent = f"eg_agent_{secrets.token_urlsafe(24)}"
     operator = f"eg_op_{secrets.token_urlsafe(24)}"
-    text = (_CONFIG.replace("@LEDGER@", LEDGER_FILE).replace("@ADAPTER@", adapter)
-            .replace("@AGENT@", hashlib.sha256(agent.encode()).hexdigest())
-            .replace("@OPERATOR@", hashlib.sha256(operator.encode()).hexdigest()))
+    text = (
+        _CONFIG.replace("@LEDGER@", LEDGER_FILE)
+        .replace("@ADAPTER@", adapter)
+        .replace("@AGENT@", hashlib.sha256(agent.encode()).hexdigest())
+        .replace("@OPERATOR@", hashlib.sha256(operator.encode()).hexdigest())
+    )
     classes.write_text(_CLASSES, encoding="utf-8")
     config.write_text(text, encoding="utf-8")
     # init creates the configured ledger: the commands that use it never create one.

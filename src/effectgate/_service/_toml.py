@@ -53,8 +53,7 @@ def locate(source: str, path: Sequence[str]) -> int | None:
 class Section:
     """One TOML table being validated. Getters consume keys; :meth:`done` refuses leftovers."""
 
-    def __init__(self, data: dict[str, Any], path: tuple[str, ...], file: str,
-                 source: str) -> None:
+    def __init__(self, data: dict[str, Any], path: tuple[str, ...], file: str, source: str) -> None:
         self._data = dict(data)
         self.path = path
         self._file = file
@@ -102,12 +101,20 @@ class Section:
         for near in difflib.get_close_matches(key, unasked, n=1, cutoff=0.6):
             line = locate(self._source, (*self.path, near))
             at = f" (line {line})" if line else ""
-            return (f"; {'.'.join((*self.path, near))}{at} is an unknown key: a misspelling "
-                    f"of {key}?")
+            return (
+                f"; {'.'.join((*self.path, near))}{at} is an unknown key: a misspelling of {key}?"
+            )
         return ""
 
-    def text(self, key: str, default: str | None = None, *, required: bool = False,
-            choices: Sequence[str] | None = None, pattern: str | None = None) -> str | None:
+    def text(
+        self,
+        key: str,
+        default: str | None = None,
+        *,
+        required: bool = False,
+        choices: Sequence[str] | None = None,
+        pattern: str | None = None,
+    ) -> str | None:
         value = self._take(key, required)
         if value is None:
             return default
@@ -125,8 +132,9 @@ class Section:
             self.fail(key, "is required")
         return value
 
-    def number(self, key: str, default: float, *, minimum: float = 0.0,
-            exclusive: bool = True) -> float:
+    def number(
+        self, key: str, default: float, *, minimum: float = 0.0, exclusive: bool = True
+    ) -> float:
         value = self._take(key, False)
         if value is None:
             return default
@@ -143,8 +151,9 @@ class Section:
             self.fail(key, "is required" + self._misspelt(key) + (f" ({why})" if why else ""))
         return self.number(key, 0.0)
 
-    def integer(self, key: str, default: int, *, minimum: int = 1,
-                maximum: int | None = None) -> int:
+    def integer(
+        self, key: str, default: int, *, minimum: int = 1, maximum: int | None = None
+    ) -> int:
         value = self._take(key, False)
         if value is None:
             return default
@@ -200,12 +209,19 @@ class Section:
     def done(self) -> None:
         if self._data:
             key = sorted(self._data)[0]
-            near = difflib.get_close_matches(key, sorted(self._asked - set(self._data)), n=1,
-                                             cutoff=0.6)
+            near = difflib.get_close_matches(
+                key, sorted(self._asked - set(self._data)), n=1, cutoff=0.6
+            )
             hint = f"did you mean {near[0]}?" if near else "check the spelling"
             self.fail(key, f"unknown key ({hint}; see docs/service.md)")
 
 
 def _kind(value: object) -> str:
-    return {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
-            list: "an array", dict: "a table"}.get(type(value), type(value).__name__)
+    return {
+        str: "a string",
+        int: "an integer",
+        float: "a number",
+        bool: "a boolean",
+        list: "an array",
+        dict: "a table",
+    }.get(type(value), type(value).__name__)

@@ -22,28 +22,39 @@ def _error(*codes: str, reason: bool = False) -> dict[str, Any]:
     props: dict[str, Any] = {"error": {"type": "string", "enum": list(codes)}}
     if reason:
         props["reason"] = {"type": "string", "description": "Why the venue refused the effect."}
-    return {"type": "object", "required": ["error", *(["reason"] if reason else [])],
-            "properties": props, "additionalProperties": False}
+    return {
+        "type": "object",
+        "required": ["error", *(["reason"] if reason else [])],
+        "properties": props,
+        "additionalProperties": False,
+    }
 
 
-def _json(description: str, schema: dict[str, Any],
-          headers: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"description": description,
-                           "content": {"application/json": {"schema": schema}}}
+def _json(
+    description: str, schema: dict[str, Any], headers: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "description": description,
+        "content": {"application/json": {"schema": schema}},
+    }
     if headers:
         out["headers"] = headers
     return out
 
 
-_UNAUTHORISED = _json("Missing or wrong API key.", _error("unauthorized"),
-                      {"WWW-Authenticate": {"schema": {"type": "string", "const": "Bearer"}}})
+_UNAUTHORISED = _json(
+    "Missing or wrong API key.",
+    _error("unauthorized"),
+    {"WWW-Authenticate": {"schema": {"type": "string", "const": "Bearer"}}},
+)
 
 _EFFECT = {
     "type": "object",
     "description": "The effect fields, exactly as the gate validated them: strings, integers "
-                   "and booleans only (decimals travel as strings; a float is refused).",
-    "additionalProperties": {"anyOf": [{"type": "string"}, {"type": "integer"},
-                                       {"type": "boolean"}]},
+    "and booleans only (decimals travel as strings; a float is refused).",
+    "additionalProperties": {
+        "anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "boolean"}]
+    },
 }
 
 
@@ -61,7 +72,8 @@ def openapi() -> dict[str, Any]:
                 "(`--read-lag`). Every endpoint but `/v1/health` and `/openapi.json` needs "
                 "`Authorization: Bearer <key>`, the key being the value of the variable "
                 "`venue serve` reads (`EFFECTGATE_VENUE_KEY`). Bodies are JSON; a request "
-                "body needs `Content-Length` and may be at most 65536 bytes."),
+                "body needs `Content-Length` and may be at most 65536 bytes."
+            ),
         },
         "components": {"securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}}},
         "security": [{"apiKey": []}],
@@ -73,46 +85,90 @@ def openapi() -> dict[str, Any]:
                     "description": (
                         "With the key honoured, a key seen before returns the record it "
                         "created (`created: false`) and applies nothing. A lost reply (an "
-                        "injected fault) closes the connection without an answer."),
-                    "parameters": [{
-                        "name": "Idempotency-Key", "in": "header", "required": True,
-                        "description": "The operation key; effectgate sends `scope:operation_id`.",
-                        "schema": {"type": "string", "minLength": 1, "maxLength": _KEY_CHARS},
-                    }],
-                    "requestBody": {"required": True, "content": {"application/json": {
-                        "schema": {"type": "object", "required": ["action", "effect"],
-                                   "additionalProperties": False,
-                                   "properties": {"action": {"type": "string", "minLength": 1},
-                                                  "effect": _EFFECT}}}}},
+                        "injected fault) closes the connection without an answer."
+                    ),
+                    "parameters": [
+                        {
+                            "name": "Idempotency-Key",
+                            "in": "header",
+                            "required": True,
+                            "description": (
+                                "The operation key; effectgate sends `scope:operation_id`."
+                            ),
+                            "schema": {"type": "string", "minLength": 1, "maxLength": _KEY_CHARS},
+                        }
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "required": ["action", "effect"],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "action": {"type": "string", "minLength": 1},
+                                        "effect": _EFFECT,
+                                    },
+                                }
+                            }
+                        },
+                    },
                     "responses": {
-                        "201": _json("Applied now (`created: true`) or before under the same "
-                                     "key (`created: false`).", {
-                                         "type": "object", "required": ["venue_id", "created"],
-                                         "additionalProperties": False,
-                                         "properties": {"venue_id": {"type": "string"},
-                                                        "created": {"type": "boolean"}}}),
-                        "400": _json("No `Content-Length`, no or too long `Idempotency-Key`, "
-                                     "or a body that is not `{action, effect}`.",
-                                     _error("content_length_required",
-                                            "idempotency_key_required", "invalid_body")),
+                        "201": _json(
+                            "Applied now (`created: true`) or before under the same "
+                            "key (`created: false`).",
+                            {
+                                "type": "object",
+                                "required": ["venue_id", "created"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "venue_id": {"type": "string"},
+                                    "created": {"type": "boolean"},
+                                },
+                            },
+                        ),
+                        "400": _json(
+                            "No `Content-Length`, no or too long `Idempotency-Key`, "
+                            "or a body that is not `{action, effect}`.",
+                            _error(
+                                "content_length_required",
+                                "idempotency_key_required",
+                                "invalid_body",
+                            ),
+                        ),
                         "401": _UNAUTHORISED,
                         "413": _json("Body over 65536 bytes.", _error("body_too_large")),
-                        "422": _json("The venue refused the effect; nothing was applied.",
-                                     _error("rejected", reason=True)),
+                        "422": _json(
+                            "The venue refused the effect; nothing was applied.",
+                            _error("rejected", reason=True),
+                        ),
                     },
                 },
                 "get": {
                     "operationId": "findOrders",
                     "summary": "The visible records under one key.",
-                    "parameters": [{"name": "key", "in": "query", "required": True,
-                                    "schema": {"type": "string", "minLength": 1}}],
+                    "parameters": [
+                        {
+                            "name": "key",
+                            "in": "query",
+                            "required": True,
+                            "schema": {"type": "string", "minLength": 1},
+                        }
+                    ],
                     "responses": {
-                        "200": _json("Venue ids of the visible records under `key` (several "
-                                     "when the venue ignored the key).", {
-                                         "type": "object", "required": ["venue_ids"],
-                                         "additionalProperties": False,
-                                         "properties": {"venue_ids": {
-                                             "type": "array", "items": {"type": "string"}}}}),
+                        "200": _json(
+                            "Venue ids of the visible records under `key` (several "
+                            "when the venue ignored the key).",
+                            {
+                                "type": "object",
+                                "required": ["venue_ids"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "venue_ids": {"type": "array", "items": {"type": "string"}}
+                                },
+                            },
+                        ),
                         "400": _json("`key` missing, empty or repeated.", _error("key_required")),
                         "401": _UNAUTHORISED,
                     },
@@ -122,43 +178,83 @@ def openapi() -> dict[str, Any]:
                 "get": {
                     "operationId": "listRecords",
                     "summary": "Every visible record, in (operation_key, venue_id) order, "
-                               "a page at a time.",
+                    "a page at a time.",
                     "description": "Give the last record of a page as `after_key` and "
-                                   "`after_id` (both or neither) to get the next one.",
+                    "`after_id` (both or neither) to get the next one.",
                     "parameters": [
-                        {"name": "after_key", "in": "query", "required": False,
-                         "schema": {"type": "string"}},
-                        {"name": "after_id", "in": "query", "required": False,
-                         "schema": {"type": "string"}},
-                        {"name": "limit", "in": "query", "required": False,
-                         "schema": {"type": "integer", "minimum": 1, "maximum": _MAX_PAGE,
-                                    "default": 1000}},
+                        {
+                            "name": "after_key",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "string"},
+                        },
+                        {
+                            "name": "after_id",
+                            "in": "query",
+                            "required": False,
+                            "schema": {"type": "string"},
+                        },
+                        {
+                            "name": "limit",
+                            "in": "query",
+                            "required": False,
+                            "schema": {
+                                "type": "integer",
+                                "minimum": 1,
+                                "maximum": _MAX_PAGE,
+                                "default": 1000,
+                            },
+                        },
                     ],
                     "responses": {
-                        "200": _json("One page; fewer than `limit` records means the last.", {
-                            "type": "object", "required": ["records"],
-                            "additionalProperties": False,
-                            "properties": {"records": {"type": "array", "items": {
-                                "type": "object", "required": ["operation_key", "venue_id"],
+                        "200": _json(
+                            "One page; fewer than `limit` records means the last.",
+                            {
+                                "type": "object",
+                                "required": ["records"],
                                 "additionalProperties": False,
-                                "properties": {"operation_key": {"type": "string"},
-                                               "venue_id": {"type": "string"}}}}}}),
-                        "400": _json("Only one of `after_key`/`after_id`, a repeated "
-                                     "parameter, or `limit` outside 1..10000.",
-                                     _error("invalid_paging")),
+                                "properties": {
+                                    "records": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "required": ["operation_key", "venue_id"],
+                                            "additionalProperties": False,
+                                            "properties": {
+                                                "operation_key": {"type": "string"},
+                                                "venue_id": {"type": "string"},
+                                            },
+                                        },
+                                    }
+                                },
+                            },
+                        ),
+                        "400": _json(
+                            "Only one of `after_key`/`after_id`, a repeated "
+                            "parameter, or `limit` outside 1..10000.",
+                            _error("invalid_paging"),
+                        ),
                         "401": _UNAUTHORISED,
                     },
-                },
+                }
             },
             "/v1/health": {
                 "get": {
                     "operationId": "health",
                     "summary": "Liveness; no key needed, reveals nothing.",
                     "security": [],
-                    "responses": {"200": _json("Serving.", {
-                        "type": "object", "required": ["status"], "additionalProperties": False,
-                        "properties": {"status": {"type": "string", "const": "ok"}}})},
-                },
+                    "responses": {
+                        "200": _json(
+                            "Serving.",
+                            {
+                                "type": "object",
+                                "required": ["status"],
+                                "additionalProperties": False,
+                                "properties": {"status": {"type": "string", "const": "ok"}},
+                            },
+                        )
+                    },
+                }
             },
             "/openapi.json": {
                 "get": {
@@ -166,7 +262,7 @@ def openapi() -> dict[str, Any]:
                     "summary": "This document.",
                     "security": [],
                     "responses": {"200": _json("The OpenAPI document.", {"type": "object"})},
-                },
+                }
             },
         },
     }

@@ -66,10 +66,7 @@ class HttpVenueAdapter(Adapter):
         # trust_env=False: no proxy, netrc or certificate settings from the environment can
         # change where the call goes or what it carries; the configuration above is all there is.
         self._client = httpx.Client(
-            base_url=self._endpoint,
-            timeout=self._timeout,
-            follow_redirects=False,
-            trust_env=False,
+            base_url=self._endpoint, timeout=self._timeout, follow_redirects=False, trust_env=False
         )
 
     @property

@@ -48,8 +48,16 @@ def floor_row() -> FloorRow:
     (action, fingerprint, intent, effect, tier, reason, policy_version, venue state)
     """
     parsed = default_registry().parse("submit_order", INTENT_BODY)
-    return ("submit_order", parsed.fingerprint, dumps(parsed.snapshot), dumps(parsed.effect),
-            "validate", "value 400.00 within limit 1000000000", "limit-1", "acknowledged")
+    return (
+        "submit_order",
+        parsed.fingerprint,
+        dumps(parsed.snapshot),
+        dumps(parsed.effect),
+        "validate",
+        "value 400.00 within limit 1000000000",
+        "limit-1",
+        "acknowledged",
+    )
 
 
 def run(target: Target, n: int) -> list[Figure]:
@@ -60,8 +68,10 @@ def run(target: Target, n: int) -> list[Figure]:
 
 # --- the two loops ------------------------------------------------------------------------------
 
-def _gate_loop(gate: Gate, prefix: str, start: int, count: int,
-               latencies: list[float] | None) -> None:
+
+def _gate_loop(
+    gate: Gate, prefix: str, start: int, count: int, latencies: list[float] | None
+) -> None:
     clock = time.perf_counter
     submit = gate.submit
     for i in range(start, start + count):
@@ -73,9 +83,12 @@ def _gate_loop(gate: Gate, prefix: str, start: int, count: int,
             raise StoreError(f"B1 action {prefix}{i} ended {row.state.value}, not acknowledged")
 
 
-def _alternate(n: int, eg: Callable[[int, int, list[float] | None], None],
-               floor: Callable[[int, int, list[float] | None], None],
-               on_count: Callable[[str, bool], None]) -> dict[str, Any]:
+def _alternate(
+    n: int,
+    eg: Callable[[int, int, list[float] | None], None],
+    floor: Callable[[int, int, list[float] | None], None],
+    on_count: Callable[[str, bool], None],
+) -> dict[str, Any]:
     """Warm both up, then run them in alternating rounds; per-side seconds and latencies."""
     eg(0, WARMUP, None)
     floor(0, WARMUP, None)
@@ -98,8 +111,9 @@ def _alternate(n: int, eg: Callable[[int, int, list[float] | None], None],
     return {"spent": spent, "lat": lat}
 
 
-def _figure(variant: str, n: int, result: dict[str, Any], commits: dict[str, int],
-            durability_off: bool) -> Figure:
+def _figure(
+    variant: str, n: int, result: dict[str, Any], commits: dict[str, int], durability_off: bool
+) -> Figure:
     spent, lat = result["spent"], result["lat"]
     eg_rate, floor_rate = n / spent["eg"], n / spent["floor"]
     notes: dict[str, Any] = {
@@ -117,14 +131,17 @@ def _figure(variant: str, n: int, result: dict[str, Any], commits: dict[str, int
 _SQLITE_INSERT = (
     "INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, intent, "
     "effect, tier, reason, policy_version, created_at, updated_at, submitted_at) "
-    "VALUES (?,?,?,?,?,'submitted',?,?,?,?,?,?,?,?)")
+    "VALUES (?,?,?,?,?,'submitted',?,?,?,?,?,?,?,?)"
+)
 _SQLITE_UPDATE = (
     "UPDATE operations SET state = 'acknowledged', updated_at = ?, version = version + 1, "
-    "venue_id = ? WHERE scope = ? AND operation_id = ? AND state = 'submitted'")
+    "venue_id = ? WHERE scope = ? AND operation_id = ? AND state = 'submitted'"
+)
 
 
-def _sqlite_floor(conn: sqlite3.Connection, row: FloorRow) -> Callable[
-        [int, int, list[float] | None], None]:
+def _sqlite_floor(
+    conn: sqlite3.Connection, row: FloorRow
+) -> Callable[[int, int, list[float] | None], None]:
     action, fp, intent, effect, tier, reason, version, _ = row
     execute = conn.execute
     clock = time.perf_counter
@@ -135,8 +152,24 @@ def _sqlite_floor(conn: sqlite3.Connection, row: FloorRow) -> Callable[
             op = f"f{i}"
             now = time.time()
             execute("BEGIN IMMEDIATE")
-            execute(_SQLITE_INSERT, ("floor", op, f"floor:{op}", action, fp, intent, effect,
-                                     tier, reason, version, now, now, now))
+            execute(
+                _SQLITE_INSERT,
+                (
+                    "floor",
+                    op,
+                    f"floor:{op}",
+                    action,
+                    fp,
+                    intent,
+                    effect,
+                    tier,
+                    reason,
+                    version,
+                    now,
+                    now,
+                    now,
+                ),
+            )
             execute("COMMIT")
             execute("BEGIN IMMEDIATE")
             cur = execute(_SQLITE_UPDATE, (now, f"V-{i}", "floor", op))
@@ -145,6 +178,7 @@ def _sqlite_floor(conn: sqlite3.Connection, row: FloorRow) -> Callable[
             execute("COMMIT")
             if latencies is not None:
                 latencies.append(clock() - t0)
+
     return loop
 
 
@@ -159,8 +193,10 @@ def _sqlite(target: Target, n: int, synchronous: str) -> Figure:
             conn.execute("PRAGMA busy_timeout = 30000")
             conn.execute(f"PRAGMA synchronous = {synchronous}")
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
-            counters = {"eg": SQLiteCommitCounter.on_store(store), "floor":
-                        SQLiteCommitCounter(conn)}
+            counters = {
+                "eg": SQLiteCommitCounter.on_store(store),
+                "floor": SQLiteCommitCounter(conn),
+            }
             commits = {"eg": 0, "floor": 0}
             marks: dict[str, int] = {}
 
@@ -171,8 +207,11 @@ def _sqlite(target: Target, n: int, synchronous: str) -> Figure:
                     commits[side] += counters[side].commits - marks[side]
 
             result = _alternate(
-                n, lambda s, c, lat: _gate_loop(gate, "e", s, c, lat),
-                _sqlite_floor(conn, floor_row()), on_count)
+                n,
+                lambda s, c, lat: _gate_loop(gate, "e", s, c, lat),
+                _sqlite_floor(conn, floor_row()),
+                on_count,
+            )
             for c in counters.values():
                 c.stop()
         finally:
@@ -188,8 +227,9 @@ _PG_INSERT = _SQLITE_INSERT.replace("?", "%s")
 _PG_UPDATE = _SQLITE_UPDATE.replace("?", "%s")
 
 
-def pg_floor(url: str) -> tuple[Callable[[str, int, int, list[float] | None], None],
-                                Callable[[], None]]:
+def pg_floor(
+    url: str,
+) -> tuple[Callable[[str, int, int, list[float] | None], None], Callable[[], None]]:
     """The raw PostgreSQL floor on the schema of ``url``: ``(loop, close)``.
 
     ``loop(prefix, start, count, latencies)`` runs operations ``prefix + i`` for ``i`` in
@@ -213,8 +253,24 @@ def pg_floor(url: str) -> tuple[Callable[[str, int, int, list[float] | None], No
             t0 = clock()
             op = f"{prefix}{i}"
             now = time.time()
-            conn.execute(_PG_INSERT, ("floor", op, f"floor:{op}", action, fp, intent, effect,
-                                      tier, reason, version, now, now, now))
+            conn.execute(
+                _PG_INSERT,
+                (
+                    "floor",
+                    op,
+                    f"floor:{op}",
+                    action,
+                    fp,
+                    intent,
+                    effect,
+                    tier,
+                    reason,
+                    version,
+                    now,
+                    now,
+                    now,
+                ),
+            )
             cur = conn.execute(_PG_UPDATE, (now, f"V-{i}", "floor", op))
             if cur.rowcount != 1:
                 raise StoreError(f"floor update of {op} matched {cur.rowcount} rows")
@@ -242,12 +298,15 @@ def _postgres(target: Target, n: int) -> Figure:
                 commits[side] += pg_commit_count(url) - marks[side]
 
         try:
-            result = _alternate(n, lambda s, c, lat: _gate_loop(gate, "e", s, c, lat),
-                                lambda s, c, lat: loop("f", s, c, lat), on_count)
+            result = _alternate(
+                n,
+                lambda s, c, lat: _gate_loop(gate, "e", s, c, lat),
+                lambda s, c, lat: loop("f", s, c, lat),
+                on_count,
+            )
         finally:
             close()
             store.close()
-    return _figure("PostgreSQL, 1 connection, synchronous_commit=on", n, result, commits,
-                   durability_off=False)
-
-
+    return _figure(
+        "PostgreSQL, 1 connection, synchronous_commit=on", n, result, commits, durability_off=False
+    )

@@ -22,8 +22,15 @@ __all__ = ["run"]
 COUNTS = (1, 2, 4, 8)
 
 
-def _worker(side: str, url: str, prefix: str, n: int, ready: Queue[str], go: Event,
-            out: Queue[dict[str, Any]]) -> None:
+def _worker(
+    side: str,
+    url: str,
+    prefix: str,
+    n: int,
+    ready: Queue[str],
+    go: Event,
+    out: Queue[dict[str, Any]],
+) -> None:
     from effectgate.adapters.paper import PaperAdapter, PaperVenue
     from effectgate.bench.b1 import _gate_loop, pg_floor
     from effectgate.bench.common import bench_gate
@@ -57,9 +64,14 @@ def _measure(side: str, url: str, workers: int, per_worker: int) -> dict[str, An
     ready: Queue[str] = ctx.Queue()
     out: Queue[dict[str, Any]] = ctx.Queue()
     go = ctx.Event()
-    procs = [ctx.Process(target=_worker, args=(side, url, f"{side}{workers}-{k}-", per_worker,
-                                               ready, go, out), daemon=True)
-             for k in range(workers)]
+    procs = [
+        ctx.Process(
+            target=_worker,
+            args=(side, url, f"{side}{workers}-{k}-", per_worker, ready, go, out),
+            daemon=True,
+        )
+        for k in range(workers)
+    ]
     for p in procs:
         p.start()
     for _ in procs:
@@ -87,9 +99,19 @@ def run(target: Target, n: int, *, smoke: bool = False) -> list[Figure]:
             per_worker = max(1, n // workers)
             eg = _measure("eg", url, workers, per_worker)
             floor = _measure("floor", url, workers, per_worker)
-            figures.append(Figure(
-                "B2", f"PostgreSQL, {workers} worker process{'es' if workers > 1 else ''}",
-                "actions/s", eg["rate"], floor["rate"],
-                {"workers": workers, "actions": workers * per_worker,
-                 "effectgate": summarise(eg["lat"]), "floor": summarise(floor["lat"])}))
+            figures.append(
+                Figure(
+                    "B2",
+                    f"PostgreSQL, {workers} worker process{'es' if workers > 1 else ''}",
+                    "actions/s",
+                    eg["rate"],
+                    floor["rate"],
+                    {
+                        "workers": workers,
+                        "actions": workers * per_worker,
+                        "effectgate": summarise(eg["lat"]),
+                        "floor": summarise(floor["lat"]),
+                    },
+                )
+            )
     return figures

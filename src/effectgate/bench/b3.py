@@ -50,20 +50,30 @@ class CountingVenue(PaperVenue):
         self.calls_by_key: dict[str, int] = {}
         self._count_lock = threading.Lock()
 
-    def submit(self, operation_key: str, action: str,
-               effect: Any) -> tuple[str, bool]:
+    def submit(self, operation_key: str, action: str, effect: Any) -> tuple[str, bool]:
         with self._count_lock:
             self.calls_by_key[operation_key] = self.calls_by_key.get(operation_key, 0) + 1
         return super().submit(operation_key, action, effect)
 
 
 def registry(adapter: str) -> Registry:
-    return Registry([submit_order_class(adapter, HORIZON, KEY_RETENTION),
-                     cancel_order_class(adapter, HORIZON, KEY_RETENTION)])
+    return Registry(
+        [
+            submit_order_class(adapter, HORIZON, KEY_RETENTION),
+            cancel_order_class(adapter, HORIZON, KEY_RETENTION),
+        ]
+    )
 
 
-def _worker(url: str, venue_url: str, api_key: str, plan: list[int], cursor: Synchronized[int],
-            die_after: int | None, results: Queue[dict[str, Any]]) -> None:
+def _worker(
+    url: str,
+    venue_url: str,
+    api_key: str,
+    plan: list[int],
+    cursor: Synchronized[int],
+    die_after: int | None,
+    results: Queue[dict[str, Any]],
+) -> None:
     """One executor process: claim submissions until none are left (or until it is killed)."""
     from effectgate._execute import crashpoints
     from effectgate._execute.executor import Gate
@@ -72,8 +82,9 @@ def _worker(url: str, venue_url: str, api_key: str, plan: list[int], cursor: Syn
 
     store = open_store(url, create=True)
     adapter = HttpVenueAdapter(venue_url, credential=api_key, timeout=30.0)
-    gate = Gate(store=store, registry=registry("http"), adapters={"http": adapter},
-                policy=bench_policy())
+    gate = Gate(
+        store=store, registry=registry("http"), adapters={"http": adapter}, policy=bench_policy()
+    )
     fresh: list[float] = []
     repeat: list[float] = []
     done = 0
@@ -94,8 +105,9 @@ def _worker(url: str, venue_url: str, api_key: str, plan: list[int], cursor: Syn
     store.close()
 
 
-def run(target: Target, n: int, *, smoke: bool = False, workers: int = 4,
-        kills: int | None = None) -> list[Figure]:
+def run(
+    target: Target, n: int, *, smoke: bool = False, workers: int = 4, kills: int | None = None
+) -> list[Figure]:
     from effectgate.adapters._paper_server import serve_paper_venue
 
     kills = kills if kills is not None else (2 if smoke else 20)
@@ -111,27 +123,56 @@ def run(target: Target, n: int, *, smoke: bool = False, workers: int = 4,
         recovery = _recover(url, server.url, api_key, t_end)
         check = _verify(url, venue, n)
     total_calls = sum(venue.calls_by_key.values())
-    notes = {"ids": n, "submissions": len(plan), "workers": workers,
-             "executors_killed": load["killed"], "venue_calls": total_calls,
-             "venue_effects": venue.effect_count,
-             "max_calls_per_key": max(venue.calls_by_key.values(), default=0),
-             "rows_written_off_then_reauthorised": recovery["continued"],
-             "left_uncertain": check["uncertain"]}
-    ok = (total_calls == n and venue.effect_count == n and notes["max_calls_per_key"] == 1
-          and check["uncertain"] == 0 and check["logical_actions_applied"] == n)
+    notes = {
+        "ids": n,
+        "submissions": len(plan),
+        "workers": workers,
+        "executors_killed": load["killed"],
+        "venue_calls": total_calls,
+        "venue_effects": venue.effect_count,
+        "max_calls_per_key": max(venue.calls_by_key.values(), default=0),
+        "rows_written_off_then_reauthorised": recovery["continued"],
+        "left_uncertain": check["uncertain"],
+    }
+    ok = (
+        total_calls == n
+        and venue.effect_count == n
+        and notes["max_calls_per_key"] == 1
+        and check["uncertain"] == 0
+        and check["logical_actions_applied"] == n
+    )
     if not ok:
         raise ConfigError(f"B3 FAILED exactly-once: {notes} {check}")
     return [
-        Figure("B3", f"{target.label}: venue calls after recovery (must equal ids)", "calls",
-               float(total_calls), float(n), notes),
-        Figure("B3", "submissions under duplicates and kills", "submissions/s",
-               len(plan) / load["seconds"], None,
-               {"first_call": summarise(load["fresh"]), "repeat_call": summarise(load["repeat"])}),
-        Figure("B3", "time to full recovery", "s", recovery["seconds"], None,
-               {"visibility_horizon_s": HORIZON,
+        Figure(
+            "B3",
+            f"{target.label}: venue calls after recovery (must equal ids)",
+            "calls",
+            float(total_calls),
+            float(n),
+            notes,
+        ),
+        Figure(
+            "B3",
+            "submissions under duplicates and kills",
+            "submissions/s",
+            len(plan) / load["seconds"],
+            None,
+            {"first_call": summarise(load["fresh"]), "repeat_call": summarise(load["repeat"])},
+        ),
+        Figure(
+            "B3",
+            "time to full recovery",
+            "s",
+            recovery["seconds"],
+            None,
+            {
+                "visibility_horizon_s": HORIZON,
                 "wait_for_horizon_s": round(recovery["waited"], 3),
-                "sweep_and_continuations_s": round(recovery["seconds"] - recovery["waited"], 3)},
-               better="lower"),
+                "sweep_and_continuations_s": round(recovery["seconds"] - recovery["waited"], 3),
+            },
+            better="lower",
+        ),
     ]
 
 
@@ -152,11 +193,19 @@ def _ledger(target: Target) -> Any:
 
                 open_store(url, create=True).close()
                 yield url
+
     return ctx()
 
 
-def _load(url: str, venue_url: str, api_key: str, plan: list[int], workers: int, kills: int,
-          rng: random.Random) -> dict[str, Any]:
+def _load(
+    url: str,
+    venue_url: str,
+    api_key: str,
+    plan: list[int],
+    workers: int,
+    kills: int,
+    rng: random.Random,
+) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     cursor: Synchronized[int] = ctx.Value("q", 0)
     results: Queue[dict[str, Any]] = ctx.Queue()
@@ -170,8 +219,9 @@ def _load(url: str, venue_url: str, api_key: str, plan: list[int], workers: int,
         if budget > 0:
             budget -= 1
             die = rng.randint(1, max(2, per_worker // max(1, kills // workers + 1)))
-        p = ctx.Process(target=_worker, args=(url, venue_url, api_key, plan, cursor, die,
-                                              results), daemon=True)
+        p = ctx.Process(
+            target=_worker, args=(url, venue_url, api_key, plan, cursor, die, results), daemon=True
+        )
         p.start()
         return p
 
@@ -217,12 +267,16 @@ def _recover(url: str, venue_url: str, api_key: str, t_end: float) -> dict[str, 
     adapter = HttpVenueAdapter(venue_url, credential=api_key, timeout=30.0)
     reg = registry("http")
     try:
-        last = max((r.submitted_at or 0.0 for r in
-                    store.list_operations(state=State.SUBMITTED, limit=1_000_000)), default=0.0)
+        last = max(
+            (
+                r.submitted_at or 0.0
+                for r in store.list_operations(state=State.SUBMITTED, limit=1_000_000)
+            ),
+            default=0.0,
+        )
         wait = max(0.0, last + HORIZON - time.time())
         time.sleep(wait)
-        rec = Reconciler(store=store, registry=reg, adapters={"http": adapter},
-                         keep_repaired=False)
+        rec = Reconciler(store=store, registry=reg, adapters={"http": adapter}, keep_repaired=False)
         rec.sweep()
         gate = Gate(store=store, registry=reg, adapters={"http": adapter}, policy=bench_policy())
         failed = store.list_operations(state=State.FAILED, limit=1_000_000)
@@ -254,4 +308,3 @@ def _verify(url: str, venue: CountingVenue, n: int) -> dict[str, int]:
     finally:
         store.close()
     return {"uncertain": uncertain, "logical_actions_applied": applied}
-

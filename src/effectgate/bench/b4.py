@@ -81,7 +81,7 @@ class SyntheticVenue(Adapter):
         return out
 
     def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
-        i = 0 if after is None else int(after.operation_key[len(PREFIX):len(PREFIX) + WIDTH])
+        i = 0 if after is None else int(after.operation_key[len(PREFIX) : len(PREFIX) + WIDTH])
         page: list[VenueRecord] = []
         while i < self.rows and len(page) < limit:
             for record in self.records_for(i):
@@ -91,7 +91,7 @@ class SyntheticVenue(Adapter):
         return page
 
     def probe(self, operation_key: str) -> list[str]:
-        i = int(operation_key[len(PREFIX):len(PREFIX) + WIDTH])
+        i = int(operation_key[len(PREFIX) : len(PREFIX) + WIDTH])
         return [r.venue_id for r in self.records_for(i) if r.operation_key == operation_key]
 
     def execute(self, request: OutboundRequest, *, timeout: float) -> Receipt:
@@ -100,22 +100,55 @@ class SyntheticVenue(Adapter):
 
 # --- generation -----------------------------------------------------------------------------------
 
+
 def _rows(n: int, now: float) -> Iterator[tuple[Any, ...]]:
     action, fp, intent, effect, tier, reason, version, _ = floor_row()
     old = now - AGE
     for i in range(n):
         op = f"op-{i:0{WIDTH}d}"
         if uncertain(i):
-            yield (SCOPE, op, key(i), action, fp, "submitted", intent, effect, tier, reason,
-                   version, None, old, old, old)
+            yield (
+                SCOPE,
+                op,
+                key(i),
+                action,
+                fp,
+                "submitted",
+                intent,
+                effect,
+                tier,
+                reason,
+                version,
+                None,
+                old,
+                old,
+                old,
+            )
         else:
-            yield (SCOPE, op, key(i), action, fp, "acknowledged", intent, effect, tier, reason,
-                   version, f"V{i:0{WIDTH}d}", old, old, old)
+            yield (
+                SCOPE,
+                op,
+                key(i),
+                action,
+                fp,
+                "acknowledged",
+                intent,
+                effect,
+                tier,
+                reason,
+                version,
+                f"V{i:0{WIDTH}d}",
+                old,
+                old,
+                old,
+            )
 
 
-_INSERT = ("INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
-           "intent, effect, tier, reason, policy_version, venue_id, created_at, updated_at, "
-           "submitted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+_INSERT = (
+    "INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
+    "intent, effect, tier, reason, policy_version, venue_id, created_at, updated_at, "
+    "submitted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
 
 
 def generate_sqlite(path: str, n: int) -> None:
@@ -140,6 +173,7 @@ def generate_sqlite(path: str, n: int) -> None:
 
 
 # --- the measured children ---------------------------------------------------------------------
+
 
 def _reset_peak() -> None:
     """Forget the high-water mark inherited from the parent across fork and exec (Linux)."""
@@ -170,18 +204,28 @@ def child_sweep(url: str, rows: int) -> dict[str, Any]:
 
     store = open_store(url, create=True)
     venue = SyntheticVenue(rows)
-    rec = Reconciler(store=store, registry=default_registry(), adapters={"paper": venue},
-                     page_size=PAGE, keep_repaired=False)
+    rec = Reconciler(
+        store=store,
+        registry=default_registry(),
+        adapters={"paper": venue},
+        page_size=PAGE,
+        keep_repaired=False,
+    )
     out: dict[str, Any] = {"rss_start_mib": _peak_mib()}
     for label in ("sweep", "resweep"):
         t0 = time.perf_counter()
         report = rec.sweep()
-        out[label] = {"seconds": time.perf_counter() - t0, "ledger_rows": report.ledger_rows,
-                      "venue_records": report.venue_records, "confirmed": report.confirmed,
-                      "written_off": report.written_off, "quarantined": report.quarantined,
-                      "divergences": report.divergences_seen,
-                      "new_divergences": len(report.new_divergences),
-                      "peak_rss_mib": _peak_mib()}
+        out[label] = {
+            "seconds": time.perf_counter() - t0,
+            "ledger_rows": report.ledger_rows,
+            "venue_records": report.venue_records,
+            "confirmed": report.confirmed,
+            "written_off": report.written_off,
+            "quarantined": report.quarantined,
+            "divergences": report.divergences_seen,
+            "new_divergences": len(report.new_divergences),
+            "peak_rss_mib": _peak_mib(),
+        }
     store.close()
     return out
 
@@ -198,8 +242,10 @@ def child_floor(url: str, rows: int) -> dict[str, Any]:
     if dialect != "sqlite":
         raise ConfigError("floor child: SQLite only in this build")
     conn = sqlite3.connect(target)
-    sql = ("SELECT op_key, action, state, venue_id, submitted_at, updated_at FROM operations "
-           "WHERE op_key > ? AND action IN (?,?) ORDER BY op_key LIMIT ?")
+    sql = (
+        "SELECT op_key, action, state, venue_id, submitted_at, updated_at FROM operations "
+        "WHERE op_key > ? AND action IN (?,?) ORDER BY op_key LIMIT ?"
+    )
 
     def ledger() -> Iterator[tuple[Any, ...]]:
         after = ""
@@ -238,13 +284,24 @@ def child_floor(url: str, rows: int) -> dict[str, Any]:
             entry = next(led, None)
         group = next(venue_groups, None)
     conn.close()
-    return {"floor": {"seconds": time.perf_counter() - t0, "ledger_rows": n_rows, **counts,
-                      "peak_rss_mib": _peak_mib()}, "rss_start_mib": start_rss}
+    return {
+        "floor": {
+            "seconds": time.perf_counter() - t0,
+            "ledger_rows": n_rows,
+            **counts,
+            "peak_rss_mib": _peak_mib(),
+        },
+        "rss_start_mib": start_rss,
+    }
 
 
 def _spawn(kind: str, url: str, rows: int) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "effectgate.bench.b4", kind, url, str(rows)],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "effectgate.bench.b4", kind, url, str(rows)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise ConfigError(f"B4 {kind} child failed ({proc.returncode}): {proc.stderr[-2000:]}")
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -280,12 +337,17 @@ def figures_for(rows: int, gen: float, eg: dict[str, Any], floor: dict[str, Any]
         s = eg[label]
         if s["ledger_rows"] != rows:
             raise ConfigError(f"B4 {label} saw {s['ledger_rows']} ledger rows, not {rows}")
-        notes = {"rows": rows, "seconds": round(s["seconds"], 2),
-                 "floor_seconds": round(fl["seconds"], 2),
-                 "peak_rss_mib": round(s["peak_rss_mib"], 1),
-                 "floor_peak_rss_mib": round(fl["peak_rss_mib"], 1),
-                 "confirmed": s["confirmed"], "written_off": s["written_off"],
-                 "quarantined": s["quarantined"], "divergences": s["divergences"]}
+        notes = {
+            "rows": rows,
+            "seconds": round(s["seconds"], 2),
+            "floor_seconds": round(fl["seconds"], 2),
+            "peak_rss_mib": round(s["peak_rss_mib"], 1),
+            "floor_peak_rss_mib": round(fl["peak_rss_mib"], 1),
+            "confirmed": s["confirmed"],
+            "written_off": s["written_off"],
+            "quarantined": s["quarantined"],
+            "divergences": s["divergences"],
+        }
         if label == "sweep":
             notes["generate_seconds"] = round(gen, 1)
         kind = "first sweep (repairs 2%)" if label == "sweep" else "repeat sweep"

@@ -32,9 +32,11 @@ __all__ = ["CLIENTS", "run"]
 CLIENTS = (16, 64)
 
 #: An order for the starter config's ``submit_order`` class (what ``effectgate init`` writes).
-BODY = (b'{"intent_version": "1", "action": "submit_order", "instrument": "XYZ-PERP", '
-        b'"side": "buy", "quantity": "4", "limit_price": "100.00", '
-        b'"rationale": "B5 load", "context_digest": "sha256:0123456789abcdef"}')
+BODY = (
+    b'{"intent_version": "1", "action": "submit_order", "instrument": "XYZ-PERP", '
+    b'"side": "buy", "quantity": "4", "limit_price": "100.00", '
+    b'"rationale": "B5 load", "context_digest": "sha256:0123456789abcdef"}'
+)
 
 
 def run(target: Target, n: int, *, smoke: bool = False) -> list[Figure]:
@@ -74,7 +76,10 @@ class _service:
         starter.config.write_text(text, encoding="utf-8")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "effectgate", "serve", "--config", str(starter.config)],
-            cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            cwd=folder,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         url = f"http://127.0.0.1:{port}"
         _wait_ready(url, self._proc)
         return url, starter.agent_token
@@ -126,8 +131,7 @@ def _drive(url: str, token: str, clients: int, n: int) -> Figure:
     if result.get("error"):
         raise StoreError(f"B5 at {clients} clients: {result['error']}")
     notes = {"clients": clients, "n": n, **summarise(result["lat"])}
-    return Figure("B5", f"HTTP, {clients} clients", "actions/s", n / result["seconds"],
-                  None, notes)
+    return Figure("B5", f"HTTP, {clients} clients", "actions/s", n / result["seconds"], None, notes)
 
 
 def _load(url: str, token: str, clients: int, n: int, out: Queue[dict[str, Any]]) -> None:
@@ -150,8 +154,11 @@ async def _load_async(url: str, token: str, clients: int, n: int) -> dict[str, A
 
         async def one(i: int) -> None:
             t0 = time.perf_counter()
-            r = await client.post("/v1/actions/submit_order", content=BODY,
-                                  headers={**headers, "Idempotency-Key": f"b5-{run_id}-{i}"})
+            r = await client.post(
+                "/v1/actions/submit_order",
+                content=BODY,
+                headers={**headers, "Idempotency-Key": f"b5-{run_id}-{i}"},
+            )
             lat.append(time.perf_counter() - t0)
             if r.status_code != 201 or r.json().get("state") != "acknowledged":
                 errors.append(f"{r.status_code} {r.text[:200]}")

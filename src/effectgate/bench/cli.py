@@ -25,9 +25,15 @@ FULL = {"B1": 5000, "B2": 3000, "B3": 10_000, "B4": (500_000, 5_000_000), "B5": 
 SMOKE = {"B1": 60, "B2": 40, "B3": 40, "B4": (3_000, 6_000), "B5": 40}
 
 
-def run_bench(url: str | None, workloads: list[str], *, n: int | None = None,
-              smoke: bool = False, rows: tuple[int, ...] | None = None,
-              progress: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+def run_bench(
+    url: str | None,
+    workloads: list[str],
+    *,
+    n: int | None = None,
+    smoke: bool = False,
+    rows: tuple[int, ...] | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
     """Run the workloads; the figures plus a description of the run (JSON-able)."""
     sizes = SMOKE if smoke else FULL
     target = Target(url)
@@ -46,13 +52,24 @@ def run_bench(url: str | None, workloads: list[str], *, n: int | None = None,
             progress(f"{name} done in {time.perf_counter() - t0:.1f}s")
     finally:
         target.close()
-    return {"store": target.dialect, "smoke": smoke, "started": started,
-            "machine": machine(), "figures": [f.to_dict() for f in figures],
-            "skipped": skipped}
+    return {
+        "store": target.dialect,
+        "smoke": smoke,
+        "started": started,
+        "machine": machine(),
+        "figures": [f.to_dict() for f in figures],
+        "skipped": skipped,
+    }
 
 
-def _one(name: str, target: Target, n: int | None, sizes: dict[str, Any], smoke: bool,
-         rows: tuple[int, ...] | None) -> list[Figure] | str:
+def _one(
+    name: str,
+    target: Target,
+    n: int | None,
+    sizes: dict[str, Any],
+    smoke: bool,
+    rows: tuple[int, ...] | None,
+) -> list[Figure] | str:
     if name == "B1":
         from effectgate.bench import b1
 
@@ -95,9 +112,14 @@ def machine() -> dict[str, Any]:
         mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     import sqlite3
 
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_bytes": mem,
-            "python": platform.python_version(), "platform": platform.platform(),
-            "sqlite": sqlite3.sqlite_version}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_bytes": mem,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "sqlite": sqlite3.sqlite_version,
+    }
 
 
 def _fmt(value: float | None, unit: str) -> str:
@@ -117,8 +139,9 @@ def _notes(f: dict[str, Any]) -> str:
     parts = []
     for key, value in notes.items():
         if isinstance(value, dict):
-            inner = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                              for k, v in value.items())
+            inner = ", ".join(
+                f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in value.items()
+            )
             parts.append(f"{key}: {inner}")
         else:
             parts.append(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}")
@@ -126,14 +149,22 @@ def _notes(f: dict[str, Any]) -> str:
 
 
 def print_report(report: dict[str, Any], console: Console) -> None:
-    table = Table(title=f"effectgate bench on {report['store']}"
-                  + (" (smoke: sizes too small to mean anything)" if report["smoke"] else ""))
+    table = Table(
+        title=f"effectgate bench on {report['store']}"
+        + (" (smoke: sizes too small to mean anything)" if report["smoke"] else "")
+    )
     for col in ("workload", "variant", "effectgate", "floor", "ratio", "notes"):
         table.add_column(col, overflow="fold")
     for f in report["figures"]:
         ratio = "-" if f["ratio"] is None else f"{f['ratio']:.2f}x"
-        table.add_row(f["workload"], f["variant"], _fmt(f["effectgate"], f["unit"]),
-                      _fmt(f["floor"], f["unit"]), ratio, _notes(f))
+        table.add_row(
+            f["workload"],
+            f["variant"],
+            _fmt(f["effectgate"], f["unit"]),
+            _fmt(f["floor"], f["unit"]),
+            ratio,
+            _notes(f),
+        )
     console.print(table)
     for name, why in report["skipped"].items():
         console.print(f"{name} skipped: {why}")
@@ -144,33 +175,57 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def bench(
-        store: Annotated[str | None, typer.Option(
-            "--store", help="Where to run: sqlite:///PATH (fresh files beside PATH) or "
-            "postgresql://... (a fresh schema per workload). Default: a temporary SQLite file."
-        )] = None,
-        workload: Annotated[str, typer.Option(
-            "--workload", help="Comma-separated workloads: B1,B2,B3,B4,B5.")] = "B1,B3,B4",
-        n: Annotated[int | None, typer.Option(
-            "--n", min=1, help="Actions (B1, B2, B5) or operation ids (B3).")] = None,
-        rows: Annotated[str | None, typer.Option(
-            "--rows", help="B4 ledger sizes, comma-separated (default 500000,5000000).")] = None,
-        smoke: Annotated[bool, typer.Option(
-            "--smoke", help="Tiny sizes: checks the machinery runs, measures nothing.")] = False,
-        json_out: Annotated[str | None, typer.Option(
-            "--json", help="Also write the figures as JSON to this file.")] = None,
+        store: Annotated[
+            str | None,
+            typer.Option(
+                "--store",
+                help="Where to run: sqlite:///PATH (fresh files beside PATH) or "
+                "postgresql://... (a fresh schema per workload). Default: a temporary SQLite file.",
+            ),
+        ] = None,
+        workload: Annotated[
+            str, typer.Option("--workload", help="Comma-separated workloads: B1,B2,B3,B4,B5.")
+        ] = "B1,B3,B4",
+        n: Annotated[
+            int | None,
+            typer.Option("--n", min=1, help="Actions (B1, B2, B5) or operation ids (B3)."),
+        ] = None,
+        rows: Annotated[
+            str | None,
+            typer.Option(
+                "--rows", help="B4 ledger sizes, comma-separated (default 500000,5000000)."
+            ),
+        ] = None,
+        smoke: Annotated[
+            bool,
+            typer.Option(
+                "--smoke", help="Tiny sizes: checks the machinery runs, measures nothing."
+            ),
+        ] = False,
+        json_out: Annotated[
+            str | None, typer.Option("--json", help="Also write the figures as JSON to this file.")
+        ] = None,
     ) -> None:
         """Measure effectgate against the raw-SQL floor on the same store, in the same run."""
         logging.basicConfig(level=logging.CRITICAL)  # divergences are expected in B3/B4
         names = [w.strip().upper() for w in workload.split(",") if w.strip()]
         for name in names:
             if name not in WORKLOADS:
-                raise typer.BadParameter(f"unknown workload {name!r}; one of "
-                                         f"{', '.join(WORKLOADS)}", param_hint="--workload")
+                raise typer.BadParameter(
+                    f"unknown workload {name!r}; one of {', '.join(WORKLOADS)}",
+                    param_hint="--workload",
+                )
         sizes = tuple(int(r) for r in rows.split(",")) if rows else None
         console = Console()
         err = Console(stderr=True)
-        report = run_bench(store, names, n=n, smoke=smoke, rows=sizes,
-                           progress=lambda msg: err.print(f"[dim]{msg}[/dim]"))
+        report = run_bench(
+            store,
+            names,
+            n=n,
+            smoke=smoke,
+            rows=sizes,
+            progress=lambda msg: err.print(f"[dim]{msg}[/dim]"),
+        )
         print_report(report, Console(width=max(console.width, 200)))
         if json_out:
             with open(json_out, "w", encoding="utf-8") as fh:

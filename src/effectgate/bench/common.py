@@ -70,9 +70,15 @@ class Figure:
         return self.floor / self.effectgate
 
     def to_dict(self) -> dict[str, Any]:
-        return {"workload": self.workload, "variant": self.variant, "unit": self.unit,
-                "effectgate": self.effectgate, "floor": self.floor, "ratio": self.ratio,
-                "notes": self.notes}
+        return {
+            "workload": self.workload,
+            "variant": self.variant,
+            "unit": self.unit,
+            "effectgate": self.effectgate,
+            "floor": self.floor,
+            "ratio": self.ratio,
+            "notes": self.notes,
+        }
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -86,20 +92,22 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def summarise(latencies: Sequence[float]) -> dict[str, float]:
     """p50 and p99 in milliseconds."""
-    return {"p50_ms": round(percentile(latencies, 50) * 1000, 3),
-            "p99_ms": round(percentile(latencies, 99) * 1000, 3)}
+    return {
+        "p50_ms": round(percentile(latencies, 50) * 1000, 3),
+        "p99_ms": round(percentile(latencies, 99) * 1000, 3),
+    }
 
 
 def bench_policy() -> PolicySet:
     """Allow the reference order class automatically (the ``validate`` tier, no approval)."""
-    return PolicySet({"submit_order": LimitPolicy(Decimal("1000000000")),
-                      "cancel_order": LimitPolicy()})
+    return PolicySet(
+        {"submit_order": LimitPolicy(Decimal("1000000000")), "cancel_order": LimitPolicy()}
+    )
 
 
 def bench_gate(store: Store, adapter: Adapter, registry: Registry | None = None) -> Gate:
     reg = registry or default_registry(adapter=adapter.name)
-    return Gate(store=store, registry=reg, adapters={adapter.name: adapter},
-                policy=bench_policy())
+    return Gate(store=store, registry=reg, adapters={adapter.name: adapter}, policy=bench_policy())
 
 
 # --- commit counting: counted on the wire, never assumed -----------------------------------------
@@ -175,6 +183,7 @@ def pg_available() -> bool:
 
 # --- targets -------------------------------------------------------------------------------------
 
+
 class Target:
     """Where the benchmark runs, and fresh ledgers on it that leave nothing behind."""
 
@@ -187,15 +196,18 @@ class Target:
         self.dialect, rest = parse_store_url(url)
         if self.dialect == "sqlite":
             if rest == ":memory:":
-                raise ConfigError("the benchmark measures durable commits: give a file path, "
-                                  "sqlite:///PATH, not an in-memory database")
+                raise ConfigError(
+                    "the benchmark measures durable commits: give a file path, "
+                    "sqlite:///PATH, not an in-memory database"
+                )
             self.directory = os.path.dirname(os.path.abspath(rest)) or "."
             if not os.path.isdir(self.directory):
                 raise ConfigError(f"directory {self.directory!r} does not exist")
         else:
             if not pg_available():
-                raise ConfigError("this build has no PostgreSQL store yet; "
-                                  "run the benchmark on sqlite:///PATH")
+                raise ConfigError(
+                    "this build has no PostgreSQL store yet; run the benchmark on sqlite:///PATH"
+                )
             self.directory = ""
 
     @property

@@ -32,13 +32,18 @@ def worker(args: tuple[str | None, str, int, str, str]) -> tuple[int, float, flo
     store = open_store(url, create=True)
     from effectgate import BreakerConfig
 
-    breakers = {"submit_order": BreakerConfig(window=60, max_repeats=10**9,
-                                              max_rejection_rate=0.99)} \
-        if mode == "breaker" else None
-    gate = Gate(store=store, registry=default_registry(),
-                adapters={"paper": PaperAdapter(PaperVenue())},
-                policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
-                breakers=breakers)
+    breakers = (
+        {"submit_order": BreakerConfig(window=60, max_repeats=10**9, max_rejection_rate=0.99)}
+        if mode == "breaker"
+        else None
+    )
+    gate = Gate(
+        store=store,
+        registry=default_registry(),
+        adapters={"paper": PaperAdapter(PaperVenue())},
+        policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+        breakers=breakers,
+    )
     latencies = []
     start = time.perf_counter()
     for i in range(n):
@@ -70,17 +75,30 @@ def main() -> None:
 
         store = open_store(a.url, create=True)
         Operator(store=store, registry=default_registry()).step(
-            "submit_order", "exposure", {"limit": "1000000000", "window": 3600},
-            evidence={"bench": True}, operator="bench")
+            "submit_order",
+            "exposure",
+            {"limit": "1000000000", "window": 3600},
+            evidence={"bench": True},
+            operator="bench",
+        )
         store.close()
     with mp.get_context("spawn").Pool(a.procs) as pool:
-        results = pool.map(worker, [(a.src, a.url, a.actions, f"p{p}", a.mode)
-                                    for p in range(a.procs)])
+        results = pool.map(
+            worker, [(a.src, a.url, a.actions, f"p{p}", a.mode) for p in range(a.procs)]
+        )
     total = sum(r[0] for r in results)
-    print(json.dumps({"procs": a.procs, "mode": a.mode, "actions": total,
-                      "actions_per_s": round(total / max(r[1] for r in results), 1),
-                      "p50_ms": round(1000 * sorted(r[2] for r in results)[len(results) // 2], 3),
-                      "p99_ms": round(1000 * max(r[3] for r in results), 3)}))
+    print(
+        json.dumps(
+            {
+                "procs": a.procs,
+                "mode": a.mode,
+                "actions": total,
+                "actions_per_s": round(total / max(r[1] for r in results), 1),
+                "p50_ms": round(1000 * sorted(r[2] for r in results)[len(results) // 2], 3),
+                "p99_ms": round(1000 * max(r[3] for r in results), 3),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

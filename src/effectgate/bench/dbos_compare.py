@@ -70,8 +70,11 @@ def _child_dbos(url: str, n: int) -> dict[str, Any]:
     def action(key: str) -> str:
         return place(key)
 
-    config: DBOSConfig = {"name": "effectgate-bench", "system_database_url": url,
-                          "log_level": "ERROR"}
+    config: DBOSConfig = {
+        "name": "effectgate-bench",
+        "system_database_url": url,
+        "log_level": "ERROR",
+    }
     DBOS(config=config)
     DBOS.launch()
     try:
@@ -91,9 +94,22 @@ def _child_dbos(url: str, n: int) -> dict[str, Any]:
 
 
 def _spawn(kind: str, url: str, n: int) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "effectgate.bench.dbos_compare", "--child",
-                           kind, "--url", url, "--n", str(n)],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "effectgate.bench.dbos_compare",
+            "--child",
+            kind,
+            "--url",
+            url,
+            "--n",
+            str(n),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise SystemExit(f"{kind} child failed:\n{proc.stderr[-3000:]}")
     out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -159,9 +175,18 @@ def compare(n: int, rounds: int, pg: str | None) -> list[dict[str, Any]]:
                         _pg_cleanup(pg, cleanup[0], cleanup[1])
         eg_rate = sum(eg_rates) / len(eg_rates)
         dbos_rate = sum(dbos_rates) / len(dbos_rates)
-        rows.append({"store": kind, "n": n, "rounds": rounds, "effectgate_actions_per_s": eg_rate,
-                     "dbos_actions_per_s": dbos_rate, "ratio": eg_rate / dbos_rate,
-                     "effectgate_rounds": eg_rates, "dbos_rounds": dbos_rates})
+        rows.append(
+            {
+                "store": kind,
+                "n": n,
+                "rounds": rounds,
+                "effectgate_actions_per_s": eg_rate,
+                "dbos_actions_per_s": dbos_rate,
+                "ratio": eg_rate / dbos_rate,
+                "effectgate_rounds": eg_rates,
+                "dbos_rounds": dbos_rates,
+            }
+        )
     return rows
 
 
@@ -169,8 +194,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=int, default=2000, help="actions per side per round")
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--pg", help="PostgreSQL base URL (a database you may create databases "
-                    "and schemas in); omitted: SQLite only")
+    ap.add_argument(
+        "--pg",
+        help="PostgreSQL base URL (a database you may create databases "
+        "and schemas in); omitted: SQLite only",
+    )
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--child", choices=["effectgate", "dbos"], help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
@@ -182,8 +210,10 @@ def main() -> None:
     rows = compare(args.n, args.rounds, args.pg)
     print(f"{'store':<12}{'effectgate':>16}{'DBOS Transact':>16}{'ratio':>9}")
     for row in rows:
-        print(f"{row['store']:<12}{row['effectgate_actions_per_s']:>12,.0f} a/s"
-              f"{row['dbos_actions_per_s']:>12,.0f} a/s{row['ratio']:>8.1f}x")
+        print(
+            f"{row['store']:<12}{row['effectgate_actions_per_s']:>12,.0f} a/s"
+            f"{row['dbos_actions_per_s']:>12,.0f} a/s{row['ratio']:>8.1f}x"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(rows, fh, indent=2)

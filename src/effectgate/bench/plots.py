@@ -1,6 +1,6 @@
 """Draw the two figures of docs/benchmarks.md from ``effectgate bench --json`` outputs.
 
-    python benchmarks/plots.py --b2 b2.json --b4 b4.json --out docs/
+python benchmarks/plots.py --b2 b2.json --b4 b4.json --out docs/
 """
 
 from __future__ import annotations
@@ -46,8 +46,9 @@ def plot_b4(path: str, out: str) -> None:
     fig, (t_ax, m_ax) = plt.subplots(1, 2, figsize=(10, 4))
     t_ax.plot(sizes, [f["notes"]["seconds"] for f in first], "o-", label="sweep (repairs 2%)")
     t_ax.plot(sizes, [f["notes"]["seconds"] for f in again], "^-", label="repeat sweep")
-    t_ax.plot(sizes, [f["notes"]["floor_seconds"] for f in first], "s--",
-              label="raw paging + comparison")
+    t_ax.plot(
+        sizes, [f["notes"]["floor_seconds"] for f in first], "s--", label="raw paging + comparison"
+    )
     t_ax.set_xscale("log")
     t_ax.set_yscale("log")
     t_ax.set_xlabel("ledger rows")

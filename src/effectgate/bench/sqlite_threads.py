@@ -32,7 +32,8 @@ def measure(threads: int, n: int, directory: str) -> dict[str, float]:
             gate.submit("submit_order", f"warm-{i}", INTENT_BODY)
         commits = [0]
         store._conn.set_trace_callback(
-            lambda sql: commits.__setitem__(0, commits[0] + (sql == "COMMIT")))
+            lambda sql: commits.__setitem__(0, commits[0] + (sql == "COMMIT"))
+        )
         latencies: list[float] = []
         per = n // threads
 
@@ -52,10 +53,13 @@ def measure(threads: int, n: int, directory: str) -> dict[str, float]:
         seconds = time.perf_counter() - start
         store._conn.set_trace_callback(None)
         done = per * threads
-        return {"threads": threads, "actions_per_s": done / seconds,
-                "p50_ms": percentile(latencies, 50) * 1000,
-                "p99_ms": percentile(latencies, 99) * 1000,
-                "commits_per_action": commits[0] / done}
+        return {
+            "threads": threads,
+            "actions_per_s": done / seconds,
+            "p50_ms": percentile(latencies, 50) * 1000,
+            "p99_ms": percentile(latencies, 99) * 1000,
+            "commits_per_action": commits[0] / done,
+        }
     finally:
         store.close()
         shutil.rmtree(work, ignore_errors=True)
@@ -71,8 +75,10 @@ def main() -> None:
     rows = [measure(int(t), args.n, args.dir) for t in args.threads.split(",")]
     print(f"{'threads':>8} {'actions/s':>10} {'p50 ms':>8} {'p99 ms':>8} {'commits/action':>15}")
     for r in rows:
-        print(f"{r['threads']:>8} {r['actions_per_s']:>10,.0f} {r['p50_ms']:>8.2f} "
-              f"{r['p99_ms']:>8.1f} {r['commits_per_action']:>15.2f}")
+        print(
+            f"{r['threads']:>8} {r['actions_per_s']:>10,.0f} {r['p50_ms']:>8.2f} "
+            f"{r['p99_ms']:>8.1f} {r['commits_per_action']:>15.2f}"
+        )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)

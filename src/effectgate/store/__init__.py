@@ -32,10 +32,12 @@ def open_store(url: str, *, create: bool = False, **options: Any) -> Store:
             raise LedgerNotFound(
                 f"{exc.message}. {url!r} names a path relative to the working directory "
                 f"({os.getcwd()}); for the absolute path /{target} write "
-                f"'sqlite:////{target}'") from exc
+                f"'sqlite:////{target}'"
+            ) from exc
     try:
         from effectgate.store.postgres import PostgresStore  # lazily: psycopg is an extra
     except ImportError as exc:
-        raise ConfigError("the PostgreSQL store needs the postgres extra: "
-                          "pip install 'effectgate[postgres]'") from exc
+        raise ConfigError(
+            "the PostgreSQL store needs the postgres extra: pip install 'effectgate[postgres]'"
+        ) from exc
     return PostgresStore(target, create=create, **options)

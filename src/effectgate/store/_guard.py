@@ -73,8 +73,9 @@ SEND = Verdict(VerdictKind.SEND)
 MIN_RETENTION = 86400.0
 
 
-def observe_proposal(tx: SharedTx, guard: DispatchGuard, *, op_key: str, fingerprint: str,
-                     rejected: bool, now: float) -> tuple[ClassControls, tuple[str, ...]]:
+def observe_proposal(
+    tx: SharedTx, guard: DispatchGuard, *, op_key: str, fingerprint: str, rejected: bool, now: float
+) -> tuple[ClassControls, tuple[str, ...]]:
     """Record a new proposal's signal and trip the class's breaker if a threshold is crossed.
 
     Returns the class's controls as they now stand and the signals tripped (``"name: why"``).
@@ -87,36 +88,71 @@ def observe_proposal(tx: SharedTx, guard: DispatchGuard, *, op_key: str, fingerp
         # No breaker watches this class: nothing to record (a breaker configured later starts
         # with an empty window, which can only make it trip later, never wrongly).
         return ctl, ()
-    new_target = (cfg.max_new_targets is not None and guard.target is not None
-                  and not tx.seen_target(guard.action, guard.target, now))
-    tx.record_signal(guard.action, now, op_key, fingerprint,
-                     None if rejected else guard.value_micros, rejected, new_target)
+    new_target = (
+        cfg.max_new_targets is not None
+        and guard.target is not None
+        and not tx.seen_target(guard.action, guard.target, now)
+    )
+    tx.record_signal(
+        guard.action,
+        now,
+        op_key,
+        fingerprint,
+        None if rejected else guard.value_micros,
+        rejected,
+        new_target,
+    )
     if ctl.breaker_open:
         return ctl, ()
     stats = tx.signal_stats(guard.action, now - cfg.window, fingerprint)
     tripped: list[tuple[str, str]] = []
-    if cfg.max_rejection_rate is not None and stats.decided >= cfg.min_samples \
-            and stats.rejected > cfg.max_rejection_rate * stats.decided:
-        tripped.append(("rejection_rate", f"rejection rate {stats.rejected}/{stats.decided} "
-                        f"over {cfg.max_rejection_rate:.0%} in {cfg.window:g}s"))
+    if (
+        cfg.max_rejection_rate is not None
+        and stats.decided >= cfg.min_samples
+        and stats.rejected > cfg.max_rejection_rate * stats.decided
+    ):
+        tripped.append(
+            (
+                "rejection_rate",
+                f"rejection rate {stats.rejected}/{stats.decided} "
+                f"over {cfg.max_rejection_rate:.0%} in {cfg.window:g}s",
+            )
+        )
     if cfg.max_value is not None and stats.value_micros > to_micros(cfg.max_value):
         shown = Decimal(stats.value_micros) / VALUE_SCALE
-        tripped.append(("value_rate", f"value {shown.normalize()} over {cfg.max_value} in "
-                        f"{cfg.window:g}s"))
+        tripped.append(
+            ("value_rate", f"value {shown.normalize()} over {cfg.max_value} in {cfg.window:g}s")
+        )
     if cfg.max_repeats is not None and stats.same_fingerprint > cfg.max_repeats:
-        tripped.append(("repeats", f"fingerprint {fingerprint[:12]} under "
-                        f"{stats.same_fingerprint} operation ids in {cfg.window:g}s"))
+        tripped.append(
+            (
+                "repeats",
+                f"fingerprint {fingerprint[:12]} under "
+                f"{stats.same_fingerprint} operation ids in {cfg.window:g}s",
+            )
+        )
     if cfg.max_new_targets is not None and stats.new_targets > cfg.max_new_targets:
-        tripped.append(("new_targets", f"{stats.new_targets} never-seen targets in "
-                        f"{cfg.window:g}s (latest {guard.target!r})"))
+        tripped.append(
+            (
+                "new_targets",
+                f"{stats.new_targets} never-seen targets in "
+                f"{cfg.window:g}s (latest {guard.target!r})",
+            )
+        )
     tx.prune(guard.action, now - max(cfg.window, MIN_RETENTION))
     if tripped:
         ctl = trip_breaker(tx, ctl, tripped, now=now, op_key=op_key)
     return ctl, tuple(f"{name}: {why}" for name, why in tripped)
 
 
-def trip_breaker(tx: SharedTx, ctl: ClassControls, signals: list[tuple[str, str]], *,
-                 now: float, op_key: str | None = None) -> ClassControls:
+def trip_breaker(
+    tx: SharedTx,
+    ctl: ClassControls,
+    signals: list[tuple[str, str]],
+    *,
+    now: float,
+    op_key: str | None = None,
+) -> ClassControls:
     """Open the breaker, reverse the staged steps conditioned on it, record an alert."""
     reason = "; ".join(f"{name}: {why}" for name, why in signals)
     names = {name for name, _ in signals}
@@ -125,37 +161,81 @@ def trip_breaker(tx: SharedTx, ctl: ClassControls, signals: list[tuple[str, str]
     # Newest first, so stacked expansions unwind back to where they started.
     for step in sorted(tx.active_steps(ctl.action), key=lambda s: s.id, reverse=True):
         cond = step.reverse_on
-        if cond == "breaker_trip" or (cond.startswith("breaker_trip:")
-                                      and cond.split(":", 1)[1] in names):
+        if cond == "breaker_trip" or (
+            cond.startswith("breaker_trip:") and cond.split(":", 1)[1] in names
+        ):
             current = envelope.axis(step.axis)
             envelope = envelope.with_axis(step.axis, step.old)
             envelope = Envelope.from_json(envelope.to_json(), version=envelope.version + 1)
             tx.deactivate_step(step.id)
-            rid = tx.insert_step(AuthorityStep(
-                id=0, action=ctl.action, axis=step.axis, old=current, new=step.old,
-                evidence={"breaker": reason}, reverse_on="manual", operator="system:breaker",
-                at=now, kind="reversal", reverses=step.id, active=False))
+            rid = tx.insert_step(
+                AuthorityStep(
+                    id=0,
+                    action=ctl.action,
+                    axis=step.axis,
+                    old=current,
+                    new=step.old,
+                    evidence={"breaker": reason},
+                    reverse_on="manual",
+                    operator="system:breaker",
+                    at=now,
+                    kind="reversal",
+                    reverses=step.id,
+                    active=False,
+                )
+            )
             reversed_ids.append(step.id)
-            tx.audit("authority_reversed", {"action": ctl.action, "axis": step.axis,
-                                            "old": current, "new": step.old,
-                                            "reverses": step.id, "step": rid,
-                                            "condition": cond}, now)
-    ctl = ClassControls(action=ctl.action, killed=ctl.killed, kill_reason=ctl.kill_reason,
-                        breaker_open=True, breaker_reason=reason, shadow=ctl.shadow,
-                        envelope=envelope, updated_by="system:breaker", updated_at=now)
+            tx.audit(
+                "authority_reversed",
+                {
+                    "action": ctl.action,
+                    "axis": step.axis,
+                    "old": current,
+                    "new": step.old,
+                    "reverses": step.id,
+                    "step": rid,
+                    "condition": cond,
+                },
+                now,
+            )
+    ctl = ClassControls(
+        action=ctl.action,
+        killed=ctl.killed,
+        kill_reason=ctl.kill_reason,
+        breaker_open=True,
+        breaker_reason=reason,
+        shadow=ctl.shadow,
+        envelope=envelope,
+        updated_by="system:breaker",
+        updated_at=now,
+    )
     tx.save_controls(ctl, at=now)
-    tx.audit("breaker_tripped", {"action": ctl.action, "signals": sorted(names),
-                                 "reason": reason, "trigger": op_key,
-                                 "reversed_steps": reversed_ids}, now)
-    tx.record_alert("breaker-tripped", f"{ctl.action}@{now!r}", ctl.action,
-                    f"breaker for {ctl.action} tripped: {reason}",
-                    {"signals": sorted(names), "reversed_steps": reversed_ids}, now)
+    tx.audit(
+        "breaker_tripped",
+        {
+            "action": ctl.action,
+            "signals": sorted(names),
+            "reason": reason,
+            "trigger": op_key,
+            "reversed_steps": reversed_ids,
+        },
+        now,
+    )
+    tx.record_alert(
+        "breaker-tripped",
+        f"{ctl.action}@{now!r}",
+        ctl.action,
+        f"breaker for {ctl.action} tripped: {reason}",
+        {"signals": sorted(names), "reversed_steps": reversed_ids},
+        now,
+    )
     # Logged at ERROR and delivered by the gate once this transaction has committed.
     return ctl
 
 
-def dispatch_verdict(tx: SharedTx, ctl: ClassControls, guard: DispatchGuard | None, *,
-                     now: float, op_key: str) -> Verdict:
+def dispatch_verdict(
+    tx: SharedTx, ctl: ClassControls, guard: DispatchGuard | None, *, now: float, op_key: str
+) -> Verdict:
     """Send, shadow (record instead of sending), or hold with the reason why.
 
     Called in the transaction that would write ``submitted``; a send is charged to the
@@ -164,8 +244,9 @@ def dispatch_verdict(tx: SharedTx, ctl: ClassControls, guard: DispatchGuard | No
     if ctl.shadow:
         return Verdict(VerdictKind.SHADOW)
     if ctl.killed:
-        return _hold(f"kill switch on {ctl.action}"
-                     + (f" ({ctl.kill_reason})" if ctl.kill_reason else ""))
+        return _hold(
+            f"kill switch on {ctl.action}" + (f" ({ctl.kill_reason})" if ctl.kill_reason else "")
+        )
     if ctl.breaker_open:
         return _hold(f"breaker open on {ctl.action} ({ctl.breaker_reason})")
     env = ctl.envelope
@@ -178,8 +259,9 @@ def dispatch_verdict(tx: SharedTx, ctl: ClassControls, guard: DispatchGuard | No
     if env.rate_limit is not None and env.rate_interval is not None:
         count, _ = tx.dispatch_usage(ctl.action, now - env.rate_interval)
         if count + 1 > env.rate_limit:
-            return _hold(f"rate {env.rate_limit} per {env.rate_interval:g}s reached "
-                         f"({count} dispatched)")
+            return _hold(
+                f"rate {env.rate_limit} per {env.rate_interval:g}s reached ({count} dispatched)"
+            )
     if env.exposure_limit is not None and env.exposure_window is not None:
         if micros is None:
             # An exposure window that cannot be charged is not a limit (deny by default).
@@ -187,8 +269,10 @@ def dispatch_verdict(tx: SharedTx, ctl: ClassControls, guard: DispatchGuard | No
         _, used = tx.dispatch_usage(ctl.action, now - env.exposure_window)
         if used + micros > to_micros(env.exposure_limit):
             shown = (Decimal(used) / VALUE_SCALE).normalize()
-            return _hold(f"exposure {shown} + {value} would exceed "
-                         f"{env.exposure_limit} per {env.exposure_window:g}s")
+            return _hold(
+                f"exposure {shown} + {value} would exceed "
+                f"{env.exposure_limit} per {env.exposure_window:g}s"
+            )
     tx.record_dispatch(ctl.action, now, op_key, micros)
     return SEND
 
@@ -198,33 +282,73 @@ def _hold(why: str) -> Verdict:
     return Verdict(VerdictKind.HOLD, f"held: {why}")
 
 
-def apply_step(tx: SharedTx, action: str, axis: str, new: object, *,
-               evidence: Mapping[str, object], reverse_on: str, operator: str,
-               now: float) -> AuthorityStep:
+def apply_step(
+    tx: SharedTx,
+    action: str,
+    axis: str,
+    new: object,
+    *,
+    evidence: Mapping[str, object],
+    reverse_on: str,
+    operator: str,
+    now: float,
+) -> AuthorityStep:
     """Change one envelope axis as a recorded step (operator action, audited)."""
     clean = parse_axis_value(axis, new)
     if reverse_on not in REVERSAL_CONDITIONS:
-        raise ControlError(f"unknown reversal condition {reverse_on!r}; one of: "
-                           f"{', '.join(REVERSAL_CONDITIONS)}", field="reverse_on")
+        raise ControlError(
+            f"unknown reversal condition {reverse_on!r}; one of: {', '.join(REVERSAL_CONDITIONS)}",
+            field="reverse_on",
+        )
     if not isinstance(evidence, Mapping) or not evidence:
-        raise ControlError("a step must name the evidence that justified it",
-                           field="evidence")
+        raise ControlError("a step must name the evidence that justified it", field="evidence")
     ctl = tx.controls(action)
     old = ctl.envelope.axis(axis)
     envelope = ctl.envelope.with_axis(axis, clean)
     envelope = Envelope.from_json(envelope.to_json(), version=ctl.envelope.version + 1)
-    step = AuthorityStep(id=0, action=action, axis=axis, old=old, new=clean,
-                         evidence=dict(evidence), reverse_on=reverse_on, operator=operator,
-                         at=now, kind="step", active=reverse_on != "manual")
+    step = AuthorityStep(
+        id=0,
+        action=action,
+        axis=axis,
+        old=old,
+        new=clean,
+        evidence=dict(evidence),
+        reverse_on=reverse_on,
+        operator=operator,
+        at=now,
+        kind="step",
+        active=reverse_on != "manual",
+    )
     step_id = tx.insert_step(step)
-    tx.save_controls(ClassControls(
-        action=action, killed=ctl.killed, kill_reason=ctl.kill_reason,
-        breaker_open=ctl.breaker_open, breaker_reason=ctl.breaker_reason, shadow=ctl.shadow,
-        envelope=envelope, updated_by=operator, updated_at=now), at=now)
-    tx.audit("authority_step", {"action": action, "axis": axis, "old": old, "new": clean,
-                                "evidence": dict(evidence), "reverse_on": reverse_on,
-                                "operator": operator, "step": step_id,
-                                "envelope_version": envelope.version}, now)
+    tx.save_controls(
+        ClassControls(
+            action=action,
+            killed=ctl.killed,
+            kill_reason=ctl.kill_reason,
+            breaker_open=ctl.breaker_open,
+            breaker_reason=ctl.breaker_reason,
+            shadow=ctl.shadow,
+            envelope=envelope,
+            updated_by=operator,
+            updated_at=now,
+        ),
+        at=now,
+    )
+    tx.audit(
+        "authority_step",
+        {
+            "action": action,
+            "axis": axis,
+            "old": old,
+            "new": clean,
+            "evidence": dict(evidence),
+            "reverse_on": reverse_on,
+            "operator": operator,
+            "step": step_id,
+            "envelope_version": envelope.version,
+        },
+        now,
+    )
     return replace(step, id=step_id)
 
 
@@ -233,9 +357,9 @@ def shadow_request(op_key: str, action: str, effect: Mapping[str, object]) -> di
     return {"operation_key": op_key, "action": action, "effect": dict(effect)}
 
 
-def guard_new_row(tx: SharedTx, new: NewOperation, path: list[State],
-                  guard: DispatchGuard | None, *, now: float,
-                  ) -> tuple[NewOperation, list[State], Verdict | None, tuple[str, ...]]:
+def guard_new_row(
+    tx: SharedTx, new: NewOperation, path: list[State], guard: DispatchGuard | None, *, now: float
+) -> tuple[NewOperation, list[State], Verdict | None, tuple[str, ...]]:
     """Apply the controls to a row being journalled: the path it really takes, the dispatch
     verdict (None when the path does not end in ``submitted``) and the breaker signals tripped.
 
@@ -250,30 +374,50 @@ def guard_new_row(tx: SharedTx, new: NewOperation, path: list[State],
             env = tx.controls(new.action).envelope
             breach = env.per_action_breach(guard.value, guard.target)
             if breach:
-                new = replace(new, reason=f"envelope: {breach}",
-                              policy_version=f"{new.policy_version}+envelope-{env.version}")
+                new = replace(
+                    new,
+                    reason=f"envelope: {breach}",
+                    policy_version=f"{new.policy_version}+envelope-{env.version}",
+                )
                 path = [State.PROPOSED, State.REJECTED]
-        ctl, tripped = observe_proposal(tx, guard, op_key=new.op_key,
-                                        fingerprint=new.fingerprint,
-                                        rejected=path[-1] is State.REJECTED, now=now)
+        ctl, tripped = observe_proposal(
+            tx,
+            guard,
+            op_key=new.op_key,
+            fingerprint=new.fingerprint,
+            rejected=path[-1] is State.REJECTED,
+            now=now,
+        )
     verdict: Verdict | None = None
     if path[-1] is State.SUBMITTED:
-        verdict = dispatch_verdict(tx, ctl or tx.controls(new.action), guard, now=now,
-                                   op_key=new.op_key)
+        verdict = dispatch_verdict(
+            tx, ctl or tx.controls(new.action), guard, now=now, op_key=new.op_key
+        )
         if verdict.kind is VerdictKind.SHADOW:
             path = [*path[:-1], State.SHADOWED]
-            tx.record_shadow(new.scope, new.operation_id, new.action,
-                             (guard.correlation_id if guard else None) or new.operation_id,
-                             shadow_request(new.op_key, new.action, new.effect),
-                             new.fingerprint, now)
+            tx.record_shadow(
+                new.scope,
+                new.operation_id,
+                new.action,
+                (guard.correlation_id if guard else None) or new.operation_id,
+                shadow_request(new.op_key, new.action, new.effect),
+                new.fingerprint,
+                now,
+            )
         elif verdict.held:
             path = path[:-1]
     return new, path, verdict, tripped
 
 
-def journal_new(tx: SharedTx, new: NewOperation, path: list[State],
-                guard: DispatchGuard | None, audit: Mapping[str, object] | None, *,
-                now: float) -> Journal:
+def journal_new(
+    tx: SharedTx,
+    new: NewOperation,
+    path: list[State],
+    guard: DispatchGuard | None,
+    audit: Mapping[str, object] | None,
+    *,
+    now: float,
+) -> Journal:
     """Journal a row no one journalled before, in ``tx``: controls, audit entries, approval
     request, the row itself."""
     new, steps, verdict, tripped = guard_new_row(tx, new, path, guard, now=now)
@@ -289,9 +433,16 @@ def journal_new(tx: SharedTx, new: NewOperation, path: list[State],
     return Journal(new.journalled(final, now, held), True, verdict, tripped)
 
 
-def dispatch_row(tx: SharedTx, row: Operation | None, scope: str, operation_id: str,
-                 guard: DispatchGuard | None, audit: Mapping[str, object] | None, *,
-                 now: float) -> Journal:
+def dispatch_row(
+    tx: SharedTx,
+    row: Operation | None,
+    scope: str,
+    operation_id: str,
+    guard: DispatchGuard | None,
+    audit: Mapping[str, object] | None,
+    *,
+    now: float,
+) -> Journal:
     """``validated -> submitted`` of a row ``tx`` holds, after the controls' verdict: sent,
     shadowed instead, or left ``validated`` with the hold's reason."""
     if row is None:
@@ -300,8 +451,10 @@ def dispatch_row(tx: SharedTx, row: Operation | None, scope: str, operation_id: 
         raise StaleState(f"operation {operation_id!r} is {row.state.value!r}, not 'validated'")
     verdict = dispatch_verdict(tx, tx.controls(row.action), guard, now=now, op_key=row.op_key)
     if verdict.held:
-        tx.write("UPDATE operations SET detail = ?, updated_at = ? WHERE scope = ? AND "
-                 "operation_id = ?", (verdict.reason, now, scope, operation_id))
+        tx.write(
+            "UPDATE operations SET detail = ?, updated_at = ? WHERE scope = ? AND operation_id = ?",
+            (verdict.reason, now, scope, operation_id),
+        )
         tx.audit("dispatch_held", {"reason": verdict.reason}, now, scope, operation_id)
         return Journal(replace(row, detail=verdict.reason, updated_at=now), False, verdict)
     target = State.SUBMITTED
@@ -309,44 +462,80 @@ def dispatch_row(tx: SharedTx, row: Operation | None, scope: str, operation_id: 
     if verdict.kind is VerdictKind.SHADOW:
         target, submitted_at = State.SHADOWED, None
         request = shadow_request(row.op_key, row.action, row.effect)
-        tx.record_shadow(scope, operation_id, row.action,
-                         (guard.correlation_id if guard else None) or operation_id,
-                         request, row.fingerprint, now)
+        tx.record_shadow(
+            scope,
+            operation_id,
+            row.action,
+            (guard.correlation_id if guard else None) or operation_id,
+            request,
+            row.fingerprint,
+            now,
+        )
         audit = {**(audit or {}), "request": request}
-    tx.audit("transition", transition_event(State.VALIDATED, target, audit=audit), now, scope,
-             operation_id)
-    changed = tx.cas(scope, operation_id, State.VALIDATED, target, now=now,
-                     submitted_at=submitted_at)
+    tx.audit(
+        "transition",
+        transition_event(State.VALIDATED, target, audit=audit),
+        now,
+        scope,
+        operation_id,
+    )
+    changed = tx.cas(
+        scope, operation_id, State.VALIDATED, target, now=now, submitted_at=submitted_at
+    )
     if changed is None:  # unreachable: the transaction holds the row
         raise StaleState(f"operation {operation_id!r} changed under its lock")
     return Journal(moved(row, target, now, changed), False, verdict)
 
 
-def move_locked(tx: SharedTx, row: Operation, target: State, now: float, detail: str | None,
-                audit: Mapping[str, object]) -> Operation:
+def move_locked(
+    tx: SharedTx,
+    row: Operation,
+    target: State,
+    now: float,
+    detail: str | None,
+    audit: Mapping[str, object],
+) -> Operation:
     """Compare-and-set ``row.state -> target`` on a row ``tx`` holds, with its audit entry."""
     check_transition(row.state, target)
-    tx.audit("transition", transition_event(row.state, target, detail=detail, audit=audit),
-             now, row.scope, row.operation_id)
+    tx.audit(
+        "transition",
+        transition_event(row.state, target, detail=detail, audit=audit),
+        now,
+        row.scope,
+        row.operation_id,
+    )
     changed = tx.cas(row.scope, row.operation_id, row.state, target, now=now, detail=detail)
     if changed is None:
         raise StaleState(f"operation {row.operation_id!r} moved concurrently")
     return moved(row, target, now, changed)
 
 
-def approval_request_args(new: NewOperation, guard: DispatchGuard | None,
-                          now: float) -> tuple[Any, ...]:
+def approval_request_args(
+    new: NewOperation, guard: DispatchGuard | None, now: float
+) -> tuple[Any, ...]:
     """The approval request of a row journalled as ``awaiting_approval`` (INSERT_REQUEST)."""
-    required = 1 if new.tier == Tier.APPROVE.value else max(
-        2, guard.approvals_required if guard else 2)
+    required = (
+        1 if new.tier == Tier.APPROVE.value else max(2, guard.approvals_required if guard else 2)
+    )
     ttl = guard.approval_ttl if guard else 86400.0
-    return (new.scope, new.operation_id, new.fingerprint, required, now + ttl,
-            dumps(list(guard.proposers) if guard else []))
+    return (
+        new.scope,
+        new.operation_id,
+        new.fingerprint,
+        required,
+        now + ttl,
+        dumps(list(guard.proposers) if guard else []),
+    )
 
 
-def path_audit(new: NewOperation, path: list[State], audit: Mapping[str, object] | None,
-               held: str | None, *, intent_text: str | None = None,
-               ) -> list[tuple[str, dict[str, object]]]:
+def path_audit(
+    new: NewOperation,
+    path: list[State],
+    audit: Mapping[str, object] | None,
+    held: str | None,
+    *,
+    intent_text: str | None = None,
+) -> list[tuple[str, dict[str, object]]]:
     """The audit entries of a newly journalled row: ONE entry for the whole path, then any hold.
 
     The path a new row walks (``proposed -> validated -> submitted``, ``proposed -> rejected``,
@@ -358,10 +547,13 @@ def path_audit(new: NewOperation, path: list[State], audit: Mapping[str, object]
     again.
     """
     final = path[-1]
-    detail: dict[str, object] = {"state": final.value, "path": [s.value for s in path],
-                                 "intent": new.intent if intent_text is None
-                                 else RawJSON(intent_text), "fingerprint": new.fingerprint,
-                                 "action": new.action}
+    detail: dict[str, object] = {
+        "state": final.value,
+        "path": [s.value for s in path],
+        "intent": new.intent if intent_text is None else RawJSON(intent_text),
+        "fingerprint": new.fingerprint,
+        "action": new.action,
+    }
     if audit:
         detail.update(audit)
     if any(step not in (State.PROPOSED, State.SUBMITTED) for step in path):
@@ -373,9 +565,16 @@ def path_audit(new: NewOperation, path: list[State], audit: Mapping[str, object]
         out.append(("dispatch_held", {"reason": held}))
     return out
 
-def check_approval(row: Operation | None, request: Sequence[Any] | None, *, scope: str,
-                   operation_id: str, approver: str,
-                   fingerprint: str) -> tuple[Operation, int, float]:
+
+def check_approval(
+    row: Operation | None,
+    request: Sequence[Any] | None,
+    *,
+    scope: str,
+    operation_id: str,
+    approver: str,
+    fingerprint: str,
+) -> tuple[Operation, int, float]:
     """The rules an answer must pass before it is recorded: ``(row, required, expires_at)``.
 
     ``request`` is the stored approval request row (fingerprint, required, expires_at,
@@ -386,17 +585,19 @@ def check_approval(row: Operation | None, request: Sequence[Any] | None, *, scop
     if row is None:
         raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
     if row.state is not State.AWAITING_APPROVAL:
-        raise NotAwaitingApproval(f"operation {operation_id!r} is {row.state.value!r}, not "
-                                  "awaiting approval")
-    required, expires_at = ((int(request[1]), float(request[2])) if request
-                            else (1, float("inf")))
+        raise NotAwaitingApproval(
+            f"operation {operation_id!r} is {row.state.value!r}, not awaiting approval"
+        )
+    required, expires_at = (int(request[1]), float(request[2])) if request else (1, float("inf"))
     proposers = set(json.loads(request[3])) if request else set()
     if fingerprint != row.fingerprint:
         raise ApprovalFingerprintMismatch(
             f"the approval names payload {fingerprint[:12]} but operation "
             f"{operation_id!r} carries {row.fingerprint[:12]}: an approval releases "
-            "only the exact payload it was given")
+            "only the exact payload it was given"
+        )
     if approver in proposers:
-        raise SelfApproval(f"{approver!r} proposed operation {operation_id!r} and "
-                           "cannot approve it")
+        raise SelfApproval(
+            f"{approver!r} proposed operation {operation_id!r} and cannot approve it"
+        )
     return row, required, expires_at

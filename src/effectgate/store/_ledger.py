@@ -65,89 +65,161 @@ class SQLStore:
 
     # --- dialect hooks ------------------------------------------------------------------
 
-    def _rows(self, query: str, args: Sequence[Any] = (),
-              what: str = "read") -> list[Sequence[Any]]:
+    def _rows(
+        self, query: str, args: Sequence[Any] = (), what: str = "read"
+    ) -> list[Sequence[Any]]:
         raise NotImplementedError
 
-    def _run(self, work: Work[T], what: str, *, key: tuple[str | None, str | None] = (None, None),
-             shared_class: str | None = None, exclusive_class: str | None = None,
-             row: tuple[str, str] | None = None) -> T:
+    def _run(
+        self,
+        work: Work[T],
+        what: str,
+        *,
+        key: tuple[str | None, str | None] = (None, None),
+        shared_class: str | None = None,
+        exclusive_class: str | None = None,
+        row: tuple[str, str] | None = None,
+    ) -> T:
         raise NotImplementedError
 
-    def _journal(self, new: NewOperation, path: list[State], now: float,
-                 audit: Mapping[str, object] | None, guard: DispatchGuard | None) -> Journal:
+    def _journal(
+        self,
+        new: NewOperation,
+        path: list[State],
+        now: float,
+        audit: Mapping[str, object] | None,
+        guard: DispatchGuard | None,
+    ) -> Journal:
         """Journal a new row (the hot path), or return the existing one (``created`` False)."""
         raise NotImplementedError
 
-    def _transition(self, scope: str, operation_id: str, expected: State, target: State,
-                    now: float, venue_id: str | None, detail: str | None,
-                    event: Mapping[str, object], known: Operation | None) -> Operation | None:
+    def _transition(
+        self,
+        scope: str,
+        operation_id: str,
+        expected: State,
+        target: State,
+        now: float,
+        venue_id: str | None,
+        detail: str | None,
+        event: Mapping[str, object],
+        known: Operation | None,
+    ) -> Operation | None:
         """The compare-and-set and its audit entry (the receipt path); None on a miss."""
         raise NotImplementedError
 
     # --- ledger writes ------------------------------------------------------------------
 
-    def journal(self, new: NewOperation, path: Sequence[State], *, now: float,
-                audit: Mapping[str, object] | None = None,
-                guard: DispatchGuard | None = None) -> Journal:
+    def journal(
+        self,
+        new: NewOperation,
+        path: Sequence[State],
+        *,
+        now: float,
+        audit: Mapping[str, object] | None = None,
+        guard: DispatchGuard | None = None,
+    ) -> Journal:
         check_path(path)
         done = self._journal(new, list(path), now, audit, guard)
         if done.created or done.row.fingerprint == new.fingerprint:
             return done
         # Invariant 2: the same id with another payload is refused, and the refusal audited.
-        self.append_audit("idempotency_conflict", {"offered_fingerprint": new.fingerprint,
-                          "stored_fingerprint": done.row.fingerprint}, now=now,
-                          scope=new.scope, operation_id=new.operation_id)
+        self.append_audit(
+            "idempotency_conflict",
+            {"offered_fingerprint": new.fingerprint, "stored_fingerprint": done.row.fingerprint},
+            now=now,
+            scope=new.scope,
+            operation_id=new.operation_id,
+        )
         raise conflict(done.row, new.fingerprint)
 
-    def insert_operation(self, new: NewOperation, path: Sequence[State], *, now: float,
-                         audit: Mapping[str, object] | None = None,
-                         guard: DispatchGuard | None = None) -> tuple[Operation, bool]:
+    def insert_operation(
+        self,
+        new: NewOperation,
+        path: Sequence[State],
+        *,
+        now: float,
+        audit: Mapping[str, object] | None = None,
+        guard: DispatchGuard | None = None,
+    ) -> tuple[Operation, bool]:
         done = self.journal(new, path, now=now, audit=audit, guard=guard)
         return done.row, done.created
 
-    def dispatch(self, scope: str, operation_id: str, *, now: float,
-                 guard: DispatchGuard | None = None,
-                 audit: Mapping[str, object] | None = None) -> Journal:
+    def dispatch(
+        self,
+        scope: str,
+        operation_id: str,
+        *,
+        now: float,
+        guard: DispatchGuard | None = None,
+        audit: Mapping[str, object] | None = None,
+    ) -> Journal:
         action = guard.action if guard is not None else None
         if action is None:
             # The class lock is taken before the row's; a row's action never changes.
             action = self._get_or_raise(scope, operation_id).action
-        return self._run(lambda tx, row: self._dispatch_checked(tx, row, action, scope,
-                                                               operation_id, guard, audit, now),
-                         f"dispatch {scope}:{operation_id}", key=(scope, operation_id),
-                         shared_class=action, row=(scope, operation_id))
+        return self._run(
+            lambda tx, row: self._dispatch_checked(
+                tx, row, action, scope, operation_id, guard, audit, now
+            ),
+            f"dispatch {scope}:{operation_id}",
+            key=(scope, operation_id),
+            shared_class=action,
+            row=(scope, operation_id),
+        )
 
     @staticmethod
-    def _dispatch_checked(tx: SharedTx, row: Operation | None, action: str, scope: str,
-                          operation_id: str, guard: DispatchGuard | None,
-                          audit: Mapping[str, object] | None, now: float) -> Journal:
+    def _dispatch_checked(
+        tx: SharedTx,
+        row: Operation | None,
+        action: str,
+        scope: str,
+        operation_id: str,
+        guard: DispatchGuard | None,
+        audit: Mapping[str, object] | None,
+        now: float,
+    ) -> Journal:
         if row is not None and row.action != action:
             raise ValueError(f"guard for {action!r} used on a {row.action!r} row")
         return g.dispatch_row(tx, row, scope, operation_id, guard, audit, now=now)
 
-    def transition(self, scope: str, operation_id: str, expected: State, target: State, *,
-                   now: float, venue_id: str | None = None, detail: str | None = None,
-                   audit: Mapping[str, object] | None = None,
-                   guard: DispatchGuard | None = None,
-                   current: Operation | None = None) -> Operation:
+    def transition(
+        self,
+        scope: str,
+        operation_id: str,
+        expected: State,
+        target: State,
+        *,
+        now: float,
+        venue_id: str | None = None,
+        detail: str | None = None,
+        audit: Mapping[str, object] | None = None,
+        guard: DispatchGuard | None = None,
+        current: Operation | None = None,
+    ) -> Operation:
         target = check_transition(expected, target)
         if target is State.SUBMITTED:
             if expected is not State.VALIDATED:  # unreachable: the state table says so
                 raise StaleState(f"only a validated row is dispatched, not {expected.value!r}")
             return self.dispatch(scope, operation_id, now=now, guard=guard, audit=audit).row
-        known = current if (current is not None and current.scope == scope
-                            and current.operation_id == operation_id) else None
-        event = transition_event(expected, target, venue_id=venue_id, detail=detail,
-                                 audit=audit)
-        moved = self._transition(scope, operation_id, expected, target, now, venue_id, detail,
-                                 event, known)
+        known = (
+            current
+            if (
+                current is not None
+                and current.scope == scope
+                and current.operation_id == operation_id
+            )
+            else None
+        )
+        event = transition_event(expected, target, venue_id=venue_id, detail=detail, audit=audit)
+        moved = self._transition(
+            scope, operation_id, expected, target, now, venue_id, detail, event, known
+        )
         if moved is not None:
             return moved
         # A miss wrote nothing; the state read now only classifies it.
         state = self._get_or_raise(scope, operation_id).state
-        raise StaleState(f"operation {operation_id!r} is {state.value!r}, "
-                         f"not {expected.value!r}")
+        raise StaleState(f"operation {operation_id!r} is {state.value!r}, not {expected.value!r}")
 
     def _get_or_raise(self, scope: str, operation_id: str) -> Operation:
         row = self.get(scope, operation_id)
@@ -165,58 +237,99 @@ class SQLStore:
         rows = self._rows(sql.SELECT_OP, (scope, operation_id), "get")
         return sql.operation_from_row(rows[0]) if rows else None
 
-    def list_operations(self, *, state: State | None = None, action: str | None = None,
-                        scope: str | None = None, older_than: float | None = None,
-                        limit: int = 100) -> list[Operation]:
-        clause, args = where((("state =", state.value if state is not None else None),
-                              ("action =", action), ("scope =", scope),
-                              ("updated_at <", older_than)))
-        return [sql.operation_from_row(r) for r in self._rows(
-            f"SELECT {sql.OP_COLUMNS} FROM operations {clause} "
-            "ORDER BY updated_at DESC, op_key LIMIT ?", (*args, limit), "list_operations")]
+    def list_operations(
+        self,
+        *,
+        state: State | None = None,
+        action: str | None = None,
+        scope: str | None = None,
+        older_than: float | None = None,
+        limit: int = 100,
+    ) -> list[Operation]:
+        clause, args = where(
+            (
+                ("state =", state.value if state is not None else None),
+                ("action =", action),
+                ("scope =", scope),
+                ("updated_at <", older_than),
+            )
+        )
+        return [
+            sql.operation_from_row(r)
+            for r in self._rows(
+                f"SELECT {sql.OP_COLUMNS} FROM operations {clause} "
+                "ORDER BY updated_at DESC, op_key LIMIT ?",
+                (*args, limit),
+                "list_operations",
+            )
+        ]
 
     def count_by_state(self) -> dict[tuple[str, str], int]:
-        return {(r[0], r[1]): int(r[2]) for r in self._rows(
-            "SELECT action, state, count(*) FROM operations GROUP BY action, state")}
+        return {
+            (r[0], r[1]): int(r[2])
+            for r in self._rows(
+                "SELECT action, state, count(*) FROM operations GROUP BY action, state"
+            )
+        }
 
     def oldest_submitted_at(self) -> float | None:
-        rows = self._rows("SELECT min(coalesce(submitted_at, updated_at)) FROM operations "
-                          "WHERE state = 'submitted'")
+        rows = self._rows(
+            "SELECT min(coalesce(submitted_at, updated_at)) FROM operations "
+            "WHERE state = 'submitted'"
+        )
         return None if not rows or rows[0][0] is None else float(rows[0][0])
 
     def count_held(self) -> dict[str, int]:
-        return {str(r[0]): int(r[1]) for r in self._rows(
-            f"SELECT action, count(*) FROM operations WHERE {sql.HELD} GROUP BY action")}
+        return {
+            str(r[0]): int(r[1])
+            for r in self._rows(
+                f"SELECT action, count(*) FROM operations WHERE {sql.HELD} GROUP BY action"
+            )
+        }
 
-    def list_held(self, *, action: str | None = None, scope: str | None = None,
-                  limit: int = 1000) -> list[Operation]:
+    def list_held(
+        self, *, action: str | None = None, scope: str | None = None, limit: int = 1000
+    ) -> list[Operation]:
         clauses, args = where_terms((("action =", action), ("scope =", scope)))
-        return [sql.operation_from_row(r) for r in self._rows(
-            f"SELECT {sql.OP_COLUMNS} FROM operations WHERE "
-            f"{' AND '.join([sql.HELD, *clauses])} ORDER BY updated_at DESC, op_key LIMIT ?",
-            (*args, limit), "list_held")]
+        return [
+            sql.operation_from_row(r)
+            for r in self._rows(
+                f"SELECT {sql.OP_COLUMNS} FROM operations WHERE "
+                f"{' AND '.join([sql.HELD, *clauses])} ORDER BY updated_at DESC, op_key LIMIT ?",
+                (*args, limit),
+                "list_held",
+            )
+        ]
 
     # --- sweep ----------------------------------------------------------------------------
 
-    def page_entries(self, after: str | None, limit: int,
-                     actions: Sequence[str] | None = None) -> list[LedgerEntry]:
+    def page_entries(
+        self, after: str | None, limit: int, actions: Sequence[str] | None = None
+    ) -> list[LedgerEntry]:
         query = f"SELECT {sql.ENTRY_COLUMNS} FROM operations WHERE op_key > ?"
         args: list[Any] = [after or ""]
         if actions is not None:
             query += f" AND action IN ({','.join('?' * len(actions))})" if actions else " AND 0=1"
             args.extend(actions)
-        return [sql.entry_from_row(r) for r in self._rows(
-            query + " ORDER BY op_key LIMIT ?", (*args, limit), "page_entries")]
+        return [
+            sql.entry_from_row(r)
+            for r in self._rows(query + " ORDER BY op_key LIMIT ?", (*args, limit), "page_entries")
+        ]
 
-    def lease_uncertain(self, owner: str, *, now: float, lease_seconds: float,
-                        limit: int) -> list[LedgerEntry]:
+    def lease_uncertain(
+        self, owner: str, *, now: float, lease_seconds: float, limit: int
+    ) -> list[LedgerEntry]:
         """Claim rows with one conditional update (a dialect whose writers are serialised
         needs nothing more; PostgreSQL skips rows other replicas have locked instead)."""
-        rows = self._run(lambda tx, _: tx.rows(
-            "UPDATE operations SET lease_owner = ?, lease_until = ? WHERE op_key IN ("
-            "SELECT op_key FROM operations WHERE state = 'submitted' AND (lease_until IS NULL "
-            f"OR lease_until < ?) ORDER BY op_key LIMIT ?) RETURNING {sql.ENTRY_COLUMNS}",
-            (owner, now + lease_seconds, now, limit)), "lease_uncertain")
+        rows = self._run(
+            lambda tx, _: tx.rows(
+                "UPDATE operations SET lease_owner = ?, lease_until = ? WHERE op_key IN ("
+                "SELECT op_key FROM operations WHERE state = 'submitted' AND (lease_until IS NULL "
+                f"OR lease_until < ?) ORDER BY op_key LIMIT ?) RETURNING {sql.ENTRY_COLUMNS}",
+                (owner, now + lease_seconds, now, limit),
+            ),
+            "lease_uncertain",
+        )
         return sorted((sql.entry_from_row(r) for r in rows), key=lambda e: e.op_key)
 
     def sweep_lock(self, holder: str, *, now: float, ttl: float) -> AbstractContextManager[bool]:
@@ -229,82 +342,150 @@ class SQLStore:
         # Not re-entrant, not even for the same holder: two sweeps of one service (the
         # standing reconciler and an admin "reconcile now") must not run at once, and the
         # first to finish would otherwise delete the lock the other still relies on.
-        acquired = bool(self._run(lambda tx, _: tx.rows(
-            "INSERT INTO locks (name, holder, expires_at) VALUES (?, ?, ?) ON CONFLICT (name) "
-            "DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at "
-            "WHERE locks.expires_at < ? RETURNING 1", (name, holder, now + ttl, now)),
-            f"lock {name}"))
+        acquired = bool(
+            self._run(
+                lambda tx, _: tx.rows(
+                    "INSERT INTO locks (name, holder, expires_at) VALUES (?, ?, ?) "
+                    "ON CONFLICT (name) "
+                    "DO UPDATE SET holder = excluded.holder, expires_at = excluded.expires_at "
+                    "WHERE locks.expires_at < ? RETURNING 1",
+                    (name, holder, now + ttl, now),
+                ),
+                f"lock {name}",
+            )
+        )
         try:
             yield acquired
         finally:
             if acquired:
                 # Only this acquisition's lock: if it expired and was taken over meanwhile,
                 # the new holder's row (another expiry) stays.
-                self._run(lambda tx, _: tx.write(
-                    "DELETE FROM locks WHERE name = ? AND holder = ? AND expires_at = ?",
-                    (name, holder, now + ttl)), f"unlock {name}")
+                self._run(
+                    lambda tx, _: tx.write(
+                        "DELETE FROM locks WHERE name = ? AND holder = ? AND expires_at = ?",
+                        (name, holder, now + ttl),
+                    ),
+                    f"unlock {name}",
+                )
 
-    def record_divergence(self, kind: str, op_key: str, venue_ids: Sequence[str],
-                          ledger_state: str | None, *, now: float) -> bool:
+    def record_divergence(
+        self,
+        kind: str,
+        op_key: str,
+        venue_ids: Sequence[str],
+        ledger_state: str | None,
+        *,
+        now: float,
+    ) -> bool:
         scope, _, operation_id = op_key.partition(":")
 
         def work(tx: SharedTx, _: Operation | None) -> bool:
-            if not tx.rows(sql.INSERT_DIVERGENCE, (kind, op_key, dumps(list(venue_ids)),
-                                                   ledger_state, now)):
+            if not tx.rows(
+                sql.INSERT_DIVERGENCE, (kind, op_key, dumps(list(venue_ids)), ledger_state, now)
+            ):
                 return False
-            tx.audit("divergence", {"kind": kind, "venue_ids": list(venue_ids),
-                                    "ledger_state": ledger_state}, now, scope or None,
-                     operation_id or None)
+            tx.audit(
+                "divergence",
+                {"kind": kind, "venue_ids": list(venue_ids), "ledger_state": ledger_state},
+                now,
+                scope or None,
+                operation_id or None,
+            )
             return True
 
-        return self._run(work, f"record_divergence {kind} {op_key}",
-                         key=(scope or None, operation_id or None))
+        return self._run(
+            work, f"record_divergence {kind} {op_key}", key=(scope or None, operation_id or None)
+        )
 
     def list_divergences(self, limit: int = 1000) -> list[Divergence]:
         return self.list_divergences_in(None, limit=limit)
 
-    def list_divergences_in(self, scope: str | None = None, *,
-                            limit: int = 1000) -> list[Divergence]:
+    def list_divergences_in(
+        self, scope: str | None = None, *, limit: int = 1000
+    ) -> list[Divergence]:
         clause, args = _scoped("op_key", scope)
-        return [sql.divergence_from_row(r) for r in self._rows(
-            f"SELECT {sql.DIVERGENCE_COLUMNS} FROM divergences {clause} ORDER BY id LIMIT ?",
-            (*args, limit), "list_divergences")]
+        return [
+            sql.divergence_from_row(r)
+            for r in self._rows(
+                f"SELECT {sql.DIVERGENCE_COLUMNS} FROM divergences {clause} ORDER BY id LIMIT ?",
+                (*args, limit),
+                "list_divergences",
+            )
+        ]
 
     def count_divergences(self) -> dict[str, int]:
-        return {str(r[0]): int(r[1]) for r in self._rows(
-            "SELECT kind, count(*) FROM divergences GROUP BY kind")}
+        return {
+            str(r[0]): int(r[1])
+            for r in self._rows("SELECT kind, count(*) FROM divergences GROUP BY kind")
+        }
 
     # --- audit log ------------------------------------------------------------------------
 
-    def append_audit(self, kind: str, detail: Mapping[str, object], *, now: float,
-                     scope: str | None = None, operation_id: str | None = None) -> None:
-        self._run(lambda tx, _: tx.audit(kind, detail, now, scope, operation_id),
-                  f"audit {kind}", key=(scope, operation_id))
+    def append_audit(
+        self,
+        kind: str,
+        detail: Mapping[str, object],
+        *,
+        now: float,
+        scope: str | None = None,
+        operation_id: str | None = None,
+    ) -> None:
+        self._run(
+            lambda tx, _: tx.audit(kind, detail, now, scope, operation_id),
+            f"audit {kind}",
+            key=(scope, operation_id),
+        )
 
     def iter_audit(self, after_seq: int = 0) -> Iterator[AuditEvent]:
         last = after_seq
         while True:
-            rows = self._rows("SELECT seq, at, scope, operation_id, kind, detail FROM audit_log "
-                              "WHERE seq > ? ORDER BY seq LIMIT ?", (last, _AUDIT_PAGE),
-                              "iter_audit")
+            rows = self._rows(
+                "SELECT seq, at, scope, operation_id, kind, detail FROM audit_log "
+                "WHERE seq > ? ORDER BY seq LIMIT ?",
+                (last, _AUDIT_PAGE),
+                "iter_audit",
+            )
             for r in rows:
                 yield AuditEvent(int(r[0]), r[1], r[2], r[3], r[4], json.loads(r[5]))
             if len(rows) < _AUDIT_PAGE:
                 return
             last = int(rows[-1][0])
 
-    def audit_entries(self, *, after_seq: int = 0, until_seq: int | None = None,
-                      lane: int | None = None, scope: str | None = None,
-                      operation_id: str | None = None, limit: int = 1000) -> list[ChainEntry]:
-        clause, args = where((("seq >", after_seq), ("seq <=", until_seq), ("lane =", lane),
-                              ("scope =", scope), ("operation_id =", operation_id)))
-        return [sql.chain_entry_from_row(r) for r in self._rows(
-            f"SELECT {sql.CHAIN_COLUMNS} FROM audit_log {clause} ORDER BY seq LIMIT ?",
-            (*args, limit), "audit_entries")]
+    def audit_entries(
+        self,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        lane: int | None = None,
+        scope: str | None = None,
+        operation_id: str | None = None,
+        limit: int = 1000,
+    ) -> list[ChainEntry]:
+        clause, args = where(
+            (
+                ("seq >", after_seq),
+                ("seq <=", until_seq),
+                ("lane =", lane),
+                ("scope =", scope),
+                ("operation_id =", operation_id),
+            )
+        )
+        return [
+            sql.chain_entry_from_row(r)
+            for r in self._rows(
+                f"SELECT {sql.CHAIN_COLUMNS} FROM audit_log {clause} ORDER BY seq LIMIT ?",
+                (*args, limit),
+                "audit_entries",
+            )
+        ]
 
     def audit_heads(self) -> dict[int, tuple[int, str]]:
-        return {int(r[0]): (int(r[1]), str(r[2])) for r in self._rows(
-            "SELECT lane, seq, hash FROM audit_heads WHERE seq > 0", (), "audit_heads")}
+        return {
+            int(r[0]): (int(r[1]), str(r[2]))
+            for r in self._rows(
+                "SELECT lane, seq, hash FROM audit_heads WHERE seq > 0", (), "audit_heads"
+            )
+        }
 
     def audit_anchor_mismatches(self) -> list[tuple[int, str]]:
         """None beyond the heads, where every append advances its lane's head row and chains
@@ -318,13 +499,26 @@ class SQLStore:
         return sql.controls_from_row(action, rows[0] if rows else None)
 
     def list_controls(self) -> list[ClassControls]:
-        return [sql.controls_from_row(r[0], r[1:]) for r in self._rows(
-            f"SELECT action, {sql.CONTROL_COLUMNS} FROM class_controls ORDER BY action")]
+        return [
+            sql.controls_from_row(r[0], r[1:])
+            for r in self._rows(
+                f"SELECT action, {sql.CONTROL_COLUMNS} FROM class_controls ORDER BY action"
+            )
+        ]
 
-    def _change_controls(self, action: str, *, operator: str, now: float, kind: str,
-                         detail: Mapping[str, object], reset_signals: bool = False,
-                         **changes: Any) -> ClassControls:
+    def _change_controls(
+        self,
+        action: str,
+        *,
+        operator: str,
+        now: float,
+        kind: str,
+        detail: Mapping[str, object],
+        reset_signals: bool = False,
+        **changes: Any,
+    ) -> ClassControls:
         """One audited transaction that replaces a class's control row."""
+
         def work(tx: SharedTx, _: Operation | None) -> ClassControls:
             new = replace(tx.controls(action), **changes, updated_by=operator, updated_at=now)
             tx.save_controls(new, at=now)
@@ -337,28 +531,54 @@ class SQLStore:
 
         return self._run(work, f"{kind} {action}", exclusive_class=action)
 
-    def set_kill(self, action: str, on: bool, *, operator: str, reason: str | None,
-                 now: float) -> ClassControls:
-        return self._change_controls(action, operator=operator, now=now,
-                                     kind="kill_switch_on" if on else "kill_switch_off",
-                                     detail={"reason": reason}, killed=on,
-                                     kill_reason=reason if on else None)
+    def set_kill(
+        self, action: str, on: bool, *, operator: str, reason: str | None, now: float
+    ) -> ClassControls:
+        return self._change_controls(
+            action,
+            operator=operator,
+            now=now,
+            kind="kill_switch_on" if on else "kill_switch_off",
+            detail={"reason": reason},
+            killed=on,
+            kill_reason=reason if on else None,
+        )
 
-    def reset_breaker(self, action: str, *, operator: str, reason: str | None,
-                      now: float) -> ClassControls:
-        return self._change_controls(action, operator=operator, now=now, kind="breaker_reset",
-                                     detail={"reason": reason}, reset_signals=True,
-                                     breaker_open=False, breaker_reason=None)
+    def reset_breaker(
+        self, action: str, *, operator: str, reason: str | None, now: float
+    ) -> ClassControls:
+        return self._change_controls(
+            action,
+            operator=operator,
+            now=now,
+            kind="breaker_reset",
+            detail={"reason": reason},
+            reset_signals=True,
+            breaker_open=False,
+            breaker_reason=None,
+        )
 
     def set_shadow(self, action: str, on: bool, *, operator: str, now: float) -> ClassControls:
-        return self._change_controls(action, operator=operator, now=now,
-                                     kind="shadow_on" if on else "shadow_off", detail={},
-                                     shadow=on)
+        return self._change_controls(
+            action,
+            operator=operator,
+            now=now,
+            kind="shadow_on" if on else "shadow_off",
+            detail={},
+            shadow=on,
+        )
 
-    def trip_breaker(self, action: str, signals: Sequence[tuple[str, str]], *, now: float,
-                     trigger: str | None = None) -> bool:
+    def trip_breaker(
+        self,
+        action: str,
+        signals: Sequence[tuple[str, str]],
+        *,
+        now: float,
+        trigger: str | None = None,
+    ) -> bool:
         """Open ``action``'s breaker for ``signals`` (``(name, why)``), reversing the steps
         conditioned on it and recording its alert; False if it was open already."""
+
         def work(tx: SharedTx, _: Operation | None) -> bool:
             ctl = tx.controls(action)
             if ctl.breaker_open:
@@ -368,36 +588,88 @@ class SQLStore:
 
         return self._run(work, f"trip breaker {action}", exclusive_class=action)
 
-    def apply_authority_step(self, action: str, axis: str, new: object, *,
-                             evidence: Mapping[str, object], reverse_on: str, operator: str,
-                             now: float) -> AuthorityStep:
-        return self._run(lambda tx, _: g.apply_step(
-            tx, action, axis, new, evidence=evidence, reverse_on=reverse_on, operator=operator,
-            now=now), f"authority step {action}", exclusive_class=action)
+    def apply_authority_step(
+        self,
+        action: str,
+        axis: str,
+        new: object,
+        *,
+        evidence: Mapping[str, object],
+        reverse_on: str,
+        operator: str,
+        now: float,
+    ) -> AuthorityStep:
+        return self._run(
+            lambda tx, _: g.apply_step(
+                tx,
+                action,
+                axis,
+                new,
+                evidence=evidence,
+                reverse_on=reverse_on,
+                operator=operator,
+                now=now,
+            ),
+            f"authority step {action}",
+            exclusive_class=action,
+        )
 
     def authority_history(self, action: str | None = None) -> list[AuthorityStep]:
         clause, args = where((("action =", action),))
-        return [sql.step_from_row(r) for r in self._rows(
-            f"SELECT {sql.STEP_COLUMNS} FROM authority_steps {clause} ORDER BY id", args,
-            "authority_history")]
+        return [
+            sql.step_from_row(r)
+            for r in self._rows(
+                f"SELECT {sql.STEP_COLUMNS} FROM authority_steps {clause} ORDER BY id",
+                args,
+                "authority_history",
+            )
+        ]
 
-    def record_incumbent(self, correlation_id: str, action: str, fingerprint: str | None,
-                         effect: Mapping[str, object] | None, *, source: str,
-                         now: float) -> None:
+    def record_incumbent(
+        self,
+        correlation_id: str,
+        action: str,
+        fingerprint: str | None,
+        effect: Mapping[str, object] | None,
+        *,
+        source: str,
+        now: float,
+    ) -> None:
         def work(tx: SharedTx, _: Operation | None) -> None:
-            tx.write(sql.UPSERT_INCUMBENT, (correlation_id, action, fingerprint,
-                                            dumps(effect) if effect is not None else None,
-                                            source, now))
-            tx.audit("incumbent_outcome", {"correlation_id": correlation_id, "action": action,
-                                           "fingerprint": fingerprint, "source": source}, now)
+            tx.write(
+                sql.UPSERT_INCUMBENT,
+                (
+                    correlation_id,
+                    action,
+                    fingerprint,
+                    dumps(effect) if effect is not None else None,
+                    source,
+                    now,
+                ),
+            )
+            tx.audit(
+                "incumbent_outcome",
+                {
+                    "correlation_id": correlation_id,
+                    "action": action,
+                    "fingerprint": fingerprint,
+                    "source": source,
+                },
+                now,
+            )
 
         self._run(work, "record_incumbent")
 
     def shadow_pairs(self, action: str | None = None) -> list[ShadowPair]:
-        query = sql.SHADOW_PAIRS.format(w="WHERE s.action = ?", a="AND i.action = ?") \
-            if action else sql.SHADOW_PAIRS.format(w="", a="")
-        return [sql.shadow_pair_from_row(r) for r in self._rows(
-            query, (action, action) if action else (), "shadow_pairs")]
+        query = (
+            sql.SHADOW_PAIRS.format(w="WHERE s.action = ?", a="AND i.action = ?")
+            if action
+            else sql.SHADOW_PAIRS.format(w="", a="")
+        )
+        return [
+            sql.shadow_pair_from_row(r)
+            for r in self._rows(query, (action, action) if action else (), "shadow_pairs")
+        ]
 
     # --- approvals ------------------------------------------------------------------------
 
@@ -406,62 +678,122 @@ class SQLStore:
         if not rows:
             return None
         r = rows[0]
-        return ApprovalRequest(scope, operation_id, r[0], int(r[1]), float(r[2]),
-                               tuple(json.loads(r[3])))
+        return ApprovalRequest(
+            scope, operation_id, r[0], int(r[1]), float(r[2]), tuple(json.loads(r[3]))
+        )
 
     def list_approvals(self, scope: str, operation_id: str) -> list[ApprovalRecord]:
-        return [ApprovalRecord(*r) for r in self._rows(
-            "SELECT approver, verdict, fingerprint, reason, at FROM approvals WHERE scope = ? "
-            "AND operation_id = ? ORDER BY at, approver", (scope, operation_id),
-            "list_approvals")]
+        return [
+            ApprovalRecord(*r)
+            for r in self._rows(
+                "SELECT approver, verdict, fingerprint, reason, at FROM approvals WHERE scope = ? "
+                "AND operation_id = ? ORDER BY at, approver",
+                (scope, operation_id),
+                "list_approvals",
+            )
+        ]
 
-    def decide_approval(self, scope: str, operation_id: str, *, approver: str, fingerprint: str,
-                        approve: bool, reason: str | None, now: float) -> ApprovalOutcome:
+    def decide_approval(
+        self,
+        scope: str,
+        operation_id: str,
+        *,
+        approver: str,
+        fingerprint: str,
+        approve: bool,
+        reason: str | None,
+        now: float,
+    ) -> ApprovalOutcome:
         def work(tx: SharedTx, row: Operation | None) -> ApprovalOutcome:
             req = tx.rows(sql.SELECT_REQUEST, (scope, operation_id))
             row, required, expires_at = g.check_approval(
-                row, req[0] if req else None, scope=scope, operation_id=operation_id,
-                approver=approver, fingerprint=fingerprint)
-            answered = tx.rows("SELECT approver, verdict FROM approvals WHERE scope = ? AND "
-                               "operation_id = ?", (scope, operation_id))
+                row,
+                req[0] if req else None,
+                scope=scope,
+                operation_id=operation_id,
+                approver=approver,
+                fingerprint=fingerprint,
+            )
+            answered = tx.rows(
+                "SELECT approver, verdict FROM approvals WHERE scope = ? AND operation_id = ?",
+                (scope, operation_id),
+            )
             if any(who == approver for who, _ in answered):
-                raise DuplicateApprover(f"{approver!r} already answered for {operation_id!r}; "
-                                        "approvers must be distinct")
+                raise DuplicateApprover(
+                    f"{approver!r} already answered for {operation_id!r}; "
+                    "approvers must be distinct"
+                )
             if now >= expires_at:
-                expired = g.move_locked(tx, row, State.DENIED, now, "approval expired",
-                                        {"by": approver, "reason": "approval expired"})
+                expired = g.move_locked(
+                    tx,
+                    row,
+                    State.DENIED,
+                    now,
+                    "approval expired",
+                    {"by": approver, "reason": "approval expired"},
+                )
                 return ApprovalOutcome(expired, 0, required, expired=True)
             verdict = "approve" if approve else "refuse"
-            tx.write("INSERT INTO approvals VALUES (?,?,?,?,?,?,?)",
-                     (scope, operation_id, approver, verdict, fingerprint, reason, now))
-            tx.audit("approval", {"approver": approver, "verdict": verdict,
-                                  "fingerprint": fingerprint, "reason": reason}, now, scope,
-                     operation_id)
+            tx.write(
+                "INSERT INTO approvals VALUES (?,?,?,?,?,?,?)",
+                (scope, operation_id, approver, verdict, fingerprint, reason, now),
+            )
+            tx.audit(
+                "approval",
+                {
+                    "approver": approver,
+                    "verdict": verdict,
+                    "fingerprint": fingerprint,
+                    "reason": reason,
+                },
+                now,
+                scope,
+                operation_id,
+            )
             count = sum(1 for _, v in answered if v == "approve") + int(approve)
             if not approve:
-                row = g.move_locked(tx, row, State.DENIED, now, f"refused by {approver}",
-                                    {"by": approver, "reason": reason})
+                row = g.move_locked(
+                    tx,
+                    row,
+                    State.DENIED,
+                    now,
+                    f"refused by {approver}",
+                    {"by": approver, "reason": reason},
+                )
             elif count >= required:
-                row = g.move_locked(tx, row, State.VALIDATED, now, None,
-                                    {"approvals": count, "required": required})
+                row = g.move_locked(
+                    tx, row, State.VALIDATED, now, None, {"approvals": count, "required": required}
+                )
             return ApprovalOutcome(row, count, required)
 
-        return self._run(work, f"approval {scope}:{operation_id}", key=(scope, operation_id),
-                         row=(scope, operation_id))
+        return self._run(
+            work,
+            f"approval {scope}:{operation_id}",
+            key=(scope, operation_id),
+            row=(scope, operation_id),
+        )
 
     def expire_approvals(self, *, now: float) -> list[Operation]:
         """Deny every ``awaiting_approval`` row whose approval window has closed."""
         keys = self._rows(
             "SELECT r.scope, r.operation_id FROM approval_requests r JOIN operations o "
             "ON o.scope = r.scope AND o.operation_id = r.operation_id "
-            "WHERE o.state = 'awaiting_approval' AND r.expires_at <= ?", (now,),
-            "expire_approvals")
+            "WHERE o.state = 'awaiting_approval' AND r.expires_at <= ?",
+            (now,),
+            "expire_approvals",
+        )
 
         def work(tx: SharedTx, row: Operation | None) -> Operation | None:
             if row is None or row.state is not State.AWAITING_APPROVAL:
                 return None  # answered or expired by someone else meanwhile
-            return g.move_locked(tx, row, State.DENIED, now, "approval expired",
-                                 {"by": "system:expiry", "reason": "approval expired"})
+            return g.move_locked(
+                tx,
+                row,
+                State.DENIED,
+                now,
+                "approval expired",
+                {"by": "system:expiry", "reason": "approval expired"},
+            )
 
         out: list[Operation] = []
         for scope, op in keys:
@@ -473,18 +805,26 @@ class SQLStore:
     # --- alerts -------------------------------------------------------------------------
 
     def record_alert(self, alert: Alert) -> bool:
-        return self._run(lambda tx, _: tx.record_alert(
-            alert.kind, alert.subject, alert.action, alert.message, alert.detail, alert.at),
-            "record_alert")
+        return self._run(
+            lambda tx, _: tx.record_alert(
+                alert.kind, alert.subject, alert.action, alert.message, alert.detail, alert.at
+            ),
+            "record_alert",
+        )
 
     def list_alerts(self, limit: int = 1000) -> list[Alert]:
         return self.list_alerts_in(None, limit=limit)
 
     def list_alerts_in(self, scope: str | None = None, *, limit: int = 1000) -> list[Alert]:
         clause, args = _scoped("subject", scope)
-        return [sql.alert_from_row(r) for r in self._rows(
-            f"SELECT {sql.ALERT_COLUMNS} FROM alerts {clause} ORDER BY id LIMIT ?",
-            (*args, limit), "list_alerts")]
+        return [
+            sql.alert_from_row(r)
+            for r in self._rows(
+                f"SELECT {sql.ALERT_COLUMNS} FROM alerts {clause} ORDER BY id LIMIT ?",
+                (*args, limit),
+                "list_alerts",
+            )
+        ]
 
 
 def _scoped(column: str, scope: str | None) -> tuple[str, Sequence[Any]]:
@@ -493,4 +833,3 @@ def _scoped(column: str, scope: str | None) -> tuple[str, Sequence[Any]]:
         return "", ()
     low, high = scope_key_range(scope)
     return f"WHERE {column} >= ? AND {column} < ?", (low, high)
-

@@ -28,8 +28,16 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from effectgate.errors import CommitOutcomeUnknown, ConfigError, LedgerNotFound, StoreError
 
-__all__ = ["DEFAULT_SCHEMA", "PgConnections", "check_schema_name", "drop_schema",
-           "first_line", "lock_key_sql", "log", "split_schema"]
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "PgConnections",
+    "check_schema_name",
+    "drop_schema",
+    "first_line",
+    "lock_key_sql",
+    "log",
+    "split_schema",
+]
 
 log = logging.getLogger("effectgate.store.postgres")
 
@@ -86,20 +94,33 @@ class PgConnections:
     """A PostgreSQL schema's pool, its sessions' settings, and the three ways a call uses a
     connection (see the module docstring); the options are :class:`PostgresStore`'s."""
 
-    def __init__(self, url: str, *, schema: str | None = None, min_size: int = 1,
-                 max_size: int = 4, statement_timeout_ms: int = 5000,
-                 lock_timeout_ms: int = 2000, idle_in_transaction_timeout_ms: int = 30_000,
-                 connect_timeout: float = 5.0, pool_timeout: float = 5.0,
-                 synchronous_commit: str = "on", migrate: bool = True,
-                 create: bool = True) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        min_size: int = 1,
+        max_size: int = 4,
+        statement_timeout_ms: int = 5000,
+        lock_timeout_ms: int = 2000,
+        idle_in_transaction_timeout_ms: int = 30_000,
+        connect_timeout: float = 5.0,
+        pool_timeout: float = 5.0,
+        synchronous_commit: str = "on",
+        migrate: bool = True,
+        create: bool = True,
+    ) -> None:
         conninfo, url_schema = split_schema(url)
         if schema is not None and url_schema is not None and schema != url_schema:
-            raise ConfigError(f"schema {schema!r} given twice with different values "
-                              f"({url_schema!r} in the URL)")
+            raise ConfigError(
+                f"schema {schema!r} given twice with different values ({url_schema!r} in the URL)"
+            )
         self.schema = check_schema_name(schema or url_schema or DEFAULT_SCHEMA)
-        for name, value in (("statement_timeout_ms", statement_timeout_ms),
-                            ("lock_timeout_ms", lock_timeout_ms),
-                            ("idle_in_transaction_timeout_ms", idle_in_transaction_timeout_ms)):
+        for name, value in (
+            ("statement_timeout_ms", statement_timeout_ms),
+            ("lock_timeout_ms", lock_timeout_ms),
+            ("idle_in_transaction_timeout_ms", idle_in_transaction_timeout_ms),
+        ):
             if not isinstance(value, int) or value < 0:
                 raise ConfigError(f"{name} must be a non-negative integer")
         if synchronous_commit not in _SYNC_COMMIT:
@@ -124,28 +145,43 @@ class PgConnections:
             "autocommit": True,  # transactions are explicit: see _write
             "connect_timeout": max(1, round(connect_timeout)),
             # Keepalives notice a vanished server or host that statement_timeout cannot.
-            "keepalives": 1, "keepalives_idle": 10, "keepalives_interval": 5,
+            "keepalives": 1,
+            "keepalives_idle": 10,
+            "keepalives_interval": 5,
             "keepalives_count": 3,
         }
         self._conninfo = conninfo
         self._sweep_mutex = threading.Lock()
         self._lock_conn: Conn | None = None
-        self._pool = ConnectionPool(conninfo, min_size=min_size, max_size=max_size,
-                                    kwargs=self._connect_kwargs, configure=self._configure,
-                                    timeout=self._pool_timeout, open=False,
-                                    name=f"effectgate-{self.schema}")
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs=self._connect_kwargs,
+            configure=self._configure,
+            timeout=self._pool_timeout,
+            open=False,
+            name=f"effectgate-{self.schema}",
+        )
         try:
             self._pool.open(wait=True, timeout=connect_timeout + self._pool_timeout)
         except PoolTimeout as exc:
             self._pool.close()
             raise StoreError(f"cannot connect to PostgreSQL for schema {self.schema!r}") from exc
-        if not create and not self._read(lambda conn: conn.execute(
+        if not create and not self._read(
+            lambda conn: conn.execute(
                 "SELECT 1 FROM information_schema.tables WHERE table_schema = %s AND "
-                "table_name = 'schema_migrations'", (self.schema,)).fetchone(), "open"):
+                "table_name = 'schema_migrations'",
+                (self.schema,),
+            ).fetchone(),
+            "open",
+        ):
             self._pool.close()
-            raise LedgerNotFound(f"no effectgate ledger in PostgreSQL schema {self.schema!r} "
-                                 "(never migrated); create it with 'effectgate init' (or open "
-                                 "it with create=True)")
+            raise LedgerNotFound(
+                f"no effectgate ledger in PostgreSQL schema {self.schema!r} "
+                "(never migrated); create it with 'effectgate init' (or open "
+                "it with create=True)"
+            )
         if migrate:
             self.migrate()
 
@@ -155,13 +191,14 @@ class PgConnections:
     def _configure(self, conn: Conn) -> None:
         """Session settings for every new pooled connection (one round trip, at connect)."""
         names = list(self._settings)
-        conn.execute("SELECT " + ", ".join("set_config(%s, %s, false)" for _ in names),
-                     [v for n in names for v in (n, self._settings[n])])
+        conn.execute(
+            "SELECT " + ", ".join("set_config(%s, %s, false)" for _ in names),
+            [v for n in names for v in (n, self._settings[n])],
+        )
 
     # --- transactions -------------------------------------------------------------------
 
-    def _write(self, first: Callable[[Conn], Cur], then: Callable[[Conn, Cur], T],
-               what: str) -> T:
+    def _write(self, first: Callable[[Conn], Cur], then: Callable[[Conn, Cur], T], what: str) -> T:
         """Run one explicit transaction; classify failures by whether COMMIT was sent.
 
         ``first`` queues the main statement in pipeline mode, so ``BEGIN`` and it travel in one
@@ -181,15 +218,21 @@ class PgConnections:
                     self._commit(conn, what)
                     return result
             except PoolTimeout as exc:
-                raise StoreError(f"{what}: no database connection within "
-                                 f"{self._pool_timeout:g}s") from exc
+                raise StoreError(
+                    f"{what}: no database connection within {self._pool_timeout:g}s"
+                ) from exc
             except psycopg.Error as exc:
                 if attempt == 1 and _connection_lost(exc, conn):
-                    log.warning("%s: connection failed before COMMIT (%s); retrying once",
-                                what, type(exc).__name__)
+                    log.warning(
+                        "%s: connection failed before COMMIT (%s); retrying once",
+                        what,
+                        type(exc).__name__,
+                    )
                     continue
-                raise StoreError(f"{what} failed before commit, nothing written: "
-                                 f"{type(exc).__name__}: {first_line(exc)}") from exc
+                raise StoreError(
+                    f"{what} failed before commit, nothing written: "
+                    f"{type(exc).__name__}: {first_line(exc)}"
+                ) from exc
         raise StoreError(f"{what}: unreachable")  # the loop returns or raises
 
     @staticmethod
@@ -200,13 +243,14 @@ class PgConnections:
             if _connection_lost(exc, conn):
                 raise CommitOutcomeUnknown(
                     f"{what}: connection lost while COMMIT was in flight; the write may or may "
-                    f"not be durable ({type(exc).__name__})") from exc
+                    f"not be durable ({type(exc).__name__})"
+                ) from exc
             # The server answered COMMIT with an error: the transaction was rolled back.
-            raise StoreError(f"{what}: COMMIT refused, nothing written: "
-                             f"{first_line(exc)}") from exc
+            raise StoreError(f"{what}: COMMIT refused, nothing written: {first_line(exc)}") from exc
 
-    def _write_one_trip(self, first: Callable[[Conn], Cur], what: str, *,
-                        single: bool = False) -> Cur:
+    def _write_one_trip(
+        self, first: Callable[[Conn], Cur], what: str, *, single: bool = False
+    ) -> Cur:
         """The statements ``first`` queues, as ONE transaction in one pipelined round trip.
 
         No ``BEGIN`` or ``COMMIT`` travel: on an autocommit connection, the extended-protocol
@@ -231,8 +275,9 @@ class PgConnections:
                 # The implicit transaction needs an autocommit connection outside any
                 # transaction: inside one, the Sync would commit nothing.
                 if not conn.autocommit or conn.info.transaction_status != _IDLE:
-                    raise StoreError(f"{what}: pooled connection is not idle in autocommit "
-                                     "mode; nothing written")
+                    raise StoreError(
+                        f"{what}: pooled connection is not idle in autocommit mode; nothing written"
+                    )
                 if single:
                     # One statement is its own implicit transaction: no pipeline needed.
                     cur = first(conn)
@@ -243,16 +288,19 @@ class PgConnections:
                     with conn.pipeline():
                         cur = first(conn)
         except PoolTimeout as exc:
-            raise StoreError(f"{what}: no database connection within "
-                             f"{self._pool_timeout:g}s") from exc
+            raise StoreError(
+                f"{what}: no database connection within {self._pool_timeout:g}s"
+            ) from exc
         except psycopg.Error as exc:
             if _connection_lost(exc, conn):
                 raise CommitOutcomeUnknown(
                     f"{what}: connection lost while the statements and their commit were in "
                     f"flight; the write may or may not be durable ({type(exc).__name__})"
                 ) from exc
-            raise StoreError(f"{what} failed and was rolled back, nothing written: "
-                             f"{type(exc).__name__}: {first_line(exc)}") from exc
+            raise StoreError(
+                f"{what} failed and was rolled back, nothing written: "
+                f"{type(exc).__name__}: {first_line(exc)}"
+            ) from exc
         return cur
 
     def _read(self, work: Callable[[Conn], T], what: str) -> T:
@@ -263,13 +311,13 @@ class PgConnections:
                 with self._pool.connection(timeout=self._pool_timeout) as conn:
                     return work(conn)
             except PoolTimeout as exc:
-                raise StoreError(f"{what}: no database connection within "
-                                 f"{self._pool_timeout:g}s") from exc
+                raise StoreError(
+                    f"{what}: no database connection within {self._pool_timeout:g}s"
+                ) from exc
             except psycopg.Error as exc:
                 if attempt == 1 and _connection_lost(exc, conn):
                     continue
-                raise StoreError(f"{what} failed: {type(exc).__name__}: "
-                                 f"{first_line(exc)}") from exc
+                raise StoreError(f"{what} failed: {type(exc).__name__}: {first_line(exc)}") from exc
         raise StoreError(f"{what}: unreachable")
 
     def _unlock(self, conn: Conn, key: sql.Composed) -> None:
@@ -278,8 +326,7 @@ class PgConnections:
         except psycopg.Error as exc:
             # The session is gone, and a session lock dies with its session: nothing is held.
             # Dropping the connection guarantees that even if the error was something else.
-            log.warning("sweep unlock failed (%s); closing the lock connection",
-                        type(exc).__name__)
+            log.warning("sweep unlock failed (%s); closing the lock connection", type(exc).__name__)
             self._drop_lock_connection()
 
     def _lock_connection(self) -> Conn:
@@ -299,7 +346,6 @@ class PgConnections:
             conn.close()
 
 
-
 def first_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [""])[0][:300]
 
@@ -312,5 +358,6 @@ def drop_schema(url: str, schema: str) -> None:
         with psycopg.connect(conninfo, autocommit=True, connect_timeout=10) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(ident))
     except psycopg.Error as exc:
-        raise StoreError(f"drop schema {schema!r}: {type(exc).__name__}: "
-                         f"{first_line(exc)}") from exc
+        raise StoreError(
+            f"drop schema {schema!r}: {type(exc).__name__}: {first_line(exc)}"
+        ) from exc

@@ -11,11 +11,18 @@ __all__ = ["LANES", "MIGRATIONS"]
 #: Audit lanes (fixed: an entry's lane is part of its hash).
 LANES = 16
 
-_TYPES = Types(text="text", real="double precision", int="integer", bigint="bigint",
-               bool="boolean", false="false",
-               serial="bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY", clustered="",
-               key='text COLLATE "C"',
-               state_check=f" CHECK (state IN ({', '.join(repr(s.value) for s in State)}))")
+_TYPES = Types(
+    text="text",
+    real="double precision",
+    int="integer",
+    bigint="bigint",
+    bool="boolean",
+    false="false",
+    serial="bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY",
+    clustered="",
+    key='text COLLATE "C"',
+    state_check=f" CHECK (state IN ({', '.join(repr(s.value) for s in State)}))",
+)
 
 MIGRATION_CONTROLS = f"""
 ALTER TABLE audit_log ADD COLUMN lane integer NOT NULL DEFAULT 0;
@@ -31,7 +38,8 @@ INSERT INTO audit_heads SELECT g, 0, '{GENESIS}' FROM generate_series(0, {LANES 
 # entry: append a new one. ``op_key`` is compared with venue keys in the sweep's merge-join, so it
 # uses the "C" collation: index order is byte order, which is Python's str order.
 MIGRATIONS: list[str] = [
-    ledger_tables(_TYPES) + """;
+    ledger_tables(_TYPES)
+    + """;
     CREATE INDEX operations_state_updated ON operations (state, updated_at)
     """,
     # 2: operational controls and the hash-chained audit log.

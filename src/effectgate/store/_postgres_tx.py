@@ -47,10 +47,11 @@ Cur = psycopg.Cursor[Any]
 #: Sequence numbers fetched up front per transaction; more are fetched if a rare path needs them.
 _PREFETCH = 6
 
-_NEXTVAL = ("SELECT nextval(pg_get_serial_sequence('audit_log', 'seq')) "
-            "FROM generate_series(1, %s)")
-_INSERT_AUDIT = ("INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, "
-                 "prev_hash, hash) OVERRIDING SYSTEM VALUE VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)")
+_NEXTVAL = "SELECT nextval(pg_get_serial_sequence('audit_log', 'seq')) FROM generate_series(1, %s)"
+_INSERT_AUDIT = (
+    "INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, "
+    "prev_hash, hash) OVERRIDING SYSTEM VALUE VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+)
 
 
 def chain_ctes(cond: str) -> str:
@@ -86,13 +87,25 @@ aud_headup AS (
 )"""
 
 
-def audit_params(lane: int, at: float, scope: str | None, operation_id: str | None, kind: str,
-                 detail: Mapping[str, object]) -> dict[str, object]:
+def audit_params(
+    lane: int,
+    at: float,
+    scope: str | None,
+    operation_id: str | None,
+    kind: str,
+    detail: Mapping[str, object],
+) -> dict[str, object]:
     """The ``a_*`` parameters of :func:`chain_ctes` for one entry."""
     text = dumps(detail)
-    return {"lane": lane, "a_at": float(at), "a_scope": scope, "a_op": operation_id,
-            "a_kind": kind, "a_detail": text,
-            "a_digest": content_digest(lane, float(at), scope, operation_id, kind, text)}
+    return {
+        "lane": lane,
+        "a_at": float(at),
+        "a_scope": scope,
+        "a_op": operation_id,
+        "a_kind": kind,
+        "a_detail": text,
+        "a_digest": content_digest(lane, float(at), scope, operation_id, kind, text),
+    }
 
 
 def lock_key(schema: str, name: str, purpose: str = "class") -> str:
@@ -100,8 +113,9 @@ def lock_key(schema: str, name: str, purpose: str = "class") -> str:
     return f"effectgate.{purpose}:{schema}:{name}"
 
 
-def class_lock(schema: str, action: str, *, exclusive: bool, purpose: str = "class",
-               ) -> tuple[str, tuple[str]]:
+def class_lock(
+    schema: str, action: str, *, exclusive: bool, purpose: str = "class"
+) -> tuple[str, tuple[str]]:
     """``(query, params)`` taking the transaction advisory lock named by the arguments.
 
     Parameterised rather than composed: one query text per lock mode, which psycopg prepares
@@ -134,13 +148,27 @@ WHERE scope = %(scope)s AND operation_id = %(operation_id)s AND state = %(expect
 RETURNING {returning}"""
 
 
-def cas_params(scope: str, operation_id: str, expected: State, target: State, now: float,
-               venue_id: str | None = None, detail: str | None = None,
-               submitted_at: float | None = None) -> dict[str, Any]:
+def cas_params(
+    scope: str,
+    operation_id: str,
+    expected: State,
+    target: State,
+    now: float,
+    venue_id: str | None = None,
+    detail: str | None = None,
+    submitted_at: float | None = None,
+) -> dict[str, Any]:
     """The named parameters of :func:`cas_sql`."""
-    return {"target": target.value, "now": now, "venue_id": venue_id, "detail": detail,
-            "submitted_at": submitted_at, "scope": scope, "operation_id": operation_id,
-            "expected": expected.value}
+    return {
+        "target": target.value,
+        "now": now,
+        "venue_id": venue_id,
+        "detail": detail,
+        "submitted_at": submitted_at,
+        "scope": scope,
+        "operation_id": operation_id,
+        "expected": expected.value,
+    }
 
 
 CHANGED_COLUMNS = "version, venue_id, detail, submitted_at"
@@ -157,11 +185,21 @@ VALUES (%(scope)s, %(operation_id)s, %(op_key)s, %(action)s, %(fingerprint)s, %(
 
 def row_params(new: NewOperation, state: State, now: float, intent_text: str) -> dict[str, Any]:
     """The named parameters of a new operations row (the fast insert and the full path)."""
-    return {"scope": new.scope, "operation_id": new.operation_id, "op_key": new.op_key,
-            "action": new.action, "fingerprint": new.fingerprint, "state": state.value,
-            "intent": intent_text, "effect": dumps(new.effect), "tier": new.tier,
-            "reason": new.reason, "policy_version": new.policy_version, "now": now,
-            "submitted_at": now if state is State.SUBMITTED else None}
+    return {
+        "scope": new.scope,
+        "operation_id": new.operation_id,
+        "op_key": new.op_key,
+        "action": new.action,
+        "fingerprint": new.fingerprint,
+        "state": state.value,
+        "intent": intent_text,
+        "effect": dumps(new.effect),
+        "tier": new.tier,
+        "reason": new.reason,
+        "policy_version": new.policy_version,
+        "now": now,
+        "submitted_at": now if state is State.SUBMITTED else None,
+    }
 
 
 class PgTx(SharedTx):
@@ -186,8 +224,14 @@ class PgTx(SharedTx):
 
     # --- prelude and flush ----------------------------------------------------------------
 
-    def open(self, *, shared_class: str | None = None, exclusive_class: str | None = None,
-             row: tuple[str, str] | None = None, row_for_update: bool = False) -> Cur:
+    def open(
+        self,
+        *,
+        shared_class: str | None = None,
+        exclusive_class: str | None = None,
+        row: tuple[str, str] | None = None,
+        row_for_update: bool = False,
+    ) -> Cur:
         """Queue the prelude statements (call inside ``conn.pipeline()``)."""
         c = self.conn
         if shared_class or exclusive_class:
@@ -199,7 +243,8 @@ class PgTx(SharedTx):
             lock = " FOR UPDATE" if row_for_update else ""
             self._cursors["row"] = c.execute(pg_sql(sql.SELECT_OP) + lock, row)
         self._cursors["head"] = c.execute(
-            "SELECT seq, hash FROM audit_heads WHERE lane = %s FOR UPDATE", (self.lane,))
+            "SELECT seq, hash FROM audit_heads WHERE lane = %s FOR UPDATE", (self.lane,)
+        )
         cur = c.execute(_NEXTVAL, (_PREFETCH,))
         self._cursors["seqs"] = cur
         return cur
@@ -211,8 +256,9 @@ class PgTx(SharedTx):
             self.head = (int(head[0]), str(head[1]))
         self.seqs = [int(r[0]) for r in self._cursors["seqs"].fetchall()]
         if "controls" in self._cursors:
-            self.seed(sql.controls_from_row(self._controls_name,
-                                            self._cursors["controls"].fetchone()))
+            self.seed(
+                sql.controls_from_row(self._controls_name, self._cursors["controls"].fetchone())
+            )
         if "row" in self._cursors:
             r = self._cursors["row"].fetchone()
             return None if r is None else sql.operation_from_row(r)
@@ -239,13 +285,15 @@ class PgTx(SharedTx):
                 result = self.conn.execute(main[0], main[1])
             if rows:
                 self.conn.cursor().executemany(_INSERT_AUDIT, rows)
-                self.conn.execute("UPDATE audit_heads SET seq = %s, hash = %s WHERE lane = %s",
-                                  (rows[-1][0], rows[-1][-1], self.lane))
+                self.conn.execute(
+                    "UPDATE audit_heads SET seq = %s, hash = %s WHERE lane = %s",
+                    (rows[-1][0], rows[-1][-1], self.lane),
+                )
         self.writes.clear()
         self.entries.clear()
         if rows:
             self.head = (rows[-1][0], rows[-1][-1])
-            self.seqs = self.seqs[len(rows):]
+            self.seqs = self.seqs[len(rows) :]
         return result
 
     # --- the hooks of SharedTx --------------------------------------------------------------
@@ -264,25 +312,45 @@ class PgTx(SharedTx):
     def write(self, query: str, args: Sequence[Any] = ()) -> None:
         self.writes.append((pg_sql(query), args))
 
-    def audit(self, kind: str, detail: Mapping[str, object], at: float,
-              scope: str | None = None, operation_id: str | None = None) -> None:
+    def audit(
+        self,
+        kind: str,
+        detail: Mapping[str, object],
+        at: float,
+        scope: str | None = None,
+        operation_id: str | None = None,
+    ) -> None:
         self.entries.append((float(at), scope, operation_id, kind, dumps(detail)))
 
-    def cas(self, scope: str, operation_id: str, expected: State, target: State, *,
-            now: float, venue_id: str | None = None, detail: str | None = None,
-            submitted_at: float | None = None) -> Sequence[Any] | None:
-        cur = self.flush(main=(_CAS_CHANGED, cas_params(
-            scope, operation_id, expected, target, now, venue_id, detail, submitted_at)))
+    def cas(
+        self,
+        scope: str,
+        operation_id: str,
+        expected: State,
+        target: State,
+        *,
+        now: float,
+        venue_id: str | None = None,
+        detail: str | None = None,
+        submitted_at: float | None = None,
+    ) -> Sequence[Any] | None:
+        cur = self.flush(
+            main=(
+                _CAS_CHANGED,
+                cas_params(
+                    scope, operation_id, expected, target, now, venue_id, detail, submitted_at
+                ),
+            )
+        )
         return cur.fetchone() if cur is not None else None
 
-    def insert_row(self, new: NewOperation, state: State, held: str | None, now: float,
-                   intent_text: str) -> None:
-        self.flush(main=(_INSERT_ROW, {**row_params(new, state, now, intent_text),
-                                       "detail": held}))
+    def insert_row(
+        self, new: NewOperation, state: State, held: str | None, now: float, intent_text: str
+    ) -> None:
+        self.flush(main=(_INSERT_ROW, {**row_params(new, state, now, intent_text), "detail": held}))
 
     def lock_window(self, action: str) -> None:
         if action not in self._window_locked:
             # Check and charge of a window are one critical section per class.
-            self.conn.execute(*class_lock(self.schema, action, exclusive=True,
-                                          purpose="budget"))
+            self.conn.execute(*class_lock(self.schema, action, exclusive=True, purpose="budget"))
             self._window_locked.add(action)

@@ -127,20 +127,26 @@ def backfill_chain(execute: Callable[..., Any], set_head: str) -> None:
     ``execute(query, args)`` runs one statement with ``?`` placeholders; ``set_head`` records
     ``(seq, hash)`` as lane 0's head.
     """
-    rows = execute("SELECT seq, at, scope, operation_id, kind, detail FROM audit_log "
-                   "ORDER BY seq").fetchall()
+    rows = execute(
+        "SELECT seq, at, scope, operation_id, kind, detail FROM audit_log ORDER BY seq"
+    ).fetchall()
     last: tuple[int, str] | None = None
     for seq, prev, entry_hash in rechain(rows):
-        execute("UPDATE audit_log SET prev_hash = ?, hash = ? WHERE seq = ?",
-                (prev, entry_hash, seq))
+        execute(
+            "UPDATE audit_log SET prev_hash = ?, hash = ? WHERE seq = ?", (prev, entry_hash, seq)
+        )
         last = (seq, entry_hash)
     if last is not None:
         execute(set_head, last)
 
 
-def apply_migrations(applied: set[int], migrations: Sequence[str],
-                     ddl: Callable[[str], object], after: Mapping[int, Callable[[], None]],
-                     record: Callable[[int], object]) -> None:
+def apply_migrations(
+    applied: set[int],
+    migrations: Sequence[str],
+    ddl: Callable[[str], object],
+    after: Mapping[int, Callable[[], None]],
+    record: Callable[[int], object],
+) -> None:
     """Run each migration not yet ``applied``, in order, in the caller's transaction:
     its ``;``-separated statements, its Python step, then its record."""
     refuse_newer_schema(applied, len(migrations))

@@ -33,21 +33,28 @@ __all__ = [
     "step_from_row",
 ]
 
-OP_COLUMNS = ("scope, operation_id, action, fingerprint, state, intent, effect, tier, reason, "
-              "policy_version, venue_id, detail, created_at, updated_at, submitted_at, version")
+OP_COLUMNS = (
+    "scope, operation_id, action, fingerprint, state, intent, effect, tier, reason, "
+    "policy_version, venue_id, detail, created_at, updated_at, submitted_at, version"
+)
 ENTRY_COLUMNS = "op_key, action, state, venue_id, submitted_at, updated_at"
-CONTROL_COLUMNS = ("killed, kill_reason, breaker_open, breaker_reason, shadow, envelope, "
-                   "envelope_version, updated_by, updated_at")
-STEP_COLUMNS = ("id, action, axis, old, new, evidence, reverse_on, operator, at, kind, "
-                "reverses, active")
+CONTROL_COLUMNS = (
+    "killed, kill_reason, breaker_open, breaker_reason, shadow, envelope, "
+    "envelope_version, updated_by, updated_at"
+)
+STEP_COLUMNS = (
+    "id, action, axis, old, new, evidence, reverse_on, operator, at, kind, reverses, active"
+)
 CHAIN_COLUMNS = "seq, lane, at, scope, operation_id, kind, detail, prev_hash, hash"
 DIVERGENCE_COLUMNS = "kind, op_key, venue_ids, ledger_state, first_seen"
 ALERT_COLUMNS = "kind, subject, action, message, detail, at"
 
 SELECT_OP = f"SELECT {OP_COLUMNS} FROM operations WHERE scope = ? AND operation_id = ?"
 SELECT_CONTROLS = f"SELECT {CONTROL_COLUMNS} FROM class_controls WHERE action = ?"
-SELECT_REQUEST = ("SELECT fingerprint, required, expires_at, proposers FROM approval_requests "
-                  "WHERE scope = ? AND operation_id = ?")
+SELECT_REQUEST = (
+    "SELECT fingerprint, required, expires_at, proposers FROM approval_requests "
+    "WHERE scope = ? AND operation_id = ?"
+)
 INSERT_REQUEST = "INSERT INTO approval_requests VALUES (?,?,?,?,?,?)"
 HELD = "state = 'validated' AND detail LIKE 'held:%'"
 SAVE_CONTROLS = (
@@ -56,23 +63,33 @@ SAVE_CONTROLS = (
     "kill_reason = excluded.kill_reason, breaker_open = excluded.breaker_open, "
     "breaker_reason = excluded.breaker_reason, shadow = excluded.shadow, "
     "envelope = excluded.envelope, envelope_version = excluded.envelope_version, "
-    "updated_by = excluded.updated_by, updated_at = excluded.updated_at")
-INSERT_SIGNAL = ("INSERT INTO control_signals (action, at, op_key, fingerprint, value_micros, "
-                 "rejected, new_target) VALUES (?,?,?,?,?,?,?)")
+    "updated_by = excluded.updated_by, updated_at = excluded.updated_at"
+)
+INSERT_SIGNAL = (
+    "INSERT INTO control_signals (action, at, op_key, fingerprint, value_micros, "
+    "rejected, new_target) VALUES (?,?,?,?,?,?,?)"
+)
 SIGNAL_STATS = (
     "SELECT count(*), count(*) FILTER (WHERE rejected), coalesce(sum(value_micros), 0), "
     "count(*) FILTER (WHERE new_target), count(DISTINCT op_key) FILTER (WHERE fingerprint = ?) "
-    "FROM control_signals WHERE action = ? AND at >= ?")
-DISPATCH_USAGE = ("SELECT count(*), coalesce(sum(value_micros), 0) FROM dispatch_log "
-                  "WHERE action = ? AND at >= ?")
+    "FROM control_signals WHERE action = ? AND at >= ?"
+)
+DISPATCH_USAGE = (
+    "SELECT count(*), coalesce(sum(value_micros), 0) FROM dispatch_log WHERE action = ? AND at >= ?"
+)
 INSERT_DISPATCH = "INSERT INTO dispatch_log (action, at, op_key, value_micros) VALUES (?,?,?,?)"
-INSERT_STEP = ("INSERT INTO authority_steps (action, axis, old, new, evidence, reverse_on, "
-               "operator, at, kind, reverses, active) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
-               "RETURNING id")
-INSERT_ALERT = (f"INSERT INTO alerts ({ALERT_COLUMNS}) VALUES (?,?,?,?,?,?) "
-                "ON CONFLICT DO NOTHING RETURNING 1")
-INSERT_DIVERGENCE = (f"INSERT INTO divergences ({DIVERGENCE_COLUMNS}) VALUES (?,?,?,?,?) "
-                     "ON CONFLICT DO NOTHING RETURNING 1")
+INSERT_STEP = (
+    "INSERT INTO authority_steps (action, axis, old, new, evidence, reverse_on, "
+    "operator, at, kind, reverses, active) VALUES (?,?,?,?,?,?,?,?,?,?,?) "
+    "RETURNING id"
+)
+INSERT_ALERT = (
+    f"INSERT INTO alerts ({ALERT_COLUMNS}) VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1"
+)
+INSERT_DIVERGENCE = (
+    f"INSERT INTO divergences ({DIVERGENCE_COLUMNS}) VALUES (?,?,?,?,?) "
+    "ON CONFLICT DO NOTHING RETURNING 1"
+)
 # What the shadow report compares: every shadowed row beside the incumbent's outcome under its
 # correlation id, then the incumbent outcomes no shadowed row matched.
 SHADOW_PAIRS = (
@@ -81,42 +98,79 @@ SHADOW_PAIRS = (
     "LEFT JOIN incumbent_outcomes i ON i.correlation_id = s.correlation_id {w} UNION ALL "
     "SELECT i.correlation_id, i.action, NULL, NULL, NULL, NULL, i.fingerprint, i.effect, TRUE "
     "FROM incumbent_outcomes i WHERE NOT EXISTS (SELECT 1 FROM shadow_records s "
-    "WHERE s.correlation_id = i.correlation_id) {a} ORDER BY 1")
+    "WHERE s.correlation_id = i.correlation_id) {a} ORDER BY 1"
+)
 UPSERT_INCUMBENT = (
     "INSERT INTO incumbent_outcomes VALUES (?,?,?,?,?,?) ON CONFLICT (correlation_id) DO UPDATE "
     "SET action = excluded.action, fingerprint = excluded.fingerprint, "
-    "effect = excluded.effect, source = excluded.source, at = excluded.at")
+    "effect = excluded.effect, source = excluded.source, at = excluded.at"
+)
 
 
 def operation_from_row(row: Sequence[Any]) -> Operation:
     return Operation(
-        scope=row[0], operation_id=row[1], action=row[2], fingerprint=row[3], state=State(row[4]),
-        intent=json.loads(row[5]), effect=json.loads(row[6]), tier=row[7], reason=row[8],
-        policy_version=row[9], venue_id=row[10], detail=row[11], created_at=row[12],
-        updated_at=row[13], submitted_at=row[14], version=row[15])
+        scope=row[0],
+        operation_id=row[1],
+        action=row[2],
+        fingerprint=row[3],
+        state=State(row[4]),
+        intent=json.loads(row[5]),
+        effect=json.loads(row[6]),
+        tier=row[7],
+        reason=row[8],
+        policy_version=row[9],
+        venue_id=row[10],
+        detail=row[11],
+        created_at=row[12],
+        updated_at=row[13],
+        submitted_at=row[14],
+        version=row[15],
+    )
 
 
 def entry_from_row(row: Sequence[Any]) -> LedgerEntry:
-    return LedgerEntry(op_key=row[0], action=row[1], state=State(row[2]), venue_id=row[3],
-                       submitted_at=row[4], updated_at=row[5])
+    return LedgerEntry(
+        op_key=row[0],
+        action=row[1],
+        state=State(row[2]),
+        venue_id=row[3],
+        submitted_at=row[4],
+        updated_at=row[5],
+    )
 
 
 def controls_from_row(action: str, row: Sequence[Any] | None) -> ClassControls:
     """A class's controls from its CONTROL_COLUMNS row; the defaults when it has none."""
     if row is None:
         return ClassControls(action=action)
-    return ClassControls(action=action, killed=bool(row[0]), kill_reason=row[1],
-                         breaker_open=bool(row[2]), breaker_reason=row[3], shadow=bool(row[4]),
-                         envelope=Envelope.from_json(json.loads(row[5]), version=int(row[6])),
-                         updated_by=row[7], updated_at=row[8])
+    return ClassControls(
+        action=action,
+        killed=bool(row[0]),
+        kill_reason=row[1],
+        breaker_open=bool(row[2]),
+        breaker_reason=row[3],
+        shadow=bool(row[4]),
+        envelope=Envelope.from_json(json.loads(row[5]), version=int(row[6])),
+        updated_by=row[7],
+        updated_at=row[8],
+    )
 
 
 def step_from_row(r: Sequence[Any]) -> AuthorityStep:
-    return AuthorityStep(id=int(r[0]), action=r[1], axis=r[2], old=json.loads(r[3]),
-                         new=json.loads(r[4]), evidence=json.loads(r[5]), reverse_on=r[6],
-                         operator=r[7], at=r[8], kind=r[9],
-                         reverses=int(r[10]) if r[10] is not None else None,
-                         active=bool(r[11]))
+    return AuthorityStep(
+        id=int(r[0]),
+        action=r[1],
+        axis=r[2],
+        old=json.loads(r[3]),
+        new=json.loads(r[4]),
+        evidence=json.loads(r[5]),
+        reverse_on=r[6],
+        operator=r[7],
+        at=r[8],
+        kind=r[9],
+        reverses=int(r[10]) if r[10] is not None else None,
+        active=bool(r[11]),
+    )
 
 
 def divergence_from_row(r: Sequence[Any]) -> Divergence:
@@ -132,5 +186,14 @@ def chain_entry_from_row(r: Sequence[Any]) -> ChainEntry:
 
 
 def shadow_pair_from_row(r: Sequence[Any]) -> ShadowPair:
-    return ShadowPair(r[0], r[1], r[2], r[3], r[4], json.loads(r[5]) if r[5] else None,
-                      r[6], json.loads(r[7]) if r[7] else None, bool(r[8]))
+    return ShadowPair(
+        r[0],
+        r[1],
+        r[2],
+        r[3],
+        r[4],
+        json.loads(r[5]) if r[5] else None,
+        r[6],
+        json.loads(r[7]) if r[7] else None,
+        bool(r[8]),
+    )

@@ -22,9 +22,17 @@ from effectgate.store.base import dumps
 
 __all__ = ["MIGRATIONS", "advance_head", "chained_audit", "migrate", "register_chain_function"]
 
-_TYPES = Types(text="TEXT", real="REAL", int="INTEGER", bigint="INTEGER", bool="INTEGER",
-               false="0", serial="INTEGER PRIMARY KEY AUTOINCREMENT", clustered=" WITHOUT ROWID",
-               key="TEXT")
+_TYPES = Types(
+    text="TEXT",
+    real="REAL",
+    int="INTEGER",
+    bigint="INTEGER",
+    bool="INTEGER",
+    false="0",
+    serial="INTEGER PRIMARY KEY AUTOINCREMENT",
+    clustered=" WITHOUT ROWID",
+    key="TEXT",
+)
 
 MIGRATION_CONTROLS = """
 ALTER TABLE audit_log ADD COLUMN lane INTEGER NOT NULL DEFAULT 0;
@@ -47,10 +55,12 @@ _CHAINED_INSERT = (
     "SELECT coalesce(t.seq, 0) + 1, ?, ?, ?, ?, ?, 0, coalesce(t.hash, ?), "
     f"{CHAIN_FUNCTION}(coalesce(t.hash, ?), ?) FROM (SELECT 0) l LEFT JOIN "
     "(SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1) t ON 1 "
-    "RETURNING seq, hash")
+    "RETURNING seq, hash"
+)
 _ADVANCE_HEAD = (
     "INSERT INTO audit_heads (lane, seq, hash) VALUES (0, ?, ?) ON CONFLICT (lane) DO UPDATE "
-    "SET seq = excluded.seq, hash = excluded.hash WHERE excluded.seq > audit_heads.seq")
+    "SET seq = excluded.seq, hash = excluded.hash WHERE excluded.seq > audit_heads.seq"
+)
 
 # Kept for migration 3, which created it; migration 4 drops it (see MIGRATION_ANCHORS).
 MIGRATION_HEAD_TRIGGER = """
@@ -78,9 +88,16 @@ def register_chain_function(conn: sqlite3.Connection) -> None:
     conn.create_function(CHAIN_FUNCTION, 2, chain_hash, deterministic=True)
 
 
-def chained_audit(conn: sqlite3.Connection, now: float, scope: str | None,
-                  operation_id: str | None, kind: str, detail: Mapping[str, object], *,
-                  advance_head: bool = True) -> tuple[int, str]:
+def chained_audit(
+    conn: sqlite3.Connection,
+    now: float,
+    scope: str | None,
+    operation_id: str | None,
+    kind: str,
+    detail: Mapping[str, object],
+    *,
+    advance_head: bool = True,
+) -> tuple[int, str]:
     """Append one audit entry linked to the chain's last one, in the caller's transaction.
 
     Returns the entry's ``(seq, hash)``. ``advance_head=False`` leaves audit_heads to the
@@ -88,8 +105,9 @@ def chained_audit(conn: sqlite3.Connection, now: float, scope: str | None,
     """
     at, text = float(now), dumps(detail)
     digest = content_digest(0, at, scope, operation_id, kind, text)
-    seq, entry_hash = conn.execute(_CHAINED_INSERT, (at, scope, operation_id, kind, text,
-                                                     GENESIS, GENESIS, digest)).fetchone()
+    seq, entry_hash = conn.execute(
+        _CHAINED_INSERT, (at, scope, operation_id, kind, text, GENESIS, GENESIS, digest)
+    ).fetchone()
     if advance_head:
         conn.execute(_ADVANCE_HEAD, (seq, entry_hash))
     return int(seq), str(entry_hash)
@@ -101,7 +119,8 @@ def advance_head(conn: sqlite3.Connection, seq: int, entry_hash: str) -> None:
 
 
 MIGRATIONS: list[str] = [
-    ledger_tables(_TYPES) + """;
+    ledger_tables(_TYPES)
+    + """;
     CREATE TABLE locks (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL)
     """,
     # 2: operational controls and the hash-chained audit log (store/sqlite_controls.py).
@@ -148,12 +167,19 @@ def _head_trigger(conn: sqlite3.Connection) -> None:
 
 def migrate(conn: sqlite3.Connection) -> None:
     """Apply pending migrations in the caller's write transaction."""
-    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
-                 "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations "
+        "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
+    )
     apply_migrations(
-        {r[0] for r in conn.execute("SELECT version FROM schema_migrations")}, MIGRATIONS,
+        {r[0] for r in conn.execute("SELECT version FROM schema_migrations")},
+        MIGRATIONS,
         conn.execute,
-        {2: lambda: backfill_chain(conn.execute, "INSERT INTO audit_heads VALUES (0, ?, ?)"),
-         3: lambda: _head_trigger(conn)},
-        lambda version: conn.execute("INSERT INTO schema_migrations VALUES "
-                                     "(?, julianday('now'))", (version,)))
+        {
+            2: lambda: backfill_chain(conn.execute, "INSERT INTO audit_heads VALUES (0, ?, ?)"),
+            3: lambda: _head_trigger(conn),
+        },
+        lambda version: conn.execute(
+            "INSERT INTO schema_migrations VALUES (?, julianday('now'))", (version,)
+        ),
+    )

@@ -102,8 +102,9 @@ class TxGate:
             ticket = self._arrivals
             self._queued += 1
             try:
-                while not self._closed and (self._owner is not None
-                                            or (self._readers and not self._open)):
+                while not self._closed and (
+                    self._owner is not None or (self._readers and not self._open)
+                ):
                     self._turn.wait()
             except BaseException:
                 self._queued -= 1
@@ -153,11 +154,11 @@ class TxGate:
                 # SQLite rolled the whole transaction back itself (I/O error, RAISE(ROLLBACK)):
                 # every body pending in it is lost.
                 self._abandon(epoch, joined, "the transaction was rolled back, nothing written")
-                raise store_error("write failed and the transaction was rolled back, "
-                                  "nothing written", exc) from exc
+                raise store_error(
+                    "write failed and the transaction was rolled back, nothing written", exc
+                ) from exc
             except BaseException:
-                self._abandon(epoch, joined, "interrupted while undoing a write, "
-                              "nothing written")
+                self._abandon(epoch, joined, "interrupted while undoing a write, nothing written")
                 raise
             if not joined:
                 with self._lock:
@@ -167,8 +168,7 @@ class TxGate:
         if not conn.in_transaction:
             # SQLite ended the transaction inside the body (an error the body caught): what
             # ran after that was autocommitted, what ran before was rolled back.
-            why = ("the transaction ended inside a write; what it wrote may or may not be "
-                   "durable")
+            why = "the transaction ended inside a write; what it wrote may or may not be durable"
             self._abandon(epoch, joined, why, kind=CommitOutcomeUnknown)
             raise CommitOutcomeUnknown(why)
         if joined:
@@ -177,8 +177,7 @@ class TxGate:
             except BaseException as exc:
                 self._abandon(epoch, joined, "nothing written")
                 if isinstance(exc, sqlite3.Error):
-                    raise store_error("write failed before commit, nothing written",
-                                      exc) from exc
+                    raise store_error("write failed before commit, nothing written", exc) from exc
                 raise
         with self._lock:
             self._pending += 1
@@ -192,8 +191,9 @@ class TxGate:
         """
         failure: Failure | None = None
         with self._lock:
-            commit_now = self._open and (self._queued == 0 or self._readers > 0
-                                         or self._pending >= MAX_GROUP)
+            commit_now = self._open and (
+                self._queued == 0 or self._readers > 0 or self._pending >= MAX_GROUP
+            )
             if not commit_now:
                 self._owner = None
                 self._wake()
@@ -223,19 +223,26 @@ class TxGate:
 
     def _commit(self, epoch: int) -> Failure | None:
         """COMMIT the open transaction (called by its owner); record and return a failure."""
-        failure: Failure | None = (CommitOutcomeUnknown, "interrupted during COMMIT; the write "
-                                   "may or may not be durable")
+        failure: Failure | None = (
+            CommitOutcomeUnknown,
+            "interrupted during COMMIT; the write may or may not be durable",
+        )
         try:
             self.conn.execute("COMMIT")
             failure = None
         except sqlite3.Error as err:
             rollback(self.conn)
             if (getattr(err, "sqlite_errorcode", 0) or 0) & 0xFF in _BUSY:
-                failure = (StoreError, f"COMMIT refused, nothing written: "
-                                       f"{type(err).__name__}: {err}")
+                failure = (
+                    StoreError,
+                    f"COMMIT refused, nothing written: {type(err).__name__}: {err}",
+                )
             else:
-                failure = (CommitOutcomeUnknown, f"COMMIT failed; the write may or may not be "
-                                                f"durable ({type(err).__name__}: {err})")
+                failure = (
+                    CommitOutcomeUnknown,
+                    f"COMMIT failed; the write may or may not be "
+                    f"durable ({type(err).__name__}: {err})",
+                )
         finally:
             # Whatever happened (a KeyboardInterrupt included), the turn is released and
             # everyone waiting for this epoch learns its outcome.
@@ -248,8 +255,14 @@ class TxGate:
                 self._wake()
         return failure
 
-    def _abandon(self, epoch: int, joined: bool, why: str, *,
-                 kind: type[StoreError | CommitOutcomeUnknown] = StoreError) -> None:
+    def _abandon(
+        self,
+        epoch: int,
+        joined: bool,
+        why: str,
+        *,
+        kind: type[StoreError | CommitOutcomeUnknown] = StoreError,
+    ) -> None:
         """Roll the whole transaction back; every body pending in it fails with ``why``."""
         rollback(self.conn)
         with self._lock:
@@ -340,8 +353,9 @@ class _Body:
         self._state = self._gate._enter()
         return self._gate.conn
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: object) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
         if self._state is None:
             return
         epoch, joined = self._state

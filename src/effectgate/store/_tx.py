@@ -28,8 +28,14 @@ class SignalStats:
 
     __slots__ = ("decided", "new_targets", "rejected", "same_fingerprint", "value_micros")
 
-    def __init__(self, decided: int, rejected: int, value_micros: int, same_fingerprint: int,
-                 new_targets: int) -> None:
+    def __init__(
+        self,
+        decided: int,
+        rejected: int,
+        value_micros: int,
+        same_fingerprint: int,
+        new_targets: int,
+    ) -> None:
         self.decided, self.rejected, self.value_micros = decided, rejected, value_micros
         self.same_fingerprint, self.new_targets = same_fingerprint, new_targets
 
@@ -53,20 +59,36 @@ class SharedTx(ABC):
         """A write whose result nobody reads; it may travel with the transaction's next trip."""
 
     @abstractmethod
-    def audit(self, kind: str, detail: Mapping[str, object], at: float,
-              scope: str | None = None, operation_id: str | None = None) -> None:
+    def audit(
+        self,
+        kind: str,
+        detail: Mapping[str, object],
+        at: float,
+        scope: str | None = None,
+        operation_id: str | None = None,
+    ) -> None:
         """Append one chained audit entry in this transaction."""
 
     @abstractmethod
-    def cas(self, scope: str, operation_id: str, expected: State, target: State, *,
-            now: float, venue_id: str | None = None, detail: str | None = None,
-            submitted_at: float | None = None) -> Sequence[Any] | None:
+    def cas(
+        self,
+        scope: str,
+        operation_id: str,
+        expected: State,
+        target: State,
+        *,
+        now: float,
+        venue_id: str | None = None,
+        detail: str | None = None,
+        submitted_at: float | None = None,
+    ) -> Sequence[Any] | None:
         """The compare-and-set, after its audit entry: ``(version, venue_id, detail,
         submitted_at)`` as updated, or None when the row was not in ``expected``."""
 
     @abstractmethod
-    def insert_row(self, new: NewOperation, state: State, held: str | None, now: float,
-                   intent_text: str) -> None:
+    def insert_row(
+        self, new: NewOperation, state: State, held: str | None, now: float, intent_text: str
+    ) -> None:
         """Insert a new operations row (after its audit entries)."""
 
     def lock_window(self, action: str) -> None:
@@ -91,24 +113,48 @@ class SharedTx(ABC):
         if ctl is None:
             found = self.rows(sql.SELECT_CONTROLS, (action,))
             ctl = self._controls[action] = sql.controls_from_row(
-                action, found[0] if found else None)
+                action, found[0] if found else None
+            )
         return ctl
 
     def save_controls(self, ctl: ClassControls, *, at: float) -> None:
         self._controls[ctl.action] = ctl
-        self.write(sql.SAVE_CONTROLS, (
-            ctl.action, ctl.killed, ctl.kill_reason, ctl.breaker_open, ctl.breaker_reason,
-            ctl.shadow, dumps(ctl.envelope.to_json()), ctl.envelope.version, ctl.updated_by, at))
+        self.write(
+            sql.SAVE_CONTROLS,
+            (
+                ctl.action,
+                ctl.killed,
+                ctl.kill_reason,
+                ctl.breaker_open,
+                ctl.breaker_reason,
+                ctl.shadow,
+                dumps(ctl.envelope.to_json()),
+                ctl.envelope.version,
+                ctl.updated_by,
+                at,
+            ),
+        )
 
     def seen_target(self, action: str, target: str, at: float) -> bool:
         """Whether ``target`` was seen before for ``action``; remembers it either way."""
-        return not self.rows("INSERT INTO known_targets VALUES (?,?,?) ON CONFLICT DO NOTHING "
-                             "RETURNING 1", (action, target, at))
+        return not self.rows(
+            "INSERT INTO known_targets VALUES (?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
+            (action, target, at),
+        )
 
-    def record_signal(self, action: str, at: float, op_key: str, fingerprint: str,
-                      value_micros: int | None, rejected: bool, new_target: bool) -> None:
-        self.write(sql.INSERT_SIGNAL, (action, at, op_key, fingerprint, value_micros, rejected,
-                                       new_target))
+    def record_signal(
+        self,
+        action: str,
+        at: float,
+        op_key: str,
+        fingerprint: str,
+        value_micros: int | None,
+        rejected: bool,
+        new_target: bool,
+    ) -> None:
+        self.write(
+            sql.INSERT_SIGNAL, (action, at, op_key, fingerprint, value_micros, rejected, new_target)
+        )
 
     def signal_stats(self, action: str, since: float, fingerprint: str) -> SignalStats:
         r = self.one(sql.SIGNAL_STATS, (fingerprint, action, since))
@@ -120,33 +166,71 @@ class SharedTx(ABC):
         r = self.one(sql.DISPATCH_USAGE, (action, since))
         return int(r[0]), int(r[1])
 
-    def record_dispatch(self, action: str, at: float, op_key: str,
-                        value_micros: int | None) -> None:
+    def record_dispatch(
+        self, action: str, at: float, op_key: str, value_micros: int | None
+    ) -> None:
         self.write(sql.INSERT_DISPATCH, (action, at, op_key, value_micros))
 
     def prune(self, action: str, before: float) -> None:
         self.write("DELETE FROM control_signals WHERE action = ? AND at < ?", (action, before))
 
     def active_steps(self, action: str) -> list[AuthorityStep]:
-        return [sql.step_from_row(r) for r in self.rows(
-            f"SELECT {sql.STEP_COLUMNS} FROM authority_steps WHERE action = ? AND active "
-            "ORDER BY id", (action,))]
+        return [
+            sql.step_from_row(r)
+            for r in self.rows(
+                f"SELECT {sql.STEP_COLUMNS} FROM authority_steps WHERE action = ? AND active "
+                "ORDER BY id",
+                (action,),
+            )
+        ]
 
     def insert_step(self, step: AuthorityStep) -> int:
-        return int(self.one(sql.INSERT_STEP, (
-            step.action, step.axis, dumps(step.old), dumps(step.new), dumps(step.evidence),
-            step.reverse_on, step.operator, step.at, step.kind, step.reverses, step.active))[0])
+        return int(
+            self.one(
+                sql.INSERT_STEP,
+                (
+                    step.action,
+                    step.axis,
+                    dumps(step.old),
+                    dumps(step.new),
+                    dumps(step.evidence),
+                    step.reverse_on,
+                    step.operator,
+                    step.at,
+                    step.kind,
+                    step.reverses,
+                    step.active,
+                ),
+            )[0]
+        )
 
     def deactivate_step(self, step_id: int) -> None:
         self.write("UPDATE authority_steps SET active = ? WHERE id = ?", (False, step_id))
 
-    def record_shadow(self, scope: str, operation_id: str, action: str, correlation_id: str,
-                      request: Mapping[str, object], fingerprint: str, at: float) -> None:
-        self.write("INSERT INTO shadow_records VALUES (?,?,?,?,?,?,?)",
-                   (scope, operation_id, action, correlation_id, fingerprint, dumps(request),
-                    at))
+    def record_shadow(
+        self,
+        scope: str,
+        operation_id: str,
+        action: str,
+        correlation_id: str,
+        request: Mapping[str, object],
+        fingerprint: str,
+        at: float,
+    ) -> None:
+        self.write(
+            "INSERT INTO shadow_records VALUES (?,?,?,?,?,?,?)",
+            (scope, operation_id, action, correlation_id, fingerprint, dumps(request), at),
+        )
 
-    def record_alert(self, kind: str, subject: str, action: str | None, message: str,
-                     detail: Mapping[str, object], at: float) -> bool:
-        return bool(self.rows(sql.INSERT_ALERT, (kind, subject, action, message, dumps(detail),
-                                                 at)))
+    def record_alert(
+        self,
+        kind: str,
+        subject: str,
+        action: str | None,
+        message: str,
+        detail: Mapping[str, object],
+        at: float,
+    ) -> bool:
+        return bool(
+            self.rows(sql.INSERT_ALERT, (kind, subject, action, message, dumps(detail), at))
+        )

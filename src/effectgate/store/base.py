@@ -60,12 +60,17 @@ def validate_identity(scope: str, operation_id: str) -> None:
     from effectgate.errors import IntentError
 
     if not isinstance(scope, str) or not SCOPE_PATTERN.fullmatch(scope):
-        raise IntentError(f"scope {scope!r} must match {SCOPE_PATTERN.pattern}", field="scope",
-                          reason="invalid_scope")
+        raise IntentError(
+            f"scope {scope!r} must match {SCOPE_PATTERN.pattern}",
+            field="scope",
+            reason="invalid_scope",
+        )
     if not isinstance(operation_id, str) or not OPERATION_ID_PATTERN.fullmatch(operation_id):
         raise IntentError(
             f"operation id {operation_id!r} must match {OPERATION_ID_PATTERN.pattern}",
-            field="operation_id", reason="invalid_operation_id")
+            field="operation_id",
+            reason="invalid_operation_id",
+        )
 
 
 def make_op_key(scope: str, operation_id: str) -> str:
@@ -85,8 +90,11 @@ def scope_key_range(scope: str) -> tuple[str, str]:
     from effectgate.errors import IntentError
 
     if not isinstance(scope, str) or not SCOPE_PATTERN.fullmatch(scope):
-        raise IntentError(f"scope {scope!r} must match {SCOPE_PATTERN.pattern}", field="scope",
-                          reason="invalid_scope")
+        raise IntentError(
+            f"scope {scope!r} must match {SCOPE_PATTERN.pattern}",
+            field="scope",
+            reason="invalid_scope",
+        )
     return f"{scope}:", f"{scope};"
 
 
@@ -113,12 +121,17 @@ def _std_default(obj: object) -> object:
 
 # Datetimes, dataclasses and str/int subclasses go to the fallback, which treats them as before
 # (refused, or encoded as their base type); orjson would encode the first two on its own.
-_ORJSON_OPTIONS = (orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATETIME
-                   | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_SUBCLASS)
+_ORJSON_OPTIONS = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
 # The fallback for what orjson refuses (non-string keys, integers past 64 bits, lone
 # surrogates): the standard encoder with the same options, built once.
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                            allow_nan=False, default=_std_default)
+_ENCODER = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False, default=_std_default
+)
 
 
 def dumps(value: object) -> str:
@@ -159,11 +172,23 @@ class NewOperation:
     def journalled(self, state: State, now: float, detail: str | None = None) -> Operation:
         """The row this transaction journalled at ``now`` in ``state`` (version 1)."""
         return Operation(
-            scope=self.scope, operation_id=self.operation_id, action=self.action,
-            fingerprint=self.fingerprint, state=state, intent=self.intent, effect=self.effect,
-            tier=self.tier, reason=self.reason, policy_version=self.policy_version,
-            venue_id=None, detail=detail, created_at=now, updated_at=now,
-            submitted_at=now if state is State.SUBMITTED else None, version=1)
+            scope=self.scope,
+            operation_id=self.operation_id,
+            action=self.action,
+            fingerprint=self.fingerprint,
+            state=state,
+            intent=self.intent,
+            effect=self.effect,
+            tier=self.tier,
+            reason=self.reason,
+            policy_version=self.policy_version,
+            venue_id=None,
+            detail=detail,
+            created_at=now,
+            updated_at=now,
+            submitted_at=now if state is State.SUBMITTED else None,
+            version=1,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,11 +223,19 @@ class Operation:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able view for front doors and ``--json`` output."""
         return {
-            "scope": self.scope, "operation_id": self.operation_id, "action": self.action,
-            "state": self.state.value, "fingerprint": self.fingerprint, "tier": self.tier,
-            "reason": self.reason, "policy_version": self.policy_version,
-            "venue_id": self.venue_id, "detail": self.detail, "created_at": self.created_at,
-            "updated_at": self.updated_at, "submitted_at": self.submitted_at,
+            "scope": self.scope,
+            "operation_id": self.operation_id,
+            "action": self.action,
+            "state": self.state.value,
+            "fingerprint": self.fingerprint,
+            "tier": self.tier,
+            "reason": self.reason,
+            "policy_version": self.policy_version,
+            "venue_id": self.venue_id,
+            "detail": self.detail,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "submitted_at": self.submitted_at,
             "replayed": self.replayed,
         }
 
@@ -252,8 +285,9 @@ class Move:
 
     def event(self) -> dict[str, object]:
         """Its ``transition`` audit detail, as a single transition writes it."""
-        return transition_event(self.expected, self.target, venue_id=self.venue_id,
-                                detail=self.detail, audit=self.audit)
+        return transition_event(
+            self.expected, self.target, venue_id=self.venue_id, detail=self.detail, audit=self.audit
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,13 +316,20 @@ def check_moves(moves: Sequence[Move]) -> None:
     for m in moves:
         check_transition(m.expected, m.target)
         if State(m.target) is State.SUBMITTED:
-            raise ValueError("a move to 'submitted' is a dispatch: use transition() with its "
-                             "guard, not transition_many()")
+            raise ValueError(
+                "a move to 'submitted' is a dispatch: use transition() with its "
+                "guard, not transition_many()"
+            )
 
 
-def transition_event(expected: State, target: State, *, venue_id: str | None = None,
-                     detail: str | None = None,
-                     audit: Mapping[str, object] | None = None) -> dict[str, object]:
+def transition_event(
+    expected: State,
+    target: State,
+    *,
+    venue_id: str | None = None,
+    detail: str | None = None,
+    audit: Mapping[str, object] | None = None,
+) -> dict[str, object]:
     """The ``transition`` audit detail of one compare-and-set: built here, and only here."""
     event: dict[str, object] = {"from": expected.value, "state": target.value}
     if venue_id is not None:
@@ -300,8 +341,7 @@ def transition_event(expected: State, target: State, *, venue_id: str | None = N
     return event
 
 
-def moved(known: Operation, state: State, updated_at: float,
-          changed: Sequence[Any]) -> Operation:
+def moved(known: Operation, state: State, updated_at: float, changed: Sequence[Any]) -> Operation:
     """``known`` after a compare-and-set to ``state`` that returned ``(version, venue_id,
     detail, submitted_at)``: the receipt path holds the row, so nothing is re-read.
 
@@ -309,11 +349,23 @@ def moved(known: Operation, state: State, updated_at: float,
     """
     version, venue_id, detail, submitted_at = changed
     return Operation(
-        scope=known.scope, operation_id=known.operation_id, action=known.action,
-        fingerprint=known.fingerprint, state=state, intent=known.intent, effect=known.effect,
-        tier=known.tier, reason=known.reason, policy_version=known.policy_version,
-        venue_id=venue_id, detail=detail, created_at=known.created_at, updated_at=updated_at,
-        submitted_at=submitted_at, version=version)
+        scope=known.scope,
+        operation_id=known.operation_id,
+        action=known.action,
+        fingerprint=known.fingerprint,
+        state=state,
+        intent=known.intent,
+        effect=known.effect,
+        tier=known.tier,
+        reason=known.reason,
+        policy_version=known.policy_version,
+        venue_id=venue_id,
+        detail=detail,
+        created_at=known.created_at,
+        updated_at=updated_at,
+        submitted_at=submitted_at,
+        version=version,
+    )
 
 
 def check_path(path: Sequence[State]) -> None:
@@ -338,28 +390,35 @@ def refuse_newer_schema(applied: set[int], known: int) -> None:
     build does not know about (and the old code would fail on the new layout anyway)."""
     newest = max(applied, default=0)
     if newest > known:
-        raise StoreError(f"the ledger's schema is version {newest}, newer than this build of "
-                         f"effectgate knows ({known}); upgrade effectgate to open it")
+        raise StoreError(
+            f"the ledger's schema is version {newest}, newer than this build of "
+            f"effectgate knows ({known}); upgrade effectgate to open it"
+        )
 
 
 def conflict(existing: Operation, offered: str) -> IdempotencyConflict:
     return IdempotencyConflict(
         f"operation {existing.operation_id!r} in scope {existing.scope!r} was used before with a "
         f"different payload (stored fingerprint {existing.fingerprint[:12]}, offered "
-        f"{offered[:12]})", operation_id=existing.operation_id, stored=existing.fingerprint,
-        offered=offered)
+        f"{offered[:12]})",
+        operation_id=existing.operation_id,
+        stored=existing.fingerprint,
+        offered=offered,
+    )
 
 
 def parse_store_url(url: str) -> tuple[str, str]:
     """Split a store URL into (dialect, rest). ``sqlite:///path`` or ``postgresql://...``."""
     if url.startswith("sqlite:///"):
-        return "sqlite", url[len("sqlite:///"):] or ":memory:"
+        return "sqlite", url[len("sqlite:///") :] or ":memory:"
     if url == "sqlite://" or url == "sqlite:///:memory:":
         return "sqlite", ":memory:"
     if url.startswith(("postgresql://", "postgres://")):
         return "postgresql", url
-    raise ConfigError(f"unsupported store URL {url.split('://')[0]!r}://...; use sqlite:///PATH "
-                      "or postgresql://...")
+    raise ConfigError(
+        f"unsupported store URL {url.split('://')[0]!r}://...; use sqlite:///PATH "
+        "or postgresql://..."
+    )
 
 
 def where_terms(terms: Iterable[tuple[str, object]]) -> tuple[list[str], list[Any]]:

@@ -64,8 +64,10 @@ T = TypeVar("T")
 Conn = psycopg.Connection[Any]
 Cur = psycopg.Cursor[Any]
 
-_CLASS_ACTIVE = ("SELECT 1 FROM class_controls WHERE action = %(action)s AND (killed OR "
-                 "breaker_open OR shadow OR envelope_version > 0)")
+_CLASS_ACTIVE = (
+    "SELECT 1 FROM class_controls WHERE action = %(action)s AND (killed OR "
+    "breaker_open OR shadow OR envelope_version > 0)"
+)
 
 # The hot path: a class with no active control and no breaker journals its row, its window
 # charge and its chained audit lines in ONE statement, which also checks (after the
@@ -100,8 +102,10 @@ SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM ctl)
 
 # The class's shared lock, then the key's exclusive one, in that order (every writer takes them
 # so): the subquery's lock is taken before the outer select list is evaluated.
-_TWO_LOCKS = ("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0)) FROM "
-              "(SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))) AS class_lock")
+_TWO_LOCKS = (
+    "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0)) FROM "
+    "(SELECT pg_advisory_xact_lock_shared(hashtextextended(%s, 0))) AS class_lock"
+)
 
 
 def _fast_transition_sql(returning: str) -> str:
@@ -148,14 +152,22 @@ class PostgresStore(PgConnections, SQLStore):
 
     # --- the hooks of SQLStore ------------------------------------------------------------
 
-    def _rows(self, query: str, args: Sequence[Any] = (),
-              what: str = "read") -> list[Sequence[Any]]:
+    def _rows(
+        self, query: str, args: Sequence[Any] = (), what: str = "read"
+    ) -> list[Sequence[Any]]:
         text = pg_sql(query)
         return self._read(lambda conn: conn.execute(text, args).fetchall(), what)
 
-    def _run(self, work: Work[T], what: str, *, key: tuple[str | None, str | None] = (None, None),
-             shared_class: str | None = None, exclusive_class: str | None = None,
-             row: tuple[str, str] | None = None) -> T:
+    def _run(
+        self,
+        work: Work[T],
+        what: str,
+        *,
+        key: tuple[str | None, str | None] = (None, None),
+        shared_class: str | None = None,
+        exclusive_class: str | None = None,
+        row: tuple[str, str] | None = None,
+    ) -> T:
         """One transaction: the class lock, the row FOR UPDATE, then the audit lane's head of
         ``key`` (operator actions: lane 0); ``work``'s writes and entries go at COMMIT time."""
         lane = lane_for(key[0], key[1], LANES)
@@ -163,8 +175,12 @@ class PostgresStore(PgConnections, SQLStore):
 
         def first(conn: Conn) -> Cur:
             tx = holder["tx"] = PgTx(conn, self.schema, lane)
-            return tx.open(shared_class=shared_class, exclusive_class=exclusive_class, row=row,
-                           row_for_update=True)
+            return tx.open(
+                shared_class=shared_class,
+                exclusive_class=exclusive_class,
+                row=row,
+                row_for_update=True,
+            )
 
         def then(conn: Conn, _: Cur) -> T:
             tx = holder["tx"]
@@ -174,14 +190,22 @@ class PostgresStore(PgConnections, SQLStore):
 
         return self._write(first, then, what)
 
-    def _journal(self, new: NewOperation, path: list[State], now: float,
-                 audit: Mapping[str, object] | None, guard: DispatchGuard | None) -> Journal:
+    def _journal(
+        self,
+        new: NewOperation,
+        path: list[State],
+        now: float,
+        audit: Mapping[str, object] | None,
+        guard: DispatchGuard | None,
+    ) -> Journal:
         def locks(conn: Conn) -> None:
             # The class's shared lock (a flip waits for us, and we see any flip committed
             # before us), then this key's lock; both are released by the commit. One
             # statement (_TWO_LOCKS nests them so the order is fixed).
-            conn.execute(_TWO_LOCKS, (lock_key(self.schema, new.op_key, "op"),
-                                      lock_key(self.schema, new.action)))
+            conn.execute(
+                _TWO_LOCKS,
+                (lock_key(self.schema, new.op_key, "op"), lock_key(self.schema, new.action)),
+            )
 
         # A configured breaker records and reads its windows before deciding: the full path.
         if guard is None or guard.breaker is None:
@@ -208,9 +232,15 @@ class PostgresStore(PgConnections, SQLStore):
 
         return self._write(first_full, then, f"insert {new.op_key}")
 
-    def _journal_fast(self, new: NewOperation, path: list[State], now: float,
-                      audit: Mapping[str, object] | None, guard: DispatchGuard | None,
-                      locks: Any) -> Journal | None:
+    def _journal_fast(
+        self,
+        new: NewOperation,
+        path: list[State],
+        now: float,
+        audit: Mapping[str, object] | None,
+        guard: DispatchGuard | None,
+        locks: Any,
+    ) -> Journal | None:
         """One round trip: the locks, the statement and the commit. None: a control is active,
         the statement wrote nothing, and the full path must run."""
         final = path[-1]
@@ -223,10 +253,18 @@ class PostgresStore(PgConnections, SQLStore):
             **row_params(new, final, now, intent),
             "dispatch": final is State.SUBMITTED,
             "value_micros": guard.value_micros if guard is not None else None,
-            "approval": final is State.AWAITING_APPROVAL, "required": req[3],
-            "expires_at": req[4], "proposers": req[5],
-            **audit_params(lane_for(new.scope, new.operation_id, LANES), now, new.scope,
-                           new.operation_id, *entries[0])}
+            "approval": final is State.AWAITING_APPROVAL,
+            "required": req[3],
+            "expires_at": req[4],
+            "proposers": req[5],
+            **audit_params(
+                lane_for(new.scope, new.operation_id, LANES),
+                now,
+                new.scope,
+                new.operation_id,
+                *entries[0],
+            ),
+        }
 
         def first(conn: Conn) -> Cur:
             locks(conn)
@@ -234,8 +272,9 @@ class PostgresStore(PgConnections, SQLStore):
 
         inserted, active = self._write_one_trip(first, f"insert {new.op_key}").fetchone() or (0, 0)
         if inserted:
-            return Journal(new.journalled(final, now), True,
-                           SEND if final is State.SUBMITTED else None)
+            return Journal(
+                new.journalled(final, now), True, SEND if final is State.SUBMITTED else None
+            )
         if active:
             return None
         # The insert conflicted: the winner had committed (ON CONFLICT waits for it), so a
@@ -245,19 +284,32 @@ class PostgresStore(PgConnections, SQLStore):
             raise StoreError(f"key collision for {new.op_key!r} without a matching row")
         return Journal(existing, False)
 
-    def _transition(self, scope: str, operation_id: str, expected: State, target: State,
-                    now: float, venue_id: str | None, detail: str | None,
-                    event: Mapping[str, object], known: Operation | None) -> Operation | None:
+    def _transition(
+        self,
+        scope: str,
+        operation_id: str,
+        expected: State,
+        target: State,
+        now: float,
+        venue_id: str | None,
+        detail: str | None,
+        event: Mapping[str, object],
+        known: Operation | None,
+    ) -> Operation | None:
         """Compare-and-set plus its chained audit entry in one statement (the receipt path)."""
         params = {
             **cas_params(scope, operation_id, expected, target, now, venue_id, detail),
-            **audit_params(lane_for(scope, operation_id, LANES), now, scope, operation_id,
-                           "transition", event),
+            **audit_params(
+                lane_for(scope, operation_id, LANES), now, scope, operation_id, "transition", event
+            ),
         }
         query = _FAST_TRANSITION if known is None else _FAST_TRANSITION_CHANGED
         # One round trip: the compare-and-set and its commit. A miss wrote nothing.
-        row = self._write_one_trip(lambda conn: conn.execute(query, params),
-                                   f"transition {scope}:{operation_id}", single=True).fetchone()
+        row = self._write_one_trip(
+            lambda conn: conn.execute(query, params),
+            f"transition {scope}:{operation_id}",
+            single=True,
+        ).fetchone()
         if row is None:
             return None
         return sql.operation_from_row(row) if known is None else moved(known, target, now, row)
@@ -272,14 +324,25 @@ class PostgresStore(PgConnections, SQLStore):
         check_moves(moves)
         if not moves:
             return []
-        order = sorted(range(len(moves)),
-                       key=lambda i: (moves[i].scope, moves[i].operation_id))
+        order = sorted(range(len(moves)), key=lambda i: (moves[i].scope, moves[i].operation_id))
         holder: dict[str, list[Cur]] = {}
 
         def first(conn: Conn) -> Cur:
-            curs = holder["curs"] = [conn.execute(_CAS_ONE, cas_params(
-                moves[i].scope, moves[i].operation_id, moves[i].expected, moves[i].target, now,
-                moves[i].venue_id, moves[i].detail)) for i in order]
+            curs = holder["curs"] = [
+                conn.execute(
+                    _CAS_ONE,
+                    cas_params(
+                        moves[i].scope,
+                        moves[i].operation_id,
+                        moves[i].expected,
+                        moves[i].target,
+                        now,
+                        moves[i].venue_id,
+                        moves[i].detail,
+                    ),
+                )
+                for i in order
+            ]
             return curs[-1]
 
         def then(conn: Conn, _: Cur) -> list[bool]:
@@ -311,31 +374,50 @@ class PostgresStore(PgConnections, SQLStore):
         ident = psql.Identifier(self.schema)
 
         def first(conn: Conn) -> Cur:
-            return conn.execute(psql.SQL("SELECT pg_advisory_xact_lock({})").format(
-                lock_key_sql("migrate", self.schema)))
+            return conn.execute(
+                psql.SQL("SELECT pg_advisory_xact_lock({})").format(
+                    lock_key_sql("migrate", self.schema)
+                )
+            )
 
         def then(conn: Conn, _: Cur) -> None:
             conn.execute(psql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-            conn.execute(psql.SQL(
-                "CREATE TABLE IF NOT EXISTS {}.schema_migrations (version integer PRIMARY KEY, "
-                "applied_at timestamptz NOT NULL DEFAULT now())").format(ident))
+            conn.execute(
+                psql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {}.schema_migrations (version integer PRIMARY KEY, "
+                    "applied_at timestamptz NOT NULL DEFAULT now())"
+                ).format(ident)
+            )
             cur = conn.execute(psql.SQL("SELECT version FROM {}.schema_migrations").format(ident))
             apply_migrations(
-                {r[0] for r in cur.fetchall()}, MIGRATIONS, lambda ddl: conn.execute(ddl.encode()),
-                {2: lambda: backfill_chain(
-                    lambda q, args=(): conn.execute(pg_sql(q), args),
-                    "UPDATE audit_heads SET seq = ?, hash = ? WHERE lane = 0")},
-                lambda version: conn.execute(psql.SQL(
-                    "INSERT INTO {}.schema_migrations (version) VALUES (%s)").format(ident),
-                    (version,)))
+                {r[0] for r in cur.fetchall()},
+                MIGRATIONS,
+                lambda ddl: conn.execute(ddl.encode()),
+                {
+                    2: lambda: backfill_chain(
+                        lambda q, args=(): conn.execute(pg_sql(q), args),
+                        "UPDATE audit_heads SET seq = ?, hash = ? WHERE lane = 0",
+                    )
+                },
+                lambda version: conn.execute(
+                    psql.SQL("INSERT INTO {}.schema_migrations (version) VALUES (%s)").format(
+                        ident
+                    ),
+                    (version,),
+                ),
+            )
 
         self._write(first, then, "migrate")
 
-    def lease_uncertain(self, owner: str, *, now: float, lease_seconds: float,
-                        limit: int) -> list[LedgerEntry]:
+    def lease_uncertain(
+        self, owner: str, *, now: float, lease_seconds: float, limit: int
+    ) -> list[LedgerEntry]:
         params = {"owner": owner, "now": now, "until": now + lease_seconds, "limit": limit}
-        rows = self._write(lambda conn: conn.execute(_LEASE, params),
-                           lambda conn, cur: cur.fetchall(), "lease_uncertain")
+        rows = self._write(
+            lambda conn: conn.execute(_LEASE, params),
+            lambda conn, cur: cur.fetchall(),
+            "lease_uncertain",
+        )
         return sorted((sql.entry_from_row(r) for r in rows), key=lambda e: e.op_key)
 
     @contextmanager
@@ -349,8 +431,9 @@ class PostgresStore(PgConnections, SQLStore):
             conn = self._lock_connection()
             key = lock_key_sql("sweep", self.schema)
             try:
-                row = conn.execute(psql.SQL("SELECT pg_try_advisory_lock({})").format(key)
-                                   ).fetchone()
+                row = conn.execute(
+                    psql.SQL("SELECT pg_try_advisory_lock({})").format(key)
+                ).fetchone()
             except psycopg.Error as exc:
                 self._drop_lock_connection()
                 raise StoreError(f"sweep lock: {type(exc).__name__}: {first_line(exc)}") from exc
@@ -372,5 +455,3 @@ class PostgresStore(PgConnections, SQLStore):
         with self._sweep_mutex:
             self._drop_lock_connection()
         self._pool.close()
-
-

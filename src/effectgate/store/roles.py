@@ -38,17 +38,31 @@ if TYPE_CHECKING:
         ShadowPair,
     )
 
-__all__ = ["Alerts", "Approvals", "AuditLog", "Controls", "LedgerReads", "LedgerWrites",
-           "Store", "Sweep"]
+__all__ = [
+    "Alerts",
+    "Approvals",
+    "AuditLog",
+    "Controls",
+    "LedgerReads",
+    "LedgerWrites",
+    "Store",
+    "Sweep",
+]
 
 
 @runtime_checkable
 class LedgerWrites(Protocol):
     """Journalling, dispatching and settling operations: the hot path."""
 
-    def journal(self, new: NewOperation, path: Sequence[State], *, now: float,
-                audit: Mapping[str, object] | None = None,
-                guard: DispatchGuard | None = None) -> Journal:
+    def journal(
+        self,
+        new: NewOperation,
+        path: Sequence[State],
+        *,
+        now: float,
+        audit: Mapping[str, object] | None = None,
+        guard: DispatchGuard | None = None,
+    ) -> Journal:
         """Journal a new row that walked ``path`` in one transaction, or return the existing one.
 
         An existing row with another fingerprint raises :class:`IdempotencyConflict`. A path
@@ -57,14 +71,26 @@ class LedgerWrites(Protocol):
         (envelope), ``shadowed``, or stay ``validated`` held; the returned verdict says which.
         """
 
-    def insert_operation(self, new: NewOperation, path: Sequence[State], *, now: float,
-                         audit: Mapping[str, object] | None = None,
-                         guard: DispatchGuard | None = None) -> tuple[Operation, bool]:
+    def insert_operation(
+        self,
+        new: NewOperation,
+        path: Sequence[State],
+        *,
+        now: float,
+        audit: Mapping[str, object] | None = None,
+        guard: DispatchGuard | None = None,
+    ) -> tuple[Operation, bool]:
         """:meth:`journal` as ``(row, created)``."""
 
-    def dispatch(self, scope: str, operation_id: str, *, now: float,
-                 guard: DispatchGuard | None = None,
-                 audit: Mapping[str, object] | None = None) -> Journal:
+    def dispatch(
+        self,
+        scope: str,
+        operation_id: str,
+        *,
+        now: float,
+        guard: DispatchGuard | None = None,
+        audit: Mapping[str, object] | None = None,
+    ) -> Journal:
         """``validated -> submitted`` with the controls checked in the same transaction.
 
         The verdict may instead shadow the row (``shadowed``) or hold it (still ``validated``,
@@ -72,11 +98,20 @@ class LedgerWrites(Protocol):
         ``validated``.
         """
 
-    def transition(self, scope: str, operation_id: str, expected: State, target: State, *,
-                   now: float, venue_id: str | None = None, detail: str | None = None,
-                   audit: Mapping[str, object] | None = None,
-                   guard: DispatchGuard | None = None,
-                   current: Operation | None = None) -> Operation:
+    def transition(
+        self,
+        scope: str,
+        operation_id: str,
+        expected: State,
+        target: State,
+        *,
+        now: float,
+        venue_id: str | None = None,
+        detail: str | None = None,
+        audit: Mapping[str, object] | None = None,
+        guard: DispatchGuard | None = None,
+        current: Operation | None = None,
+    ) -> Operation:
         """Compare-and-set ``expected -> target``; raise StaleState/OperationNotFound otherwise.
 
         A move to ``submitted`` is :meth:`dispatch`. ``current``: the caller's copy of the row
@@ -99,9 +134,15 @@ class LedgerReads(Protocol):
 
     def get(self, scope: str, operation_id: str) -> Operation | None: ...
 
-    def list_operations(self, *, state: State | None = None, action: str | None = None,
-                        scope: str | None = None, older_than: float | None = None,
-                        limit: int = 100) -> list[Operation]: ...
+    def list_operations(
+        self,
+        *,
+        state: State | None = None,
+        action: str | None = None,
+        scope: str | None = None,
+        older_than: float | None = None,
+        limit: int = 100,
+    ) -> list[Operation]: ...
 
     def count_by_state(self) -> dict[tuple[str, str], int]:
         """``{(action, state): n}`` for metrics and the demo."""
@@ -112,8 +153,9 @@ class LedgerReads(Protocol):
     def count_held(self) -> dict[str, int]:
         """``{action: n}`` of ``validated`` rows a control is holding (``detail`` ``held:...``)."""
 
-    def list_held(self, *, action: str | None = None, scope: str | None = None,
-                  limit: int = 1000) -> list[Operation]:
+    def list_held(
+        self, *, action: str | None = None, scope: str | None = None, limit: int = 1000
+    ) -> list[Operation]:
         """Held ``validated`` rows, most recently updated first, filtered before LIMIT."""
 
 
@@ -121,26 +163,35 @@ class LedgerReads(Protocol):
 class Sweep(Protocol):
     """What the reconciler pages, leases, locks and records."""
 
-    def page_entries(self, after: str | None, limit: int,
-                     actions: Sequence[str] | None = None) -> list[LedgerEntry]:
+    def page_entries(
+        self, after: str | None, limit: int, actions: Sequence[str] | None = None
+    ) -> list[LedgerEntry]:
         """Ledger entries with ``op_key > after`` in key order (the sweep's side of the merge)."""
 
-    def lease_uncertain(self, owner: str, *, now: float, lease_seconds: float,
-                        limit: int) -> list[LedgerEntry]:
+    def lease_uncertain(
+        self, owner: str, *, now: float, lease_seconds: float, limit: int
+    ) -> list[LedgerEntry]:
         """Claim up to ``limit`` ``submitted`` rows no other live lease holds (replicas share)."""
 
-    def sweep_lock(self, holder: str, *, now: float,
-                   ttl: float) -> AbstractContextManager[bool]:
+    def sweep_lock(self, holder: str, *, now: float, ttl: float) -> AbstractContextManager[bool]:
         """Hold the single-sweeper lock for the block; yields False when another holds it."""
 
-    def record_divergence(self, kind: str, op_key: str, venue_ids: Sequence[str],
-                          ledger_state: str | None, *, now: float) -> bool:
+    def record_divergence(
+        self,
+        kind: str,
+        op_key: str,
+        venue_ids: Sequence[str],
+        ledger_state: str | None,
+        *,
+        now: float,
+    ) -> bool:
         """Store a divergence once; True only the first time it is seen (alarm once)."""
 
     def list_divergences(self, limit: int = 1000) -> list[Divergence]: ...
 
-    def list_divergences_in(self, scope: str | None = None, *,
-                            limit: int = 1000) -> list[Divergence]:
+    def list_divergences_in(
+        self, scope: str | None = None, *, limit: int = 1000
+    ) -> list[Divergence]:
         """Divergences of one scope's operation keys (all when None), filtered before LIMIT."""
 
     def count_divergences(self) -> dict[str, int]:
@@ -156,29 +207,51 @@ class Controls(Protocol):
 
     def list_controls(self) -> list[ClassControls]: ...
 
-    def set_kill(self, action: str, on: bool, *, operator: str, reason: str | None,
-                 now: float) -> ClassControls: ...
+    def set_kill(
+        self, action: str, on: bool, *, operator: str, reason: str | None, now: float
+    ) -> ClassControls: ...
 
-    def reset_breaker(self, action: str, *, operator: str, reason: str | None,
-                      now: float) -> ClassControls: ...
+    def reset_breaker(
+        self, action: str, *, operator: str, reason: str | None, now: float
+    ) -> ClassControls: ...
 
-    def set_shadow(self, action: str, on: bool, *, operator: str,
-                   now: float) -> ClassControls: ...
+    def set_shadow(self, action: str, on: bool, *, operator: str, now: float) -> ClassControls: ...
 
-    def trip_breaker(self, action: str, signals: Sequence[tuple[str, str]], *, now: float,
-                     trigger: str | None = None) -> bool:
+    def trip_breaker(
+        self,
+        action: str,
+        signals: Sequence[tuple[str, str]],
+        *,
+        now: float,
+        trigger: str | None = None,
+    ) -> bool:
         """Open the breaker for ``signals`` (``(name, why)``) as the system, not an operator;
         False when it was open already. Only an operator's reset closes it."""
 
-    def apply_authority_step(self, action: str, axis: str, new: object, *,
-                             evidence: Mapping[str, object], reverse_on: str, operator: str,
-                             now: float) -> AuthorityStep: ...
+    def apply_authority_step(
+        self,
+        action: str,
+        axis: str,
+        new: object,
+        *,
+        evidence: Mapping[str, object],
+        reverse_on: str,
+        operator: str,
+        now: float,
+    ) -> AuthorityStep: ...
 
     def authority_history(self, action: str | None = None) -> list[AuthorityStep]: ...
 
-    def record_incumbent(self, correlation_id: str, action: str, fingerprint: str | None,
-                         effect: Mapping[str, object] | None, *, source: str,
-                         now: float) -> None: ...
+    def record_incumbent(
+        self,
+        correlation_id: str,
+        action: str,
+        fingerprint: str | None,
+        effect: Mapping[str, object] | None,
+        *,
+        source: str,
+        now: float,
+    ) -> None: ...
 
     def shadow_pairs(self, action: str | None = None) -> list[ShadowPair]: ...
 
@@ -191,8 +264,17 @@ class Approvals(Protocol):
 
     def list_approvals(self, scope: str, operation_id: str) -> list[ApprovalRecord]: ...
 
-    def decide_approval(self, scope: str, operation_id: str, *, approver: str, fingerprint: str,
-                        approve: bool, reason: str | None, now: float) -> ApprovalOutcome:
+    def decide_approval(
+        self,
+        scope: str,
+        operation_id: str,
+        *,
+        approver: str,
+        fingerprint: str,
+        approve: bool,
+        reason: str | None,
+        now: float,
+    ) -> ApprovalOutcome:
         """One approver's answer to exactly this payload; releases or denies the row."""
 
     def expire_approvals(self, *, now: float) -> list[Operation]: ...
@@ -202,14 +284,28 @@ class Approvals(Protocol):
 class AuditLog(Protocol):
     """The append-only, hash-chained audit log."""
 
-    def append_audit(self, kind: str, detail: Mapping[str, object], *, now: float,
-                     scope: str | None = None, operation_id: str | None = None) -> None: ...
+    def append_audit(
+        self,
+        kind: str,
+        detail: Mapping[str, object],
+        *,
+        now: float,
+        scope: str | None = None,
+        operation_id: str | None = None,
+    ) -> None: ...
 
     def iter_audit(self, after_seq: int = 0) -> Iterator[AuditEvent]: ...
 
-    def audit_entries(self, *, after_seq: int = 0, until_seq: int | None = None,
-                      lane: int | None = None, scope: str | None = None,
-                      operation_id: str | None = None, limit: int = 1000) -> list[ChainEntry]:
+    def audit_entries(
+        self,
+        *,
+        after_seq: int = 0,
+        until_seq: int | None = None,
+        lane: int | None = None,
+        scope: str | None = None,
+        operation_id: str | None = None,
+        limit: int = 1000,
+    ) -> list[ChainEntry]:
         """Audit entries with their chain fields, in seq order."""
 
     def audit_heads(self) -> dict[int, tuple[int, str]]:

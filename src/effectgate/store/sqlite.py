@@ -30,15 +30,7 @@ from effectgate.store._sqlite_schema import (
 )
 from effectgate.store._sqlite_tx import TxGate, store_error
 from effectgate.store._tx import SharedTx
-from effectgate.store.base import (
-    Journal,
-    Move,
-    NewOperation,
-    Operation,
-    check_moves,
-    dumps,
-    moved,
-)
+from effectgate.store.base import Journal, Move, NewOperation, Operation, check_moves, dumps, moved
 
 __all__ = ["SQLiteStore"]
 
@@ -46,23 +38,30 @@ T = TypeVar("T")
 
 # The compare-and-set. It hands back only what it changed: the caller already holds the
 # snapshot. It also records the transaction's latest audit entry (migration 4), when given.
-_CAS = ("UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
-        "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), "
-        "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, lease_until = NULL, "
-        "audit_seq = coalesce(?, audit_seq), audit_hash = coalesce(?, audit_hash) "
-        "WHERE scope = ? AND operation_id = ? AND state = ? "
-        "RETURNING version, venue_id, detail, submitted_at")
-_INSERT = ("INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
-           "intent, effect, tier, reason, policy_version, detail, created_at, updated_at, "
-           "submitted_at, audit_seq, audit_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+_CAS = (
+    "UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
+    "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), "
+    "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, lease_until = NULL, "
+    "audit_seq = coalesce(?, audit_seq), audit_hash = coalesce(?, audit_hash) "
+    "WHERE scope = ? AND operation_id = ? AND state = ? "
+    "RETURNING version, venue_id, detail, submitted_at"
+)
+_INSERT = (
+    "INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
+    "intent, effect, tier, reason, policy_version, detail, created_at, updated_at, "
+    "submitted_at, audit_seq, audit_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+)
 # The journal's first read: the row if it exists and, beside it, the class's controls (which
 # the controls checks would read next), in one statement.
 _N_OP = len(sql.OP_COLUMNS.split(","))
 _SELECT_WITH_CONTROLS = (
-    "SELECT " + ", ".join(f"o.{c.strip()}" for c in sql.OP_COLUMNS.split(",")) + ", c.action, "
+    "SELECT "
+    + ", ".join(f"o.{c.strip()}" for c in sql.OP_COLUMNS.split(","))
+    + ", c.action, "
     + ", ".join(f"c.{c.strip()}" for c in sql.CONTROL_COLUMNS.split(","))
     + " FROM (SELECT 1) LEFT JOIN operations o ON o.scope = ? AND o.operation_id = ? "
-    "LEFT JOIN class_controls c ON c.action = ?")
+    "LEFT JOIN class_controls c ON c.action = ?"
+)
 
 
 class _Miss(Exception):
@@ -89,30 +88,75 @@ class SQLiteTx(SharedTx):
     def write(self, query: str, args: Sequence[Any] = ()) -> None:
         self.conn.execute(query, args)
 
-    def audit(self, kind: str, detail: Mapping[str, object], at: float,
-              scope: str | None = None, operation_id: str | None = None) -> None:
-        self._last = chained_audit(self.conn, at, scope, operation_id, kind, detail,
-                                   advance_head=False)
+    def audit(
+        self,
+        kind: str,
+        detail: Mapping[str, object],
+        at: float,
+        scope: str | None = None,
+        operation_id: str | None = None,
+    ) -> None:
+        self._last = chained_audit(
+            self.conn, at, scope, operation_id, kind, detail, advance_head=False
+        )
 
     def _anchor(self) -> tuple[int | None, str | None]:
         self._anchored = self._last
         return self._last if self._last is not None else (None, None)
 
-    def cas(self, scope: str, operation_id: str, expected: State, target: State, *,
-            now: float, venue_id: str | None = None, detail: str | None = None,
-            submitted_at: float | None = None) -> Sequence[Any] | None:
+    def cas(
+        self,
+        scope: str,
+        operation_id: str,
+        expected: State,
+        target: State,
+        *,
+        now: float,
+        venue_id: str | None = None,
+        detail: str | None = None,
+        submitted_at: float | None = None,
+    ) -> Sequence[Any] | None:
         # fetchall() runs the UPDATE to completion before COMMIT.
-        changed = self.conn.execute(_CAS, (target.value, now, venue_id, detail, submitted_at,
-                                           *self._anchor(), scope, operation_id,
-                                           expected.value)).fetchall()
+        changed = self.conn.execute(
+            _CAS,
+            (
+                target.value,
+                now,
+                venue_id,
+                detail,
+                submitted_at,
+                *self._anchor(),
+                scope,
+                operation_id,
+                expected.value,
+            ),
+        ).fetchall()
         return changed[0] if changed else None
 
-    def insert_row(self, new: NewOperation, state: State, held: str | None, now: float,
-                   intent_text: str) -> None:
-        self.conn.execute(_INSERT, (
-            new.scope, new.operation_id, new.op_key, new.action, new.fingerprint, state.value,
-            intent_text, dumps(new.effect), new.tier, new.reason, new.policy_version, held, now,
-            now, now if state is State.SUBMITTED else None, *self._anchor()))
+    def insert_row(
+        self, new: NewOperation, state: State, held: str | None, now: float, intent_text: str
+    ) -> None:
+        self.conn.execute(
+            _INSERT,
+            (
+                new.scope,
+                new.operation_id,
+                new.op_key,
+                new.action,
+                new.fingerprint,
+                state.value,
+                intent_text,
+                dumps(new.effect),
+                new.tier,
+                new.reason,
+                new.policy_version,
+                held,
+                now,
+                now,
+                now if state is State.SUBMITTED else None,
+                *self._anchor(),
+            ),
+        )
 
     def finish(self) -> None:
         """Record the transaction's last entry as the head unless a row records it."""
@@ -123,8 +167,9 @@ class SQLiteTx(SharedTx):
 def _connect(path: str, busy_timeout_ms: int, *pragmas: str) -> sqlite3.Connection:
     # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes the
     # write lock up front instead of failing to upgrade it half-way through.
-    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                           timeout=busy_timeout_ms / 1000)
+    conn = sqlite3.connect(
+        path, isolation_level=None, check_same_thread=False, timeout=busy_timeout_ms / 1000
+    )
     for pragma in (f"PRAGMA busy_timeout = {int(busy_timeout_ms)}", *pragmas):
         conn.execute(pragma)
     return conn
@@ -137,14 +182,23 @@ class SQLiteStore(SQLStore):
     or ``OFF`` trade that away and exist for benchmarks and throwaway ledgers.
     """
 
-    def __init__(self, path: str, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000,
-                 migrate: bool = True, create: bool = True) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        synchronous: str = "FULL",
+        busy_timeout_ms: int = 30_000,
+        migrate: bool = True,
+        create: bool = True,
+    ) -> None:
         if synchronous.upper() not in {"FULL", "NORMAL", "OFF", "EXTRA"}:
             raise StoreError(f"synchronous must be FULL, EXTRA, NORMAL or OFF, not {synchronous!r}")
         self.path = path
         if not create and path not in (":memory:", "") and not os.path.exists(path):
-            raise LedgerNotFound(f"no SQLite ledger at {os.path.abspath(path)!r}; create one "
-                                 "with 'effectgate init' (or open it with create=True)")
+            raise LedgerNotFound(
+                f"no SQLite ledger at {os.path.abspath(path)!r}; create one "
+                "with 'effectgate init' (or open it with create=True)"
+            )
         try:
             self._conn = _connect(path, busy_timeout_ms)
             wal = False
@@ -161,11 +215,14 @@ class SQLiteStore(SQLStore):
             with suppress(Exception):
                 self._conn.close()
             raise store_error(f"cannot open SQLite ledger {path!r}", exc) from exc
-        if not create and not self._rows("SELECT 1 FROM sqlite_master WHERE type = 'table' "
-                                         "AND name = 'schema_migrations'"):
+        if not create and not self._rows(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'"
+        ):
             self.close()
-            raise LedgerNotFound(f"{os.path.abspath(path)!r} is not an effectgate ledger (it has "
-                                 "no schema); refusing to create one there")
+            raise LedgerNotFound(
+                f"{os.path.abspath(path)!r} is not an effectgate ledger (it has "
+                "no schema); refusing to create one there"
+            )
         if migrate:
             self.migrate()
 
@@ -187,8 +244,9 @@ class SQLiteStore(SQLStore):
 
     # --- the hooks of SQLStore ------------------------------------------------------------
 
-    def _rows(self, query: str, args: Sequence[Any] = (),
-              what: str = "read") -> list[Sequence[Any]]:
+    def _rows(
+        self, query: str, args: Sequence[Any] = (), what: str = "read"
+    ) -> list[Sequence[Any]]:
         with self._read() as conn:
             return conn.execute(query, args).fetchall()
 
@@ -199,35 +257,61 @@ class SQLiteStore(SQLStore):
             yield tx
             tx.finish()  # not after an error: the body is rolled back
 
-    def _run(self, work: Work[T], what: str, *, key: tuple[str | None, str | None] = (None, None),
-             shared_class: str | None = None, exclusive_class: str | None = None,
-             row: tuple[str, str] | None = None) -> T:
+    def _run(
+        self,
+        work: Work[T],
+        what: str,
+        *,
+        key: tuple[str | None, str | None] = (None, None),
+        shared_class: str | None = None,
+        exclusive_class: str | None = None,
+        row: tuple[str, str] | None = None,
+    ) -> T:
         # BEGIN IMMEDIATE holds the only write lock: it orders classes, rows and the chain.
         with self._shared_tx() as tx:
             found = tx.rows(sql.SELECT_OP, row) if row is not None else []
             return work(tx, sql.operation_from_row(found[0]) if found else None)
 
-    def _journal(self, new: NewOperation, path: list[State], now: float,
-                 audit: Mapping[str, object] | None, guard: DispatchGuard | None) -> Journal:
+    def _journal(
+        self,
+        new: NewOperation,
+        path: list[State],
+        now: float,
+        audit: Mapping[str, object] | None,
+        guard: DispatchGuard | None,
+    ) -> Journal:
         with self._shared_tx() as tx:
             both = tx.one(_SELECT_WITH_CONTROLS, (new.scope, new.operation_id, new.action))
             if both[0] is not None:
                 return Journal(sql.operation_from_row(both[:_N_OP]), False)
             # BEGIN IMMEDIATE holds the write lock: nobody can insert between the read above
             # and the insert, and the controls are read under the same lock.
-            tx.seed(sql.controls_from_row(new.action, None if both[_N_OP] is None
-                                          else both[_N_OP + 1:]))
+            tx.seed(
+                sql.controls_from_row(
+                    new.action, None if both[_N_OP] is None else both[_N_OP + 1 :]
+                )
+            )
             return journal_new(tx, new, path, guard, audit, now=now)
 
-    def _transition(self, scope: str, operation_id: str, expected: State, target: State,
-                    now: float, venue_id: str | None, detail: str | None,
-                    event: Mapping[str, object], known: Operation | None) -> Operation | None:
+    def _transition(
+        self,
+        scope: str,
+        operation_id: str,
+        expected: State,
+        target: State,
+        now: float,
+        venue_id: str | None,
+        detail: str | None,
+        event: Mapping[str, object],
+        known: Operation | None,
+    ) -> Operation | None:
         try:
             with self._shared_tx() as tx:
                 # The entry first, so the compare-and-set records it as the chain's head.
                 tx.audit("transition", event, now, scope, operation_id)
-                changed = tx.cas(scope, operation_id, expected, target, now=now,
-                                 venue_id=venue_id, detail=detail)
+                changed = tx.cas(
+                    scope, operation_id, expected, target, now=now, venue_id=venue_id, detail=detail
+                )
                 if changed is None:
                     raise _Miss  # rolls the entry back with the transaction
                 if known is None:
@@ -246,8 +330,21 @@ class SQLiteStore(SQLStore):
             for m in moves:
                 # The compare-and-set first: a stale move writes no entry. The head is
                 # recorded once, after the batch.
-                changed = tx.rows(_CAS, (m.target.value, now, m.venue_id, m.detail, None, None,
-                                         None, m.scope, m.operation_id, m.expected.value))
+                changed = tx.rows(
+                    _CAS,
+                    (
+                        m.target.value,
+                        now,
+                        m.venue_id,
+                        m.detail,
+                        None,
+                        None,
+                        None,
+                        m.scope,
+                        m.operation_id,
+                        m.expected.value,
+                    ),
+                )
                 applied.append(bool(changed))
                 if changed:
                     tx.audit("transition", m.event(), now, m.scope, m.operation_id)
@@ -268,10 +365,17 @@ class SQLiteStore(SQLStore):
             "WHERE o.audit_seq IS NOT NULL AND (a.hash IS NULL OR a.hash <> o.audit_hash) "
             "UNION ALL SELECT h.seq, 'the audit head', a.hash IS NULL FROM audit_heads h "
             "LEFT JOIN audit_log a ON a.seq = h.seq "
-            "WHERE a.hash IS NULL OR a.hash <> h.hash ORDER BY 1")
-        return [(int(seq), f"{who} records audit seq {seq}, which the log "
-                 f"{'no longer has' if missing else 'holds with another hash'}: entries were "
-                 "deleted or rewritten") for seq, who, missing in rows]
+            "WHERE a.hash IS NULL OR a.hash <> h.hash ORDER BY 1"
+        )
+        return [
+            (
+                int(seq),
+                f"{who} records audit seq {seq}, which the log "
+                f"{'no longer has' if missing else 'holds with another hash'}: entries were "
+                "deleted or rewritten",
+            )
+            for seq, who, missing in rows
+        ]
 
     def audit_heads(self) -> dict[int, tuple[int, str]]:
         """The recorded head: the later of audit_heads and the newest operations-row anchor.
@@ -282,7 +386,8 @@ class SQLiteStore(SQLStore):
         rows = self._rows(
             "SELECT seq, hash FROM (SELECT seq, hash FROM audit_heads WHERE lane = 0 "
             "UNION ALL SELECT audit_seq, audit_hash FROM operations "
-            "WHERE audit_seq IS NOT NULL) ORDER BY seq DESC LIMIT 1")
+            "WHERE audit_seq IS NOT NULL) ORDER BY seq DESC LIMIT 1"
+        )
         return {0: (int(rows[0][0]), str(rows[0][1]))} if rows else {}
 
     def close(self) -> None:
