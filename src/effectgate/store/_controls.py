@@ -1,0 +1,365 @@
+"""The controls, approvals and alerts roles, written once over :class:`StoreHooks`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from effectgate._core.controls import (
+    Alert,
+    ApprovalOutcome,
+    ApprovalRecord,
+    ApprovalRequest,
+    AuthorityStep,
+    ClassControls,
+    ShadowPair,
+)
+from effectgate._core.states import State
+from effectgate.errors import DuplicateApprover
+from effectgate.store import _guard as g
+from effectgate.store import _sql as sql
+from effectgate.store._hooks import StoreHooks, scoped
+from effectgate.store._tx import SharedTx
+from effectgate.store.base import Operation, dumps, where
+
+__all__ = ["ControlRoles"]
+
+
+class ControlRoles(StoreHooks):
+    """Controls (switches, breakers, steps, shadow), approvals and alerts."""
+
+    # --- controls -----------------------------------------------------------------------
+
+    def controls(self, action: str) -> ClassControls:
+        rows = self._rows(sql.SELECT_CONTROLS, (action,), "controls")
+        return sql.controls_from_row(action, rows[0] if rows else None)
+
+    def list_controls(self) -> list[ClassControls]:
+        return [
+            sql.controls_from_row(r[0], r[1:])
+            for r in self._rows(
+                f"SELECT action, {sql.CONTROL_COLUMNS} FROM class_controls ORDER BY action"
+            )
+        ]
+
+    def _change_controls(
+        self,
+        action: str,
+        *,
+        operator: str,
+        now: float,
+        kind: str,
+        detail: Mapping[str, object],
+        reset_signals: bool = False,
+        **changes: Any,
+    ) -> ClassControls:
+        """One audited transaction that replaces a class's control row."""
+
+        def work(tx: SharedTx, _: Operation | None) -> ClassControls:
+            new = replace(tx.controls(action), **changes, updated_by=operator, updated_at=now)
+            tx.save_controls(new, at=now)
+            if reset_signals:
+                # The window that tripped the breaker must not trip it again at once; the
+                # evidence stays in the audit log.
+                tx.write("DELETE FROM control_signals WHERE action = ?", (action,))
+            tx.audit(kind, {"action": action, "operator": operator, **detail}, now)
+            return new
+
+        return self._run(work, f"{kind} {action}", exclusive_class=action)
+
+    def set_kill(
+        self, action: str, on: bool, *, operator: str, reason: str | None, now: float
+    ) -> ClassControls:
+        return self._change_controls(
+            action,
+            operator=operator,
+            now=now,
+            kind="kill_switch_on" if on else "kill_switch_off",
+            detail={"reason": reason},
+            killed=on,
+            kill_reason=reason if on else None,
+        )
+
+    def reset_breaker(
+        self, action: str, *, operator: str, reason: str | None, now: float
+    ) -> ClassControls:
+        return self._change_controls(
+            action,
+            operator=operator,
+            now=now,
+            kind="breaker_reset",
+            detail={"reason": reason},
+            reset_signals=True,
+            breaker_open=False,
+            breaker_reason=None,
+        )
+
+    def set_shadow(self, action: str, on: bool, *, operator: str, now: float) -> ClassControls:
+        return self._change_controls(
+            action,
+            operator=operator,
+            now=now,
+            kind="shadow_on" if on else "shadow_off",
+            detail={},
+            shadow=on,
+        )
+
+    def trip_breaker(
+        self,
+        action: str,
+        signals: Sequence[tuple[str, str]],
+        *,
+        now: float,
+        trigger: str | None = None,
+    ) -> bool:
+        """Open ``action``'s breaker for ``signals`` (``(name, why)``), reversing the steps
+        conditioned on it and recording its alert; False if it was open already."""
+
+        def work(tx: SharedTx, _: Operation | None) -> bool:
+            ctl = tx.controls(action)
+            if ctl.breaker_open:
+                return False
+            g.trip_breaker(tx, ctl, list(signals), now=now, op_key=trigger)
+            return True
+
+        return self._run(work, f"trip breaker {action}", exclusive_class=action)
+
+    def apply_authority_step(
+        self,
+        action: str,
+        axis: str,
+        new: object,
+        *,
+        evidence: Mapping[str, object],
+        reverse_on: str,
+        operator: str,
+        now: float,
+    ) -> AuthorityStep:
+        return self._run(
+            lambda tx, _: g.apply_step(
+                tx,
+                action,
+                axis,
+                new,
+                evidence=evidence,
+                reverse_on=reverse_on,
+                operator=operator,
+                now=now,
+            ),
+            f"authority step {action}",
+            exclusive_class=action,
+        )
+
+    def authority_history(self, action: str | None = None) -> list[AuthorityStep]:
+        clause, args = where((("action =", action),))
+        return [
+            sql.step_from_row(r)
+            for r in self._rows(
+                f"SELECT {sql.STEP_COLUMNS} FROM authority_steps {clause} ORDER BY id",
+                args,
+                "authority_history",
+            )
+        ]
+
+    def record_incumbent(
+        self,
+        correlation_id: str,
+        action: str,
+        fingerprint: str | None,
+        effect: Mapping[str, object] | None,
+        *,
+        source: str,
+        now: float,
+    ) -> None:
+        def work(tx: SharedTx, _: Operation | None) -> None:
+            tx.write(
+                sql.UPSERT_INCUMBENT,
+                (
+                    correlation_id,
+                    action,
+                    fingerprint,
+                    dumps(effect) if effect is not None else None,
+                    source,
+                    now,
+                ),
+            )
+            tx.audit(
+                "incumbent_outcome",
+                {
+                    "correlation_id": correlation_id,
+                    "action": action,
+                    "fingerprint": fingerprint,
+                    "source": source,
+                },
+                now,
+            )
+
+        self._run(work, "record_incumbent")
+
+    def shadow_pairs(self, action: str | None = None) -> list[ShadowPair]:
+        query = (
+            sql.SHADOW_PAIRS.format(w="WHERE s.action = ?", a="AND i.action = ?")
+            if action
+            else sql.SHADOW_PAIRS.format(w="", a="")
+        )
+        return [
+            sql.shadow_pair_from_row(r)
+            for r in self._rows(query, (action, action) if action else (), "shadow_pairs")
+        ]
+
+    # --- approvals ------------------------------------------------------------------------
+
+    def approval_request(self, scope: str, operation_id: str) -> ApprovalRequest | None:
+        rows = self._rows(sql.SELECT_REQUEST, (scope, operation_id), "approval_request")
+        if not rows:
+            return None
+        r = rows[0]
+        return ApprovalRequest(
+            scope, operation_id, r[0], int(r[1]), float(r[2]), tuple(json.loads(r[3]))
+        )
+
+    def list_approvals(self, scope: str, operation_id: str) -> list[ApprovalRecord]:
+        return [
+            ApprovalRecord(*r)
+            for r in self._rows(
+                "SELECT approver, verdict, fingerprint, reason, at FROM approvals WHERE scope = ? "
+                "AND operation_id = ? ORDER BY at, approver",
+                (scope, operation_id),
+                "list_approvals",
+            )
+        ]
+
+    def decide_approval(
+        self,
+        scope: str,
+        operation_id: str,
+        *,
+        approver: str,
+        fingerprint: str,
+        approve: bool,
+        reason: str | None,
+        now: float,
+    ) -> ApprovalOutcome:
+        def work(tx: SharedTx, row: Operation | None) -> ApprovalOutcome:
+            req = tx.rows(sql.SELECT_REQUEST, (scope, operation_id))
+            row, required, expires_at = g.check_approval(
+                row,
+                req[0] if req else None,
+                scope=scope,
+                operation_id=operation_id,
+                approver=approver,
+                fingerprint=fingerprint,
+            )
+            answered = tx.rows(
+                "SELECT approver, verdict FROM approvals WHERE scope = ? AND operation_id = ?",
+                (scope, operation_id),
+            )
+            if any(who == approver for who, _ in answered):
+                raise DuplicateApprover(
+                    f"{approver!r} already answered for {operation_id!r}; "
+                    "approvers must be distinct"
+                )
+            if now >= expires_at:
+                expired = g.move_locked(
+                    tx,
+                    row,
+                    State.DENIED,
+                    now,
+                    "approval expired",
+                    {"by": approver, "reason": "approval expired"},
+                )
+                return ApprovalOutcome(expired, 0, required, expired=True)
+            verdict = "approve" if approve else "refuse"
+            tx.write(
+                "INSERT INTO approvals VALUES (?,?,?,?,?,?,?)",
+                (scope, operation_id, approver, verdict, fingerprint, reason, now),
+            )
+            tx.audit(
+                "approval",
+                {
+                    "approver": approver,
+                    "verdict": verdict,
+                    "fingerprint": fingerprint,
+                    "reason": reason,
+                },
+                now,
+                scope,
+                operation_id,
+            )
+            count = sum(1 for _, v in answered if v == "approve") + int(approve)
+            if not approve:
+                row = g.move_locked(
+                    tx,
+                    row,
+                    State.DENIED,
+                    now,
+                    f"refused by {approver}",
+                    {"by": approver, "reason": reason},
+                )
+            elif count >= required:
+                row = g.move_locked(
+                    tx, row, State.VALIDATED, now, None, {"approvals": count, "required": required}
+                )
+            return ApprovalOutcome(row, count, required)
+
+        return self._run(
+            work,
+            f"approval {scope}:{operation_id}",
+            key=(scope, operation_id),
+            row=(scope, operation_id),
+        )
+
+    def expire_approvals(self, *, now: float) -> list[Operation]:
+        """Deny every ``awaiting_approval`` row whose approval window has closed."""
+        keys = self._rows(
+            "SELECT r.scope, r.operation_id FROM approval_requests r JOIN operations o "
+            "ON o.scope = r.scope AND o.operation_id = r.operation_id "
+            "WHERE o.state = 'awaiting_approval' AND r.expires_at <= ?",
+            (now,),
+            "expire_approvals",
+        )
+
+        def work(tx: SharedTx, row: Operation | None) -> Operation | None:
+            if row is None or row.state is not State.AWAITING_APPROVAL:
+                return None  # answered or expired by someone else meanwhile
+            return g.move_locked(
+                tx,
+                row,
+                State.DENIED,
+                now,
+                "approval expired",
+                {"by": "system:expiry", "reason": "approval expired"},
+            )
+
+        out: list[Operation] = []
+        for scope, op in keys:
+            denied = self._run(work, f"expire {scope}:{op}", key=(scope, op), row=(scope, op))
+            if denied is not None:
+                out.append(denied)
+        return out
+
+    # --- alerts -------------------------------------------------------------------------
+
+    def record_alert(self, alert: Alert) -> bool:
+        return self._run(
+            lambda tx, _: tx.record_alert(
+                alert.kind, alert.subject, alert.action, alert.message, alert.detail, alert.at
+            ),
+            "record_alert",
+        )
+
+    def list_alerts(self, limit: int = 1000) -> list[Alert]:
+        return self.list_alerts_in(None, limit=limit)
+
+    def list_alerts_in(self, scope: str | None = None, *, limit: int = 1000) -> list[Alert]:
+        clause, args = scoped("subject", scope)
+        return [
+            sql.alert_from_row(r)
+            for r in self._rows(
+                f"SELECT {sql.ALERT_COLUMNS} FROM alerts {clause} ORDER BY id LIMIT ?",
+                (*args, limit),
+                "list_alerts",
+            )
+        ]

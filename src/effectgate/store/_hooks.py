@@ -1,0 +1,43 @@
+"""The two hooks every shared store role is written over (see :mod:`effectgate.store._ledger`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from effectgate.store._tx import SharedTx
+from effectgate.store.base import Operation, scope_key_range
+
+__all__ = ["StoreHooks", "Work", "scoped"]
+
+T = TypeVar("T")
+Work = Callable[[SharedTx, Operation | None], T]
+
+
+class StoreHooks:
+    """A read in autocommit and one write transaction: all a shared role needs of a dialect."""
+
+    def _rows(
+        self, query: str, args: Sequence[Any] = (), what: str = "read"
+    ) -> list[Sequence[Any]]:
+        raise NotImplementedError
+
+    def _run(
+        self,
+        work: Work[T],
+        what: str,
+        *,
+        key: tuple[str | None, str | None] = (None, None),
+        shared_class: str | None = None,
+        exclusive_class: str | None = None,
+        row: tuple[str, str] | None = None,
+    ) -> T:
+        raise NotImplementedError
+
+
+def scoped(column: str, scope: str | None) -> tuple[str, Sequence[Any]]:
+    """A key-range filter on one scope's operation keys (see ``scope_key_range``)."""
+    if scope is None:
+        return "", ()
+    low, high = scope_key_range(scope)
+    return f"WHERE {column} >= ? AND {column} < ?", (low, high)
