@@ -23,7 +23,8 @@ from effectgate._audit import verify_store
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import CommitOutcomeUnknown
 from effectgate.examples import EXAMPLE_ORDER, default_registry
-from effectgate.store._sqlite_tx import TxGate
+from effectgate.store._group_commit import TxGate
+from effectgate.store._sqlite_tx import SQLiteEngine
 from effectgate.store.sqlite import SQLiteStore
 
 
@@ -41,7 +42,7 @@ def gate(tmp_path: Path) -> Iterator[TxGate]:
     commits: list[str] = []
     conn.set_trace_callback(lambda sql: commits.append(sql) if sql == "COMMIT" else None)
     reader = sqlite3.connect(tmp_path / "g.db", isolation_level=None, check_same_thread=False)
-    tx = TxGate(conn, reader)
+    tx = TxGate(SQLiteEngine(), conn, reader)
     tx.commits = commits  # type: ignore[attr-defined]
     yield tx
     tx.close()

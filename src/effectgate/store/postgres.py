@@ -23,6 +23,7 @@ from effectgate._audit import lane_for
 from effectgate._core.controls import DispatchGuard
 from effectgate._core.states import State
 from effectgate.errors import StoreError
+from effectgate.store import _postgres_tx as pgtx
 from effectgate.store import _sql as sql
 from effectgate.store._guard import SEND, approval_request_args, journal_new, path_audit
 from effectgate.store._ledger import SQLStore, Work
@@ -35,17 +36,7 @@ from effectgate.store._postgres_conn import (
     split_schema,
 )
 from effectgate.store._postgres_schema import LANES, MIGRATIONS
-from effectgate.store._postgres_tx import (
-    CHANGED_COLUMNS,
-    PgTx,
-    audit_params,
-    cas_params,
-    cas_sql,
-    chain_ctes,
-    lock_key,
-    pg_sql,
-    row_params,
-)
+from effectgate.store._postgres_tx import PgTx, audit_params, cas_params, pg_sql
 from effectgate.store._schema import apply_migrations, backfill_chain
 from effectgate.store.base import (
     Journal,
@@ -96,7 +87,7 @@ apr AS (
     SELECT %(scope)s, %(operation_id)s, %(fingerprint)s, %(required)s::integer,
            %(expires_at)s::float8, %(proposers)s FROM ins WHERE %(approval)s
 ),
-{chain_ctes("ins")}
+{pgtx.chain_ctes("ins")}
 SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM ctl)
 """
 
@@ -111,18 +102,18 @@ _TWO_LOCKS = (
 def _fast_transition_sql(returning: str) -> str:
     return f"""
 WITH RECURSIVE
-upd AS ({cas_sql(returning)}
+upd AS ({pgtx.cas_sql(returning)}
 ),
-{chain_ctes("upd")}
+{pgtx.chain_ctes("upd")}
 SELECT {returning} FROM upd
 """
 
 
 _FAST_TRANSITION = _fast_transition_sql(sql.OP_COLUMNS)
 # When the caller holds the row (the receipt path), only what the update changed comes back.
-_FAST_TRANSITION_CHANGED = _fast_transition_sql(CHANGED_COLUMNS)
+_FAST_TRANSITION_CHANGED = _fast_transition_sql(pgtx.CHANGED_COLUMNS)
 # One compare-and-set of a batch (transition_many): the same update as a single transition.
-_CAS_ONE = cas_sql("1")
+_CAS_ONE = pgtx.cas_sql("1")
 
 # The CTE is MATERIALIZED so the locked, skipped and limited set is computed exactly once.
 _LEASE = f"""
@@ -204,7 +195,10 @@ class PostgresStore(PgConnections, SQLStore):
             # statement (_TWO_LOCKS nests them so the order is fixed).
             conn.execute(
                 _TWO_LOCKS,
-                (lock_key(self.schema, new.op_key, "op"), lock_key(self.schema, new.action)),
+                (
+                    pgtx.lock_key(self.schema, new.op_key, "op"),
+                    pgtx.lock_key(self.schema, new.action),
+                ),
             )
 
         # A configured breaker records and reads its windows before deciding: the full path.
@@ -250,7 +244,7 @@ class PostgresStore(PgConnections, SQLStore):
             raise StoreError(f"the one-statement path writes one audit entry, not {len(entries)}")
         req = approval_request_args(new, guard, now)
         params = {
-            **row_params(new, final, now, intent),
+            **pgtx.row_params(new, final, now, intent),
             "dispatch": final is State.SUBMITTED,
             "value_micros": guard.value_micros if guard is not None else None,
             "approval": final is State.AWAITING_APPROVAL,

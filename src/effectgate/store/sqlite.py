@@ -20,6 +20,7 @@ from effectgate._core.controls import DispatchGuard
 from effectgate._core.states import State
 from effectgate.errors import LedgerNotFound, StoreError
 from effectgate.store import _sql as sql
+from effectgate.store._group_commit import TxGate, store_error
 from effectgate.store._guard import journal_new
 from effectgate.store._ledger import SQLStore, Work
 from effectgate.store._sqlite_schema import (
@@ -28,7 +29,7 @@ from effectgate.store._sqlite_schema import (
     migrate,
     register_chain_function,
 )
-from effectgate.store._sqlite_tx import TxGate, store_error
+from effectgate.store._sqlite_tx import SQLiteEngine
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import Journal, Move, NewOperation, Operation, check_moves, dumps, moved
 
@@ -210,7 +211,7 @@ class SQLiteStore(SQLStore):
             # Reads on their own connection: committed rows only, beside the writer (WAL only:
             # in rollback-journal mode a reader would block the writer's COMMIT).
             reader = _connect(path, busy_timeout_ms, "PRAGMA query_only = 1") if wal else None
-            self._gate = TxGate(self._conn, reader)
+            self._gate = TxGate(SQLiteEngine(), self._conn, reader)
         except sqlite3.Error as exc:
             with suppress(Exception):
                 self._conn.close()
@@ -231,7 +232,7 @@ class SQLiteStore(SQLStore):
 
     def _tx(self) -> AbstractContextManager[sqlite3.Connection]:
         """One write transaction body, durable when the block returns (group commit and how
-        its failures are classified: :mod:`effectgate.store._sqlite_tx`)."""
+        its failures are classified: :mod:`effectgate.store._group_commit`)."""
         return self._gate.transaction()
 
     @contextmanager
