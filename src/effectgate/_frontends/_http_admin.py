@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 
 from effectgate._core.states import State
 from effectgate._execute.executor import uncertain_cause
-from effectgate._frontends._http_controls import _visible, controls_router
+from effectgate._frontends._http_controls import controls_router, visible_scope
 from effectgate._frontends._models import OperationOut, operation_dict
 from effectgate._service import Service, report_dict
 from effectgate.errors import OperationNotFound, PermissionDenied
@@ -78,7 +78,7 @@ def admin_router(service: Service, operator: Any, errors: dict[int | str, Any]) 
         older_than: Annotated[float | None, Query(ge=0, le=1e9)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> list[dict[str, Any]]:
-        visible = _visible(who, scope)
+        visible = visible_scope(who, scope)
         cutoff = time.time() - older_than if older_than is not None else None
         rows = await run_in_threadpool(
             lambda: service.store.list_operations(
@@ -93,7 +93,7 @@ def admin_router(service: Service, operator: Any, errors: dict[int | str, Any]) 
         summary="One operation with its intent snapshot and audit trail",
     )
     async def show_operation(who: operator, scope: str, operation_id: str) -> dict[str, Any]:
-        _visible(who, scope)
+        visible_scope(who, scope)
 
         def load() -> dict[str, Any]:
             row = service.store.get(scope, operation_id)

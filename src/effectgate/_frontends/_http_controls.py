@@ -31,7 +31,7 @@ from effectgate._frontends._models import OperationOut, operation_dict
 from effectgate._service import Principal, Service
 from effectgate.errors import ControlError, PermissionDenied
 
-__all__ = ["controls_router"]
+__all__ = ["controls_router", "visible_scope"]
 
 T = TypeVar("T")
 Action = Annotated[str, Field(max_length=64)]
@@ -167,7 +167,7 @@ def _global(who: Principal, what: str) -> None:
         raise PermissionDenied(f"{what} acts on every tenant: needs an operator of scope '*'")
 
 
-def _visible(who: Principal, scope: str | None) -> str | None:
+def visible_scope(who: Principal, scope: str | None) -> str | None:
     """The scope filter an operator may use: theirs, or any when their scope is ``*``."""
     if who.scope == "*":
         return scope
@@ -269,7 +269,7 @@ def controls_router(service: Service, operator: Any, errors: dict[int | str, Any
         scope: Annotated[str | None, Query(max_length=64)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> list[dict[str, Any]]:
-        visible = _visible(who, scope)
+        visible = visible_scope(who, scope)
         if action is not None:
             service.config.registry.get(action)
         rows = await call(service.store.list_held, action=action, scope=visible, limit=limit)
@@ -312,7 +312,7 @@ def controls_router(service: Service, operator: Any, errors: dict[int | str, Any
         scope: Annotated[str | None, Query(max_length=64)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> list[dict[str, Any]]:
-        visible = _visible(who, scope)
+        visible = visible_scope(who, scope)
 
         def load() -> list[dict[str, Any]]:
             out = []
@@ -337,7 +337,7 @@ def controls_router(service: Service, operator: Any, errors: dict[int | str, Any
     async def decide(
         who: Principal, scope: str, operation_id: str, body: DecisionIn, approve: bool
     ) -> dict[str, Any]:
-        _visible(who, scope)
+        visible_scope(who, scope)
 
         def run() -> dict[str, Any]:
             fn = op.approve if approve else op.refuse
@@ -493,7 +493,7 @@ def controls_router(service: Service, operator: Any, errors: dict[int | str, Any
         summary="One operation's evidence bundle (verifies offline)",
     )
     async def audit_export(who: operator, scope: str, operation_id: str) -> dict[str, Any]:
-        _visible(who, scope)
+        visible_scope(who, scope)
         return await call(op.export_evidence, operation_id, scope=scope)
 
     @router.get(
@@ -504,7 +504,7 @@ def controls_router(service: Service, operator: Any, errors: dict[int | str, Any
     async def alerts(
         who: operator, limit: Annotated[int, Query(ge=1, le=10000)] = 1000
     ) -> list[dict[str, object]]:
-        rows = await call(service.store.list_alerts_in, _visible(who, None), limit=limit)
+        rows = await call(service.store.list_alerts_in, visible_scope(who, None), limit=limit)
         return [a.to_dict() for a in rows]
 
     return router

@@ -88,9 +88,9 @@ def _operator(store: str) -> Iterator[Operator]:
 
     registry: Registry
     if store.endswith(".toml"):
-        from effectgate._frontends.cli_service import _load
+        from effectgate._frontends.cli_service import load_service_config
 
-        cfg = _load(store)
+        cfg = load_service_config(store)
         ledger = open_store(cfg.store.url, **dict(cfg.store.options))
         registry = cfg.registry
     else:

@@ -61,7 +61,7 @@ def _invalid(*messages: str) -> NoReturn:
     raise typer.Exit(EXIT_USAGE)
 
 
-def _load(config: str) -> ServiceConfig:
+def load_service_config(config: str) -> ServiceConfig:
     from effectgate._service import load_config
 
     try:
@@ -79,7 +79,7 @@ def open_ledger(store: str | None, config: str | None) -> Store:
         raise typer.Exit(EXIT_USAGE)
     if store is not None:
         return open_store(store)
-    cfg = _load(config or "")
+    cfg = load_service_config(config or "")
     return open_store(cfg.store.url, **dict(cfg.store.options))
 
 
@@ -129,7 +129,7 @@ def service_from(
     """
     from effectgate._service import Service, configure_logging, preflight
 
-    cfg = _load(config)
+    cfg = load_service_config(config)
     if log_level is not None:
         configure_logging(log_level, log_format.value if log_format else cfg.service.log_format)
     checked = preflight(cfg)
@@ -208,7 +208,7 @@ def check(
     """Check that `serve` will start: the file, credentials, the store (exit 2 naming the key)."""
     from effectgate._service import preflight
 
-    cfg = _load(config)
+    cfg = load_service_config(config)
     checked = preflight(cfg, connect=connect)
     if not checked.ok:
         _invalid(*checked.problems)
