@@ -20,7 +20,7 @@ from effectgate._core.states import State
 from effectgate.errors import DuplicateApprover
 from effectgate.store import _guard as g
 from effectgate.store import _sql as sql
-from effectgate.store._hooks import StoreHooks, scoped
+from effectgate.store._hooks import Hold, StoreHooks, scoped
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import Operation, dumps, where
 
@@ -67,7 +67,7 @@ class ControlRoles(StoreHooks):
             tx.audit(kind, {"action": action, "operator": operator, **detail}, now)
             return new
 
-        return self._run(work, f"{kind} {action}", exclusive_class=action)
+        return self._run(work, f"{kind} {action}", Hold(exclusive_class=action))
 
     def set_kill(
         self, action: str, on: bool, *, operator: str, reason: str | None, now: float
@@ -124,7 +124,7 @@ class ControlRoles(StoreHooks):
             g.trip_breaker(tx, ctl, list(signals), now=now, op_key=trigger)
             return True
 
-        return self._run(work, f"trip breaker {action}", exclusive_class=action)
+        return self._run(work, f"trip breaker {action}", Hold(exclusive_class=action))
 
     def apply_authority_step(
         self,
@@ -149,7 +149,7 @@ class ControlRoles(StoreHooks):
                 now=now,
             ),
             f"authority step {action}",
-            exclusive_class=action,
+            Hold(exclusive_class=action),
         )
 
     def authority_history(self, action: str | None = None) -> list[AuthorityStep]:
@@ -307,8 +307,7 @@ class ControlRoles(StoreHooks):
         return self._run(
             work,
             f"approval {scope}:{operation_id}",
-            key=(scope, operation_id),
-            row=(scope, operation_id),
+            Hold(key=(scope, operation_id), row=(scope, operation_id)),
         )
 
     def expire_approvals(self, *, now: float) -> list[Operation]:
@@ -335,7 +334,7 @@ class ControlRoles(StoreHooks):
 
         out: list[Operation] = []
         for scope, op in keys:
-            denied = self._run(work, f"expire {scope}:{op}", key=(scope, op), row=(scope, op))
+            denied = self._run(work, f"expire {scope}:{op}", Hold(key=(scope, op), row=(scope, op)))
             if denied is not None:
                 out.append(denied)
         return out

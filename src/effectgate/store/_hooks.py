@@ -3,15 +3,31 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import Operation, scope_key_range
 
-__all__ = ["StoreHooks", "Work", "scoped"]
+__all__ = ["Hold", "StoreHooks", "Work", "scoped"]
 
 T = TypeVar("T")
 Work = Callable[[SharedTx, Operation | None], T]
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """What one write transaction holds, for the dialect to lock: the audit lane of ``key``
+    (an operation; none: the operators' lane), a class's controls (``shared_class`` to read them,
+    ``exclusive_class`` to change them) and an operation ``row``, read for the transaction."""
+
+    key: tuple[str | None, str | None] = (None, None)
+    shared_class: str | None = None
+    exclusive_class: str | None = None
+    row: tuple[str, str] | None = None
+
+
+NO_HOLD = Hold()
 
 
 class StoreHooks:
@@ -22,16 +38,7 @@ class StoreHooks:
     ) -> list[Sequence[Any]]:
         raise NotImplementedError
 
-    def _run(
-        self,
-        work: Work[T],
-        what: str,
-        *,
-        key: tuple[str | None, str | None] = (None, None),
-        shared_class: str | None = None,
-        exclusive_class: str | None = None,
-        row: tuple[str, str] | None = None,
-    ) -> T:
+    def _run(self, work: Work[T], what: str, hold: Hold = NO_HOLD) -> T:
         raise NotImplementedError
 
 

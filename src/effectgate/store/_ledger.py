@@ -27,15 +27,17 @@ from effectgate.errors import OperationNotFound, StaleState
 from effectgate.store import _guard as g
 from effectgate.store import _sql as sql
 from effectgate.store._controls import ControlRoles
-from effectgate.store._hooks import Work, scoped
+from effectgate.store._hooks import Hold, Work, scoped
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import (
     AuditEvent,
     Divergence,
     Journal,
     LedgerEntry,
+    Move,
     NewOperation,
     Operation,
+    check_moves,
     check_path,
     conflict,
     dumps,
@@ -135,9 +137,7 @@ class SQLStore(ControlRoles):
                 tx, row, action, scope, operation_id, guard, audit, now
             ),
             f"dispatch {scope}:{operation_id}",
-            key=(scope, operation_id),
-            shared_class=action,
-            row=(scope, operation_id),
+            Hold(key=(scope, operation_id), shared_class=action, row=(scope, operation_id)),
         )
 
     @staticmethod
@@ -192,6 +192,36 @@ class SQLStore(ControlRoles):
         # A miss wrote nothing; the state read now only classifies it.
         state = self._get_or_raise(scope, operation_id).state
         raise StaleState(f"operation {operation_id!r} is {state.value!r}, not {expected.value!r}")
+
+    def transition_many(self, moves: Sequence[Move], *, now: float) -> list[bool]:
+        """Each move's compare-and-set, then its audit entry, in one transaction (a stale move
+        writes nothing). A dialect whose writers take row locks orders them to avoid deadlock
+        (PostgreSQL overrides this)."""
+        check_moves(moves)
+        if not moves:
+            return []
+
+        def work(tx: SharedTx, _: Operation | None) -> list[bool]:
+            applied: list[bool] = []
+            for m in moves:
+                moved = tx.rows(
+                    sql.CAS_MOVE,
+                    (
+                        m.target.value,
+                        now,
+                        m.venue_id,
+                        m.detail,
+                        m.scope,
+                        m.operation_id,
+                        m.expected.value,
+                    ),
+                )
+                applied.append(bool(moved))
+                if moved:
+                    tx.audit("transition", m.event(), now, m.scope, m.operation_id)
+            return applied
+
+        return self._run(work, f"transition_many ({len(moves)} moves)")
 
     def _get_or_raise(self, scope: str, operation_id: str) -> Operation:
         row = self.get(scope, operation_id)
@@ -366,7 +396,9 @@ class SQLStore(ControlRoles):
             return True
 
         return self._run(
-            work, f"record_divergence {kind} {op_key}", key=(scope or None, operation_id or None)
+            work,
+            f"record_divergence {kind} {op_key}",
+            Hold(key=(scope or None, operation_id or None)),
         )
 
     def list_divergences(self, limit: int = 1000) -> list[Divergence]:
@@ -405,7 +437,7 @@ class SQLStore(ControlRoles):
         self._run(
             lambda tx, _: tx.audit(kind, detail, now, scope, operation_id),
             f"audit {kind}",
-            key=(scope, operation_id),
+            Hold(key=(scope, operation_id)),
         )
 
     def iter_audit(self, after_seq: int = 0) -> Iterator[AuditEvent]:

@@ -26,6 +26,7 @@ import psycopg
 from effectgate._audit import GENESIS, chain_hash, content_digest
 from effectgate._core.states import State
 from effectgate.store import _sql as sql
+from effectgate.store._hooks import NO_HOLD, Hold
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import NewOperation, Operation, dumps
 
@@ -224,24 +225,17 @@ class PgTx(SharedTx):
 
     # --- prelude and flush ----------------------------------------------------------------
 
-    def open(
-        self,
-        *,
-        shared_class: str | None = None,
-        exclusive_class: str | None = None,
-        row: tuple[str, str] | None = None,
-        row_for_update: bool = False,
-    ) -> Cur:
+    def open(self, hold: Hold = NO_HOLD, *, lock_row: bool = True) -> Cur:
         """Queue the prelude statements (call inside ``conn.pipeline()``)."""
         c = self.conn
-        if shared_class or exclusive_class:
-            name = str(exclusive_class or shared_class)
-            c.execute(*class_lock(self.schema, name, exclusive=exclusive_class is not None))
+        if hold.shared_class or hold.exclusive_class:
+            name = str(hold.exclusive_class or hold.shared_class)
+            c.execute(*class_lock(self.schema, name, exclusive=hold.exclusive_class is not None))
             self._cursors["controls"] = c.execute(pg_sql(sql.SELECT_CONTROLS), (name,))
             self._controls_name = name
-        if row:
-            lock = " FOR UPDATE" if row_for_update else ""
-            self._cursors["row"] = c.execute(pg_sql(sql.SELECT_OP) + lock, row)
+        if hold.row:
+            lock = " FOR UPDATE" if lock_row else ""
+            self._cursors["row"] = c.execute(pg_sql(sql.SELECT_OP) + lock, hold.row)
         self._cursors["head"] = c.execute(
             "SELECT seq, hash FROM audit_heads WHERE lane = %s FOR UPDATE", (self.lane,)
         )

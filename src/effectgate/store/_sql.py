@@ -49,6 +49,12 @@ CHAIN_COLUMNS = "seq, lane, at, scope, operation_id, kind, detail, prev_hash, ha
 DIVERGENCE_COLUMNS = "kind, op_key, venue_ids, ledger_state, first_seen"
 ALERT_COLUMNS = "kind, subject, action, message, detail, at"
 
+# A batch move's compare-and-set (Store.transition_many): the row moves only from ``expected``.
+CAS_MOVE = (
+    "UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
+    "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), lease_owner = NULL, "
+    "lease_until = NULL WHERE scope = ? AND operation_id = ? AND state = ? RETURNING 1"
+)
 SELECT_OP = f"SELECT {OP_COLUMNS} FROM operations WHERE scope = ? AND operation_id = ?"
 SELECT_CONTROLS = f"SELECT {CONTROL_COLUMNS} FROM class_controls WHERE action = ?"
 SELECT_REQUEST = (

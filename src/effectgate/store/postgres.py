@@ -23,18 +23,13 @@ from effectgate._audit import lane_for
 from effectgate._core.controls import DispatchGuard
 from effectgate._core.states import State
 from effectgate.errors import StoreError
+from effectgate.store import _postgres_conn as pgc
 from effectgate.store import _postgres_tx as pgtx
 from effectgate.store import _sql as sql
 from effectgate.store._guard import SEND, approval_request_args, journal_new, path_audit
+from effectgate.store._hooks import NO_HOLD, Hold
 from effectgate.store._ledger import SQLStore, Work
-from effectgate.store._postgres_conn import (
-    PgConnections,
-    check_schema_name,
-    drop_schema,
-    first_line,
-    lock_key_sql,
-    split_schema,
-)
+from effectgate.store._postgres_conn import PgConnections, drop_schema, split_schema
 from effectgate.store._postgres_schema import LANES, MIGRATIONS
 from effectgate.store._postgres_tx import PgTx, audit_params, cas_params, pg_sql
 from effectgate.store._schema import apply_migrations, backfill_chain
@@ -49,7 +44,7 @@ from effectgate.store.base import (
     moved,
 )
 
-__all__ = ["MIGRATIONS", "PostgresStore", "check_schema_name", "drop_schema", "split_schema"]
+__all__ = ["MIGRATIONS", "PostgresStore", "drop_schema", "split_schema"]
 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
@@ -149,29 +144,15 @@ class PostgresStore(PgConnections, SQLStore):
         text = pg_sql(query)
         return self._read(lambda conn: conn.execute(text, args).fetchall(), what)
 
-    def _run(
-        self,
-        work: Work[T],
-        what: str,
-        *,
-        key: tuple[str | None, str | None] = (None, None),
-        shared_class: str | None = None,
-        exclusive_class: str | None = None,
-        row: tuple[str, str] | None = None,
-    ) -> T:
+    def _run(self, work: Work[T], what: str, hold: Hold = NO_HOLD) -> T:
         """One transaction: the class lock, the row FOR UPDATE, then the audit lane's head of
-        ``key`` (operator actions: lane 0); ``work``'s writes and entries go at COMMIT time."""
-        lane = lane_for(key[0], key[1], LANES)
+        ``hold.key`` (operator actions: lane 0); ``work``'s writes and entries go at COMMIT."""
+        lane = lane_for(hold.key[0], hold.key[1], LANES)
         holder: dict[str, PgTx] = {}
 
         def first(conn: Conn) -> Cur:
             tx = holder["tx"] = PgTx(conn, self.schema, lane)
-            return tx.open(
-                shared_class=shared_class,
-                exclusive_class=exclusive_class,
-                row=row,
-                row_for_update=True,
-            )
+            return tx.open(hold)
 
         def then(conn: Conn, _: Cur) -> T:
             tx = holder["tx"]
@@ -216,7 +197,10 @@ class PostgresStore(PgConnections, SQLStore):
         def then(conn: Conn, _: Cur) -> Journal:
             tx = PgTx(conn, self.schema, lane_for(new.scope, new.operation_id, LANES))
             with conn.pipeline():
-                tx.open(shared_class=new.action, row=(new.scope, new.operation_id))
+                # The key's lock is held already: a plain read of the row suffices.
+                tx.open(
+                    Hold(shared_class=new.action, row=(new.scope, new.operation_id)), lock_row=False
+                )
             existing = tx.collect()
             if existing is not None:
                 return Journal(existing, False)
@@ -370,7 +354,7 @@ class PostgresStore(PgConnections, SQLStore):
         def first(conn: Conn) -> Cur:
             return conn.execute(
                 psql.SQL("SELECT pg_advisory_xact_lock({})").format(
-                    lock_key_sql("migrate", self.schema)
+                    pgc.lock_key_sql("migrate", self.schema)
                 )
             )
 
@@ -423,14 +407,16 @@ class PostgresStore(PgConnections, SQLStore):
             return
         try:
             conn = self._lock_connection()
-            key = lock_key_sql("sweep", self.schema)
+            key = pgc.lock_key_sql("sweep", self.schema)
             try:
                 row = conn.execute(
                     psql.SQL("SELECT pg_try_advisory_lock({})").format(key)
                 ).fetchone()
             except psycopg.Error as exc:
                 self._drop_lock_connection()
-                raise StoreError(f"sweep lock: {type(exc).__name__}: {first_line(exc)}") from exc
+                raise StoreError(
+                    f"sweep lock: {type(exc).__name__}: {pgc.first_line(exc)}"
+                ) from exc
             acquired = bool(row and row[0])
             try:
                 yield acquired

@@ -20,18 +20,14 @@ from effectgate._core.controls import DispatchGuard
 from effectgate._core.states import State
 from effectgate.errors import LedgerNotFound, StoreError
 from effectgate.store import _sql as sql
+from effectgate.store import _sqlite_schema as schema
 from effectgate.store._group_commit import TxGate, store_error
 from effectgate.store._guard import journal_new
+from effectgate.store._hooks import NO_HOLD, Hold
 from effectgate.store._ledger import SQLStore, Work
-from effectgate.store._sqlite_schema import (
-    advance_head,
-    chained_audit,
-    migrate,
-    register_chain_function,
-)
 from effectgate.store._sqlite_tx import SQLiteEngine
 from effectgate.store._tx import SharedTx
-from effectgate.store.base import Journal, Move, NewOperation, Operation, check_moves, dumps, moved
+from effectgate.store.base import Journal, NewOperation, Operation, dumps, moved
 
 __all__ = ["SQLiteStore"]
 
@@ -97,7 +93,7 @@ class SQLiteTx(SharedTx):
         scope: str | None = None,
         operation_id: str | None = None,
     ) -> None:
-        self._last = chained_audit(
+        self._last = schema.chained_audit(
             self.conn, at, scope, operation_id, kind, detail, advance_head=False
         )
 
@@ -162,7 +158,7 @@ class SQLiteTx(SharedTx):
     def finish(self) -> None:
         """Record the transaction's last entry as the head unless a row records it."""
         if self._last is not None and self._last != self._anchored:
-            advance_head(self.conn, *self._last)
+            schema.advance_head(self.conn, *self._last)
 
 
 def _connect(path: str, busy_timeout_ms: int, *pragmas: str) -> sqlite3.Connection:
@@ -207,7 +203,7 @@ class SQLiteStore(SQLStore):
                 mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
                 wal = bool(mode) and str(mode[0]).lower() == "wal"
             self._conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-            register_chain_function(self._conn)
+            schema.register_chain_function(self._conn)
             # Reads on their own connection: committed rows only, beside the writer (WAL only:
             # in rollback-journal mode a reader would block the writer's COMMIT).
             reader = _connect(path, busy_timeout_ms, "PRAGMA query_only = 1") if wal else None
@@ -258,19 +254,10 @@ class SQLiteStore(SQLStore):
             yield tx
             tx.finish()  # not after an error: the body is rolled back
 
-    def _run(
-        self,
-        work: Work[T],
-        what: str,
-        *,
-        key: tuple[str | None, str | None] = (None, None),
-        shared_class: str | None = None,
-        exclusive_class: str | None = None,
-        row: tuple[str, str] | None = None,
-    ) -> T:
+    def _run(self, work: Work[T], what: str, hold: Hold = NO_HOLD) -> T:
         # BEGIN IMMEDIATE holds the only write lock: it orders classes, rows and the chain.
         with self._shared_tx() as tx:
-            found = tx.rows(sql.SELECT_OP, row) if row is not None else []
+            found = tx.rows(sql.SELECT_OP, hold.row) if hold.row is not None else []
             return work(tx, sql.operation_from_row(found[0]) if found else None)
 
     def _journal(
@@ -322,40 +309,11 @@ class SQLiteStore(SQLStore):
             return None
         return moved(known, target, now, changed)
 
-    def transition_many(self, moves: Sequence[Move], *, now: float) -> list[bool]:
-        check_moves(moves)
-        if not moves:
-            return []
-        applied: list[bool] = []
-        with self._shared_tx() as tx:
-            for m in moves:
-                # The compare-and-set first: a stale move writes no entry. The head is
-                # recorded once, after the batch.
-                changed = tx.rows(
-                    _CAS,
-                    (
-                        m.target.value,
-                        now,
-                        m.venue_id,
-                        m.detail,
-                        None,
-                        None,
-                        None,
-                        m.scope,
-                        m.operation_id,
-                        m.expected.value,
-                    ),
-                )
-                applied.append(bool(changed))
-                if changed:
-                    tx.audit("transition", m.event(), now, m.scope, m.operation_id)
-        return applied
-
     # --- schema, leases, locks, heads: SQLite's own -----------------------------------------
 
     def migrate(self) -> None:
         with self._tx() as conn:
-            migrate(conn)
+            schema.migrate(conn)
 
     def audit_anchor_mismatches(self) -> list[tuple[int, str]]:
         """Operations rows and the audit_heads row whose recorded entry is gone or differs
