@@ -10,11 +10,11 @@ demo scenario, a crash schedule.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, MutableMapping
 from dataclasses import dataclass
 
 from effectgate._core.intent import Registry
-from effectgate._core.states import State
+from effectgate._core.states import TERMINAL, State
 from effectgate._execute.adapter import OutboundRequest
 from effectgate.store.roles import Store
 
@@ -25,7 +25,10 @@ __all__ = [
     "at_most_one_dispatch",
     "audit_chain_verifies",
     "duplicates_reported",
+    "no_dispatch_while_held",
     "no_write_off_inside_horizon",
+    "terminal_rows_unchanged",
+    "uncertain_rows_settled",
 ]
 
 
@@ -106,6 +109,59 @@ def audit_chain_verifies(store: Store) -> list[Violation]:
     return [
         Violation(8, f"audit lane {f.lane} seq {f.seq}: {f.problem}: {f.message}")
         for f in result.findings
+    ]
+
+
+def terminal_rows_unchanged(
+    store: Store, seen: MutableMapping[str, tuple[str, str | None]], limit: int = 1_000_000
+) -> list[Violation]:
+    """Invariants 1 and 10: a terminal row never changes state or venue id.
+
+    ``seen``: ``{op_key: (state, venue_id)}`` of terminal rows seen by earlier calls; the
+    caller keeps it between calls and this adds every terminal row it sees now.
+    """
+    out: list[Violation] = []
+    now = {row.op_key: row for row in store.list_operations(limit=limit)}
+    for key, (state, venue_id) in sorted(seen.items()):
+        row = now.get(key)
+        if row is None or (row.state.value, row.venue_id) != (state, venue_id):
+            after = "gone" if row is None else f"{row.state.value} (venue id {row.venue_id})"
+            out.append(
+                Violation(1, f"terminal {key} was {state} (venue id {venue_id}), now {after}")
+            )
+    for key, row in now.items():
+        if row.state in TERMINAL and key not in seen:
+            seen[key] = (row.state.value, row.venue_id)
+    return out
+
+
+def uncertain_rows_settled(
+    store: Store, registry: Registry, now: float, limit: int = 1_000_000
+) -> list[Violation]:
+    """Invariants 4 and 11: after a reconcile pass at ``now``, with faults stopped, no row is
+    still ``submitted`` past its class's visibility horizon (nothing waits silently)."""
+    out: list[Violation] = []
+    for row in store.list_operations(state=State.SUBMITTED, limit=limit):
+        horizon = registry.get(row.action).visibility_horizon
+        since = row.submitted_at if row.submitted_at is not None else row.created_at
+        if now - since >= horizon:
+            out.append(
+                Violation(11, f"{row.op_key} still uncertain {now - since:g}s after submission")
+            )
+    return out
+
+
+def no_dispatch_while_held(
+    requests: Iterable[OutboundRequest], held: Collection[str]
+) -> list[Violation]:
+    """Invariant 7: nothing reached an adapter for a class whose kill switch or breaker held it.
+
+    ``requests``: those made while the classes in ``held`` were stopped the whole time.
+    """
+    return [
+        Violation(7, f"{r.operation_key} ({r.action}) dispatched while its class was held")
+        for r in requests
+        if r.action in held
     ]
 
 

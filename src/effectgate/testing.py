@@ -11,7 +11,8 @@
   in process).
 - **The guarantees**: :func:`assert_invariants` and the checkers it runs, each naming the
   invariant it checks (at most one dispatch per operation, every duplicate reported, nothing
-  written off inside its horizon, the audit chain verifies).
+  written off inside its horizon, the audit chain verifies, a terminal row never changes, every
+  uncertain row settled past its horizon, nothing dispatched while its class is held).
 """
 
 from __future__ import annotations
@@ -40,7 +41,10 @@ from effectgate._invariants import (
     at_most_one_dispatch,
     audit_chain_verifies,
     duplicates_reported,
+    no_dispatch_while_held,
     no_write_off_inside_horizon,
+    terminal_rows_unchanged,
+    uncertain_rows_settled,
 )
 from effectgate.adapters.paper import PaperAdapter, PaperVenue, VenueRejection
 from effectgate.store import open_store
@@ -62,8 +66,11 @@ __all__ = [
     "audit_chain_verifies",
     "crash_at",
     "duplicates_reported",
+    "no_dispatch_while_held",
     "no_write_off_inside_horizon",
     "temporary_store",
+    "terminal_rows_unchanged",
+    "uncertain_rows_settled",
 ]
 
 
