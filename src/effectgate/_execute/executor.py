@@ -22,6 +22,7 @@ from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt
 from effectgate._execute.alerts import AlertSink, deliver
 from effectgate._execute.crashpoints import crashpoint
+from effectgate._sim import _bugs
 from effectgate.errors import (
     CommitOutcomeUnknown,
     ConfigError,
@@ -160,6 +161,8 @@ class Gate:
                 )
         row = done.row
         if not done.created:
+            if _bugs.ACTIVE.redispatch_uncertain and row.state is State.SUBMITTED:  # test only
+                return self._call(row)
             if row.state is State.VALIDATED and dispatch:
                 return _replayed(
                     self.dispatch(operation_id, scope=scope, correlation_id=correlation_id)

@@ -37,6 +37,7 @@ from effectgate._core.states import State, check_transition
 from effectgate._execute.adapter import Adapter, VenueRecord, iter_records
 from effectgate._execute.alerts import AlertSink, default_sink, deliver, raise_alert
 from effectgate._execute.maintenance import DIVERGENCE_ALERTS, check_maintenance, divergence_alert
+from effectgate._sim import _bugs
 from effectgate.errors import AdapterError, InvalidTransition
 from effectgate.store.base import LedgerEntry, Move
 from effectgate.store.roles import Store
@@ -244,7 +245,9 @@ class Reconciler:
         horizon = self.registry.get(entry.action).visibility_horizon
         now = self.clock()
         if entry.state is State.SUBMITTED:
-            if entry.submitted_at is not None and now - entry.submitted_at >= horizon:
+            if entry.submitted_at is not None and (
+                now - entry.submitted_at >= horizon or _bugs.ACTIVE.write_off_inside_horizon
+            ):
                 self._move(
                     entry,
                     State.FAILED,
@@ -394,6 +397,8 @@ class Reconciler:
         try:
             check_transition(entry.state, target)
         except InvalidTransition as exc:
+            if _bugs.ACTIVE.abort_pass_on_refused_move:  # test only: the bug this replaced
+                raise
             log.error(
                 "cannot move %s %s -> %s (%s); recorded as a divergence",
                 entry.op_key,

@@ -23,6 +23,7 @@ from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._frontends import cli_controls, cli_service
 from effectgate._frontends._tables import print_table
 from effectgate._frontends.cli_service import ConfigOpt, LogFormatOpt, open_ledger
+from effectgate._sim.cli import register as register_simulate
 from effectgate.bench.cli import register as register_bench
 from effectgate.errors import ConfigError, EffectgateError
 
@@ -40,6 +41,7 @@ ops_app = typer.Typer(help="Inspect ledger operations.", no_args_is_help=True)
 app.add_typer(venue_app, name="venue")
 app.add_typer(ops_app, name="ops")
 register_bench(app)
+register_simulate(app)
 cli_controls.register(app)
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).

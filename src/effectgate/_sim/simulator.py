@@ -1,0 +1,460 @@
+"""One seed of the simulation: a workload and a fault schedule drawn from one ``random.Random``.
+
+The real :class:`Gate`, :class:`Reconciler` and :class:`Operator` run over a real SQLite ledger
+(a temporary folder per seed) against a :class:`PaperVenue` on a :class:`ManualClock`. Each step
+is drawn, run and written to the history as one line; the shared checkers of
+:mod:`effectgate._invariants` run after every step, and after a final phase in which faults stop,
+the clock jumps past every horizon and the reconciler runs once more. A step is drawn from the
+generator *before* it runs and its draws never depend on the planned number of steps, so a run
+of ``k`` steps is exactly the first ``k`` steps of a longer one: shrinking is re-running with
+fewer steps.
+
+Nothing in the history comes from the wall clock, uuid4, the host or set iteration order: the
+same seed gives the same history, byte for byte.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import cast
+
+from effectgate._core.controls import BreakerConfig
+from effectgate._core.intent import Registry
+from effectgate._core.policy import LimitPolicy, PolicySet
+from effectgate._core.states import State
+from effectgate._execute.crashpoints import CRASH_POINTS, SimulatedCrash, disarm
+from effectgate._execute.executor import Gate
+from effectgate._execute.operator import Operator
+from effectgate._execute.reconciler import Reconciler, ReconcileReport
+from effectgate._invariants import (
+    Violation,
+    at_most_one_dispatch,
+    audit_chain_verifies,
+    duplicates_reported,
+    no_dispatch_while_held,
+    no_write_off_inside_horizon,
+    terminal_rows_unchanged,
+    uncertain_rows_settled,
+)
+from effectgate._sim.faults import LOSABLE, LossyStore
+from effectgate.adapters.paper import PaperAdapter, PaperVenue
+from effectgate.errors import EffectgateError
+from effectgate.examples import default_registry
+from effectgate.store import open_store
+from effectgate.store.base import Operation
+from effectgate.store.roles import Store
+from effectgate.testing import CountingAdapter, ManualClock, crash_at
+
+__all__ = ["DEFAULT_STEPS", "SeedResult", "run_seed"]
+
+DEFAULT_STEPS = 120
+ACTIONS = ("cancel_order", "submit_order")
+INSTRUMENTS = ("ABC", "XYZ-PERP")
+#: Notional = quantity (1-9) * price: some under the approval line, some above, some refused.
+PRICES = ("20.00", "60.00", "150.00")
+#: Read lag stays well inside the 60 s horizon of the example classes, as a venue must.
+READ_LAGS = (0.0, 5.0, 20.0)
+FINAL_JUMP = 60.0 + max(READ_LAGS) + 1.0
+AUDIT_EVERY = 10  # the chain check reads the whole log: every step would be quadratic
+
+#: (step kind, weight). Order matters for determinism: never build this from a set.
+STEPS: tuple[tuple[str, int], ...] = (
+    ("new", 22),
+    ("retry", 10),
+    ("twin", 4),
+    ("conflict", 3),
+    ("approve", 5),
+    ("refuse", 2),
+    ("dispatch-held", 4),
+    ("kill", 2),
+    ("release", 3),
+    ("reset-breaker", 4),
+    ("shadow-on", 1),
+    ("shadow-off", 2),
+    ("reconcile", 8),
+    ("tick", 8),
+    ("jump", 2),
+    ("crash", 6),
+    ("lose-reply", 4),
+    ("lose-commit", 4),
+    ("read-lag", 2),
+    ("honour-key", 2),
+    ("inject", 3),
+)
+_KINDS = tuple(k for k, _ in STEPS)
+_WEIGHTS = tuple(w for _, w in STEPS)
+#: Steps that may lift a hold: dispatches during them are not judged against the old one.
+_LIFTS = frozenset({"release", "reset-breaker", "shadow-off"})
+OPERATOR = "sim-operator"
+
+
+@dataclass
+class SeedResult:
+    """One seed's run: its history (one line per step), and the violations that stopped it.
+
+    ``failed_at``: the step (1-based) after which a violation was seen; ``steps + 1`` for the
+    final phase; None when every check held.
+    """
+
+    seed: int
+    steps: int
+    history: list[str] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    failed_at: int | None = None
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256("\n".join(self.history).encode()).hexdigest()
+
+    @property
+    def replay(self) -> str:
+        return f"effectgate simulate --seeds 1 --seed {self.seed} --steps {self.steps}"
+
+
+def _policy() -> PolicySet:
+    return PolicySet(
+        {
+            # Above 500 needs an approver, above 1000 is refused: all three paths occur.
+            "submit_order": LimitPolicy(Decimal("1000"), approve_above=Decimal("500")),
+            "cancel_order": LimitPolicy(),
+        }
+    )
+
+
+def _quiet(_: object) -> None:
+    """Alert sink: the simulator judges outcomes itself; alarms are expected here."""
+
+
+class _World:
+    """What lives across a crash (the ledger file, the venue, the clock, what reached the
+    adapter) and what a crash abandons (the gate, reconciler and operator objects)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / "ledger.db"
+        self.clock = ManualClock()
+        self.venue = PaperVenue(clock=self.clock)
+        self.adapter = CountingAdapter(PaperAdapter(self.venue))
+        self.registry: Registry = default_registry()
+        self.policy = _policy()
+        self.store: Store = self._open(create=True)
+        self._build()
+
+    def _open(self, *, create: bool) -> Store:
+        # synchronous=OFF: a simulated crash is in-process, so the OS keeps every write anyway.
+        return open_store(f"sqlite:///{self.path}", create=create, synchronous="OFF")
+
+    def _build(self) -> None:
+        self.lossy = LossyStore(self.store)
+        adapters = {"paper": self.adapter}
+        self.gate = Gate(
+            store=cast(Store, self.lossy),
+            registry=self.registry,
+            adapters=adapters,
+            policy=self.policy,
+            clock=self.clock,
+            # One payload under many ids trips the breaker: the twin steps exercise it.
+            breakers={"submit_order": BreakerConfig(max_repeats=3)},
+            alerts=_quiet,
+        )
+        self.reconciler = Reconciler(
+            store=self.store,
+            registry=self.registry,
+            adapters=adapters,
+            clock=self.clock,
+            page_size=7,  # small pages: the merge-join crosses page boundaries often
+            owner="sim-reconciler",  # the default names the host and pid
+            alerts=_quiet,
+        )
+        self.operator = Operator(
+            store=self.store, registry=self.registry, alerts=_quiet, clock=self.clock
+        )
+
+    def crash(self) -> None:
+        """The process died: abandon the objects, reopen the ledger from its file."""
+        disarm()
+        self.store.close()
+        self.store = self._open(create=False)
+        self._build()
+
+    def close(self) -> None:
+        self.store.close()
+
+
+class _Run:
+    def __init__(self, seed: int, steps: int, world: _World) -> None:
+        self.rng = random.Random(seed)  # noqa: S311 - a reproducible schedule, not a secret
+        self.result = SeedResult(seed, steps)
+        self.w = world
+        self.ops: list[tuple[str, str, dict[str, object]]] = []  # (id, action, intent)
+        self.serial = 0
+        self.injected = 0
+        self.seen_terminal: dict[str, tuple[str, str | None]] = {}
+
+    # --- the workload -------------------------------------------------------------------
+
+    def _intent(self) -> tuple[str, dict[str, object]]:
+        rng = self.rng
+        instrument = rng.choice(INSTRUMENTS)
+        if rng.random() < 0.8:
+            return "submit_order", {
+                "intent_version": "1",
+                "action": "submit_order",
+                "instrument": instrument,
+                "side": rng.choice(("buy", "sell")),
+                "order_type": "limit",
+                "quantity": str(rng.randint(1, 9)),
+                "limit_price": rng.choice(PRICES),
+            }
+        return "cancel_order", {
+            "intent_version": "1",
+            "action": "cancel_order",
+            "instrument": instrument,
+            "order_ref": f"ref-{rng.randint(1, 40)}",
+        }
+
+    def _new_id(self) -> str:
+        self.serial += 1
+        return f"op-{self.serial:04d}"
+
+    def _submit(self, op_id: str, action: str, intent: dict[str, object]) -> str:
+        return self._gate(lambda: self.w.gate.submit(action, op_id, intent))
+
+    def _new(self) -> str:
+        action, intent = self._intent()
+        op_id = self._new_id()
+        self.ops.append((op_id, action, intent))
+        return f"{op_id} {action} {_brief(intent)} -> {self._submit(op_id, action, intent)}"
+
+    def _gate(self, call: Callable[[], Operation]) -> str:
+        """Run a gate call; a simulated crash abandons the process's objects."""
+        try:
+            row = call()
+        except SimulatedCrash as crash:
+            self.w.crash()
+            return f"crashed at {crash.point}"
+        except EffectgateError as exc:
+            return f"error {exc.code}"
+        return _outcome(row)
+
+    def _rows(self, state: State) -> list[Operation]:
+        rows = self.w.store.list_operations(state=state, limit=100_000)
+        return sorted(rows, key=lambda r: r.op_key)
+
+    def step(self, kind: str) -> str:
+        rng, w = self.rng, self.w
+        if kind == "new":
+            return self._new()
+        if kind in ("retry", "twin", "conflict"):
+            if not self.ops:
+                return self._new()
+            op_id, action, intent = self.ops[rng.randrange(len(self.ops))]
+            if kind == "twin":
+                op_id = self._new_id()
+                self.ops.append((op_id, action, intent))
+            elif kind == "conflict":
+                changed = "order_ref" if action == "cancel_order" else "quantity"
+                intent = dict(intent, **{changed: "ref-99" if changed == "order_ref" else "11"})
+            return f"{op_id} -> {self._submit(op_id, action, intent)}"
+        if kind in ("approve", "refuse"):
+            pending = self._rows(State.AWAITING_APPROVAL)
+            if not pending:
+                return "nothing pending"
+            row = pending[rng.randrange(len(pending))]
+            try:
+                decide = w.operator.approve if kind == "approve" else w.operator.refuse
+                out = decide(row.operation_id, fingerprint=row.fingerprint, approver=OPERATOR)
+            except EffectgateError as exc:
+                return f"{row.operation_id} -> error {exc.code}"
+            if kind == "refuse":
+                return f"{row.operation_id} -> {out.operation.state.value}"
+            return f"{row.operation_id} -> {out.operation.state.value}, dispatch -> " + self._gate(
+                lambda: w.gate.dispatch(row.operation_id)
+            )
+        if kind == "dispatch-held":
+            validated = self._rows(State.VALIDATED)
+            if not validated:
+                return "nothing validated"
+            row = validated[rng.randrange(len(validated))]
+            return f"{row.operation_id} -> {self._gate(lambda: w.gate.dispatch(row.operation_id))}"
+        if kind in ("kill", "release", "reset-breaker", "shadow-on", "shadow-off"):
+            action = rng.choice(ACTIONS)
+            if kind == "kill":
+                c = w.operator.kill(action, operator=OPERATOR)
+            elif kind == "release":
+                c = w.operator.release(action, operator=OPERATOR)
+            elif kind == "reset-breaker":
+                c = w.operator.reset_breaker(action, operator=OPERATOR)
+            else:
+                c = w.operator.set_shadow(action, kind == "shadow-on", operator=OPERATOR)
+            return f"{action} killed={c.killed} breaker_open={c.breaker_open} shadow={c.shadow}"
+        if kind == "reconcile":
+            return _report(w.reconciler.run_once())
+        if kind in ("tick", "jump"):
+            seconds = rng.randint(1, 15) if kind == "tick" else rng.randint(40, 150)
+            w.clock.advance(seconds)
+            return f"+{seconds}s"
+        if kind == "crash":
+            point = rng.choice(CRASH_POINTS)
+            with crash_at(point, mode="raise"):
+                return f"armed {point}; {self._new()}"
+        if kind == "lose-reply":
+            after = rng.random() < 0.5
+            w.venue.fail_next(1, after_apply=after)
+            return f"after_apply={after}; {self._new()}"
+        if kind == "lose-commit":
+            what = rng.choice(LOSABLE)
+            wrote = rng.random() < 0.5
+            w.lossy.arm(what, wrote=wrote)
+            if what == "dispatch":
+                return f"{what} wrote={wrote}; " + self.step("dispatch-held")
+            return f"{what} wrote={wrote}; {self._new()}"
+        if kind == "read-lag":
+            lag = rng.choice(READ_LAGS)
+            w.venue.set_read_lag(lag)
+            return f"{lag:g}s"
+        if kind == "honour-key":
+            honour = rng.random() < 0.6
+            w.venue.set_honour_key(honour)
+            return f"honour={honour}"
+        if kind == "inject":
+            return self._inject()
+        raise ValueError(f"unknown step kind {kind!r}")
+
+    def _inject(self) -> str:
+        """A record made outside the boundary: an orphan, or under a ledger row's key."""
+        rng = self.rng
+        if not self.ops or rng.random() < 0.4:
+            self.injected += 1
+            key = f"default:ext-{self.injected:04d}"
+        else:
+            key = f"default:{self.ops[rng.randrange(len(self.ops))][0]}"
+        times = rng.choice((1, 1, 2))
+        ids = [self.w.venue.inject_record(key) for _ in range(times)]
+        return f"{key} x{times} ({', '.join(ids)})"
+
+    # --- the checks ---------------------------------------------------------------------
+
+    def check(
+        self, *, index: int, held: frozenset[str], before: int, swept: bool, final: bool
+    ) -> list[Violation]:
+        w = self.w
+        found = at_most_one_dispatch(w.adapter.requests)
+        found += no_dispatch_while_held(w.adapter.requests[before:], held)
+        found += no_write_off_inside_horizon(w.store, w.registry)
+        found += terminal_rows_unchanged(w.store, self.seen_terminal)
+        if swept:
+            # Only right after a pass, on the read view it saw (the clock has not moved).
+            keys = [r.operation_key for r in w.venue.visible_records()]
+            found += duplicates_reported(w.store, keys)
+        if final:
+            found += uncertain_rows_settled(w.store, w.registry, w.clock())
+        if final or index % AUDIT_EVERY == 0:
+            found += audit_chain_verifies(w.store)
+        return found
+
+    def _held(self) -> frozenset[str]:
+        out = []
+        for action in ACTIONS:
+            c = self.w.store.controls(action)
+            if c.killed or c.breaker_open or c.shadow:
+                out.append(action)
+        return frozenset(out)
+
+    def run(self) -> SeedResult:
+        res = self.result
+        for index in range(1, res.steps + 1):
+            kind = self.rng.choices(_KINDS, _WEIGHTS)[0]
+            held = frozenset() if kind in _LIFTS else self._held()
+            before = len(self.w.adapter.requests)
+            try:
+                line = self.step(kind)
+            except EffectgateError as exc:
+                # A reconcile pass (or an operator control) must never abort.
+                line = f"aborted: {type(exc).__name__} {exc.code}"
+                res.violations.append(Violation(11, f"step {index} {kind} {line}"))
+            res.history.append(f"{index:04d} {kind}: {line}")
+            res.violations += self.check(
+                index=index, held=held, before=before, swept=kind == "reconcile", final=False
+            )
+            if res.violations:
+                res.failed_at = index
+                return res
+        self._final()
+        return res
+
+    def _final(self) -> None:
+        """Faults stop; the clock passes every horizon; one more pass must settle everything."""
+        res, w = self.result, self.w
+        index = res.steps + 1
+        w.lossy.armed = None
+        w.venue.fail_next(0, after_apply=False)
+        w.clock.advance(FINAL_JUMP)
+        before = len(w.adapter.requests)
+        try:
+            line = _report(w.reconciler.run_once())
+        except EffectgateError as exc:
+            line = f"aborted: {type(exc).__name__} {exc.code}"
+            res.violations.append(Violation(11, f"final reconcile {line}"))
+        res.history.append(f"final +{FINAL_JUMP:g}s reconcile: {line}")
+        res.violations += self.check(
+            index=index, held=self._held(), before=before, swept=True, final=True
+        )
+        if res.violations:
+            res.failed_at = index
+        counts = w.store.count_by_state()
+        res.history.append(
+            "ledger "
+            + " ".join(f"{a}/{s}={n}" for (a, s), n in sorted(counts.items()))
+            + f"; venue effects={w.venue.effect_count} dispatches={len(w.adapter.requests)}"
+        )
+
+
+def _brief(intent: dict[str, object]) -> str:
+    keys = ("instrument", "side", "quantity", "limit_price", "order_ref")
+    return "/".join(str(intent[k]) for k in keys if k in intent)
+
+
+def _outcome(row: Operation) -> str:
+    out = row.state.value + (" (replayed)" if row.replayed else "")
+    if row.venue_id:
+        out += f" {row.venue_id}"
+    if row.state is State.VALIDATED and row.detail:
+        out += f" [{row.detail.split(' (')[0]}]"  # why it is held, without the long tail
+    return out
+
+
+def _report(r: ReconcileReport) -> str:
+    new = " ".join(f"{kind}:{key}" for kind, key, _, _ in r.new_divergences)
+    return (
+        f"swept={r.swept} confirmed={r.confirmed} written_off={r.written_off} "
+        f"quarantined={r.quarantined} uncertain={r.still_uncertain} new=[{new}]"
+    )
+
+
+def run_seed(seed: int, steps: int = DEFAULT_STEPS) -> SeedResult:
+    """Run one seed for ``steps`` steps and the final phase, in a temporary folder."""
+    if steps < 0:
+        raise ValueError("steps must be non-negative")
+    folder = Path(tempfile.mkdtemp(prefix="effectgate-sim-"))
+    # The reconciler and gate log every alarm at ERROR; here alarms are the workload.
+    logger = logging.getLogger("effectgate")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        world = _World(folder)
+        try:
+            return _Run(seed, steps, world).run()
+        finally:
+            disarm()
+            world.close()
+    finally:
+        logger.setLevel(level)
+        shutil.rmtree(folder, ignore_errors=True)
