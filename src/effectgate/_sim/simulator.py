@@ -26,7 +26,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import cast
 
-from effectgate._core.controls import BreakerConfig
+from effectgate._core.controls import ApprovalRules, BreakerConfig
 from effectgate._core.intent import Registry
 from effectgate._core.policy import LimitPolicy, PolicySet
 from effectgate._core.states import State
@@ -57,7 +57,12 @@ __all__ = ["DEFAULT_STEPS", "SeedResult", "run_seed"]
 
 DEFAULT_STEPS = 120
 ACTIONS = ("cancel_order", "submit_order")
-INSTRUMENTS = ("ABC", "XYZ-PERP")
+#: The venue lists the first two; an order for the third is refused there (a not_applied
+#: receipt with proof), or, with its reply lost, left uncertain until written off.
+INSTRUMENTS = ("ABC", "XYZ-PERP", "DELISTED")
+LISTED = frozenset(INSTRUMENTS[:2])
+#: Approvals left open this long are denied by the "expire" step (clock jumps pass it).
+APPROVAL_TTL = 300.0
 #: Notional = quantity (1-9) * price: some under the approval line, some above, some refused.
 PRICES = ("20.00", "60.00", "150.00")
 #: Read lag stays well inside the 60 s horizon of the example classes, as a venue must.
@@ -73,6 +78,7 @@ STEPS: tuple[tuple[str, int], ...] = (
     ("conflict", 3),
     ("approve", 5),
     ("refuse", 2),
+    ("expire", 1),
     ("dispatch-held", 4),
     ("kill", 2),
     ("release", 3),
@@ -140,7 +146,7 @@ class _World:
     def __init__(self, folder: Path) -> None:
         self.path = folder / "ledger.db"
         self.clock = ManualClock()
-        self.venue = PaperVenue(clock=self.clock)
+        self.venue = PaperVenue(clock=self.clock, instruments=LISTED)
         self.adapter = CountingAdapter(PaperAdapter(self.venue))
         self.registry: Registry = default_registry()
         self.policy = _policy()
@@ -162,6 +168,7 @@ class _World:
             clock=self.clock,
             # One payload under many ids trips the breaker: the twin steps exercise it.
             breakers={"submit_order": BreakerConfig(max_repeats=3)},
+            approvals=ApprovalRules(ttl=APPROVAL_TTL),
             alerts=_quiet,
         )
         self.reconciler = Reconciler(
@@ -202,7 +209,7 @@ class _Run:
 
     def _intent(self) -> tuple[str, dict[str, object]]:
         rng = self.rng
-        instrument = rng.choice(INSTRUMENTS)
+        instrument = rng.choice(INSTRUMENTS[:2]) if rng.random() < 0.9 else INSTRUMENTS[2]
         if rng.random() < 0.8:
             return "submit_order", {
                 "intent_version": "1",
@@ -278,6 +285,9 @@ class _Run:
             return f"{row.operation_id} -> {out.operation.state.value}, dispatch -> " + self._gate(
                 lambda: w.gate.dispatch(row.operation_id)
             )
+        if kind == "expire":
+            expired = w.operator.expire_approvals()
+            return "denied [" + " ".join(sorted(r.operation_id for r in expired)) + "]"
         if kind == "dispatch-held":
             validated = self._rows(State.VALIDATED)
             if not validated:
