@@ -8,8 +8,8 @@ tenants (blast radius, shadow report, whole-log audit verification) needs an ope
 ``"*"``. Reading a class's control state needs any operator token. Per-operation routes
 (approvals, held rows, evidence bundles, alerts about operations) are limited to the token's
 scope, filtered in SQL. The approver is the operator token's name; the agent token that
-proposed an action is recorded as its proposer and can never approve it (nor can an operator
-whose name the intent's ``proposed_by`` names).
+proposed an action is recorded as its proposer and can never approve it (the intent's own
+``proposed_by`` is an audit field and excludes nobody).
 
 Bad input is refused before anything is written: an unknown class is ``404
 unknown_action_class``, a malformed envelope value or threshold ``400 invalid_control`` naming
