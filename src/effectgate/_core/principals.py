@@ -62,6 +62,11 @@ class Principal:
     role: Role
     scope: str
 
+    def __post_init__(self) -> None:
+        # Accept the role's name ("agent") as well as the member: callers build principals
+        # from config text and database rows.
+        object.__setattr__(self, "role", Role(self.role))
+
     def may(self, capability: Capability) -> bool:
         return capability in _GRANTS[self.role]
 
