@@ -173,7 +173,7 @@ def _visible(who: Principal, scope: str | None) -> str | None:
     if who.scope == "*":
         return scope
     if scope is not None and scope != who.scope:
-        raise PermissionDenied(f"this operator token is limited to scope {who.scope!r}")
+        raise PermissionDenied(f"this token is limited to scope {who.scope!r}")
     return who.scope
 
 

@@ -11,7 +11,6 @@ looks at the credential.
 from __future__ import annotations
 
 import getpass
-import hashlib
 import hmac
 import re
 import threading
@@ -21,12 +20,11 @@ from collections.abc import Callable, Iterable, Mapping
 from effectgate._core.principals import Principal, Role
 from effectgate._service._config import RateLimit, TokenConfig
 from effectgate.errors import PrincipalExists, RateLimited, Unauthenticated
+from effectgate.store._principals import MAX_TOKEN_CHARS, token_digest
 from effectgate.store.base import OS_PREFIX
 from effectgate.store.roles import Principals
 
 __all__ = ["Principal", "RateLimiter", "TokenBook", "os_actor"]
-
-_MAX_TOKEN_CHARS = 512
 
 
 def os_actor() -> str:
@@ -66,9 +64,9 @@ class TokenBook:
     def from_token(self, token: str) -> Principal:
         """The principal holding ``token``; it reads the store (blocking: call it off the
         event loop)."""
-        if not token or len(token) > _MAX_TOKEN_CHARS:
+        if not token or len(token) > MAX_TOKEN_CHARS:
             raise Unauthenticated("unknown token")
-        digest = hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
+        digest = token_digest(token)
         for known, principal in self._by_digest.items():
             # Constant time per comparison; the loop length is the (public) number of tokens.
             if hmac.compare_digest(known, digest):
