@@ -12,6 +12,7 @@ from decimal import Decimal
 import pytest
 
 from effectgate import Gate, LimitPolicy, PolicySet, SQLiteStore, State
+from effectgate._service import os_actor
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 
@@ -23,12 +24,7 @@ def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=60,
         check=False,
-        env={
-            **os.environ,
-            "EFFECTGATE_STORE": url,
-            "EFFECTGATE_OPERATOR": "alice",
-            "COLUMNS": "200",
-        },
+        env={**os.environ, "EFFECTGATE_STORE": url, "COLUMNS": "200"},
     )
 
 
@@ -125,7 +121,8 @@ def test_staged_step_and_history(ledger) -> None:
     shown = json.loads(cli(url, "authority", "show", "submit_order").stdout)
     assert shown["exposure"] == {"limit": "5000", "window": 3600.0} and shown["version"] == 1
     (h,) = json.loads(cli(url, "authority", "history", "--json").stdout)
-    assert h["operator"] == "alice" and h["evidence"] == {"clean_actions": 200}
+    # No token in the environment: the OS user with the store's credentials (test_cli_tokens).
+    assert h["operator"] == os_actor() and h["evidence"] == {"clean_actions": 200}
 
 
 def test_shadow_report(ledger) -> None:
@@ -173,7 +170,7 @@ def test_controls_read_the_service_config(tmp_path) -> None:
 
     starter = write_starter(tmp_path)
     config = str(starter.config)
-    env = {**os.environ, "EFFECTGATE_OPERATOR": "alice", "COLUMNS": "200"}
+    env = {**os.environ, "COLUMNS": "200"}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

@@ -516,11 +516,19 @@ class TestApprovals:
 
     def test_proposer_cannot_approve_its_own_action(self, world: World) -> None:
         fp = self.big(world, "op-a", principal="agent-7")
-        for who in ("agent-7", "s-1"):  # the principal, and the intent's proposed_by session
-            with pytest.raises(ApprovalError) as info:
-                world.operator.approve("op-a", fingerprint=fp, approver=who)
-            assert info.value.reason == "self_approval"
+        with pytest.raises(ApprovalError) as info:
+            world.operator.approve("op-a", fingerprint=fp, approver="agent-7")
+        assert info.value.reason == "self_approval"
         assert world.gate.get("op-a").state is State.AWAITING_APPROVAL
+
+    def test_proposed_by_cannot_veto_an_approver(self, world: World) -> None:
+        """Audit fields never influence a decision (docs/design.md, Trust; issue 11 item 6):
+        an intent whose proposed_by names an approver does not stop that approver."""
+        intent = order("60", proposed_by={"model": "alice", "session": "bob"})
+        row = world.gate.submit("submit_order", "op-v", intent, principal="agent-7")
+        assert row.state is State.AWAITING_APPROVAL
+        out = world.operator.approve("op-v", fingerprint=row.fingerprint, approver="alice")
+        assert out.complete and out.operation.state is State.VALIDATED
 
     def test_multi_approve_needs_distinct_approvers(self, store: Store) -> None:
         w = make_world(store, floor=Tier.MULTI_APPROVE)

@@ -560,10 +560,21 @@ class TestReadmeServiceSection:
         assert out.returncode == 0, out.stderr
         agent, operator = out.stdout.split()
         config = load_config(tmp_path / "effectgate.toml")
-        assert {t.name: t.sha256 for t in config.tokens} == {
-            "agent": hashlib.sha256(agent.encode()).hexdigest(),
-            "operator": hashlib.sha256(operator.encode()).hexdigest(),
-        }
+        # The tokens are in the ledger (issue 11, item 5), not in the config file.
+        assert config.tokens == ()
+        assert "sha256" not in (tmp_path / "effectgate.toml").read_text()
+        from effectgate.store import open_store
+
+        store = open_store(config.store.url)
+        try:
+            found = {t: store.principal_for_token(t) for t in (agent, operator)}
+            assert {(p.name, p.role.value, p.scope) for p in found.values() if p} == {
+                ("agent", "agent", "default"),
+                ("operator", "operator", "*"),
+            }
+            assert {p.token_prefix for p in store.list_principals()} == {agent[:17], operator[:20]}
+        finally:
+            store.close()
 
     def test_the_commands_work_when_pasted(self, tmp_path: Path) -> None:
         setup, propose = shell_blocks(README, "## Run it as a service")

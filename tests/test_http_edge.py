@@ -49,6 +49,7 @@ BODY_ROUTES = [
         {"correlation_id": "c", "action": "submit_order", "intent": None},
         OPERATOR,
     ),
+    ("POST", "/v1/admin/tokens", {"name": "n", "role": "agent", "scope": "alpha"}, OPERATOR),
 ]
 ROUTE_IDS = [f"{m} {p}" for m, p, _, _ in BODY_ROUTES]
 
@@ -90,9 +91,11 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
 def clean(live: Live) -> Iterator[Live]:
     """The live service, checked unchanged afterwards: nothing dispatched, no control moved."""
     effects, rows = live.venue.effect_count, live.service.store.count_by_state()
+    principals = live.service.store.list_principals(include_revoked=True)
     yield live
     assert live.venue.effect_count == effects
     assert live.service.store.count_by_state() == rows
+    assert live.service.store.list_principals(include_revoked=True) == principals
     assert not live.controls_changed()
 
 

@@ -29,6 +29,7 @@ from effectgate._core.intent import (
     identifier,
 )
 from effectgate._core.policy import Decision, LimitPolicy, Policy, PolicySet
+from effectgate._core.principals import Principal, PrincipalRecord, Role
 from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
 from effectgate._execute.alerts import AlertSink, LogAlertSink, WebhookAlertSink, default_sink
@@ -118,6 +119,8 @@ __all__ = [
     "PolicyError",
     "PolicySet",
     "PositiveDecimal",
+    "Principal",
+    "PrincipalRecord",
     "RateLimited",
     "Receipt",
     "ReconcileReport",
@@ -125,6 +128,7 @@ __all__ = [
     "Registry",
     "RegistryError",
     "RequestError",
+    "Role",
     "SQLiteStore",
     "ShadowReport",
     "StaleState",

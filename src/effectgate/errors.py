@@ -42,6 +42,8 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   +-- RegistryError             invalid_action_class           500
     |   +-- PolicyError               policy_error                   500
     |   +-- ControlError              invalid_control                400
+    |   |   +-- PrincipalExists       principal_exists               409
+    |   |   +-- PrincipalNotFound     principal_not_found            404
     |   +-- AuditTampered             audit_tampered                 500
     |   +-- ServiceUnavailable        unavailable                    503
     +-- InternalError                 internal_error                 500  uncertain
@@ -90,6 +92,8 @@ __all__ = [
     "OutcomeUnknown",
     "PermissionDenied",
     "PolicyError",
+    "PrincipalExists",
+    "PrincipalNotFound",
     "RateLimited",
     "RegistryError",
     "RequestError",
@@ -503,6 +507,20 @@ class ControlError(OperatorError):
 
     def details(self) -> dict[str, object]:
         return {"field": self.field}
+
+
+class PrincipalExists(ControlError):
+    """A live principal already has that name (revoke it first, or replace it)."""
+
+    code = "principal_exists"
+    status = 409
+
+
+class PrincipalNotFound(ControlError):
+    """No live principal has that name."""
+
+    code = "principal_not_found"
+    status = 404
 
 
 class AuditTampered(OperatorError):

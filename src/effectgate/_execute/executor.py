@@ -141,7 +141,9 @@ class Gate:
         )
         for attempt in (1, 2):
             guard = self._guard(action_class, parsed.effect, correlation_id)
-            guard.proposers = _proposers(principal, parsed.audit.get("proposed_by"))
+            # Only the authenticated submitter is excluded from approving: proposed_by is an
+            # audit field the agent writes, and audit fields never influence a decision.
+            guard.proposers = (principal,) if principal else ()
             now = self.clock()
             try:
                 done = self.store.journal(
@@ -417,14 +419,6 @@ def _path_for(decision: Decision, dispatch: bool) -> list[State]:
         # commits per action (this one, then the receipt).
         return [State.PROPOSED, State.VALIDATED, State.SUBMITTED]
     return [State.PROPOSED, State.VALIDATED]
-
-
-def _proposers(principal: str | None, proposed_by: object) -> tuple[str, ...]:
-    """Every identity that proposed the action; none of them may approve it."""
-    names = {principal} if principal else set()
-    if isinstance(proposed_by, Mapping):
-        names |= {v for v in proposed_by.values() if isinstance(v, str) and v}
-    return tuple(sorted(names))
 
 
 def _provenance(parsed: Intent, decision: Decision, principal: str | None) -> dict[str, object]:

@@ -1,4 +1,5 @@
-"""The operator API under ``/v1/admin`` (operator tokens only; agent tokens get 403).
+"""The operator API under ``/v1/admin`` (operator tokens; an approver's reaches the approvals
+only; agent tokens get 403).
 
 An operator token's scope limits what it sees: ``"*"`` sees every tenant, a named scope only
 its own. Sections:
@@ -7,6 +8,7 @@ its own. Sections:
 * reconciliation: ``POST reconcile`` (one pass now), ``GET divergences``
 * controls (kill switches, breakers, approvals, envelope steps, shadow mode, audit, alerts):
   :mod:`effectgate._frontends._http_controls`
+* principals and their tokens: :mod:`effectgate._frontends._http_tokens`
 """
 
 import time
@@ -20,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from effectgate._core.states import State
 from effectgate._execute.executor import uncertain_cause
 from effectgate._frontends._http_controls import controls_router, visible_scope
+from effectgate._frontends._http_tokens import tokens_router
 from effectgate._frontends._models import OperationOut, operation_dict
 from effectgate._service import Service, report_dict
 from effectgate.errors import OperationNotFound, PermissionDenied
@@ -62,7 +65,9 @@ class OperationDetailOut(OperationOut):
     audit: list[AuditOut]
 
 
-def admin_router(service: Service, operator: Any, errors: dict[int | str, Any]) -> APIRouter:
+def admin_router(
+    service: Service, operator: Any, approver: Any, errors: dict[int | str, Any]
+) -> APIRouter:
     router = APIRouter(responses=errors)
 
     @router.get(
@@ -151,5 +156,6 @@ def admin_router(service: Service, operator: Any, errors: dict[int | str, Any]) 
             for d in rows
         ]
 
-    router.include_router(controls_router(service, operator, errors))
+    router.include_router(controls_router(service, operator, approver, errors))
+    router.include_router(tokens_router(service, operator, errors))
     return router

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -28,9 +29,11 @@ from effectgate.errors import (
     UnsupportedMediaType,
 )
 
-__all__ = ["PROBLEM_JSON", "BodyGate", "refuse_deep"]
+__all__ = ["PRINCIPAL_KEY", "PROBLEM_JSON", "BodyGate", "refuse_deep"]
 
 PROBLEM_JSON = "application/problem+json"
+#: Where BodyGate leaves the principal it authenticated, for the route's own check.
+PRINCIPAL_KEY = "effectgate.principal"
 _JSON_CHARSETS = frozenset({"utf-8", "utf8"})
 
 
@@ -64,7 +67,8 @@ class BodyGate:
             return
         try:
             # Whatever the route, a body from an unknown caller is never read, let alone parsed.
-            self._tokens.from_header(headers.get("authorization"))
+            # The lookup reads the ledger: in a worker thread, never on the event loop.
+            who = await run_in_threadpool(self._tokens.from_header, headers.get("authorization"))
             wrong_type = _not_json(headers.get("content-type"))
             if wrong_type is not None:
                 raise UnsupportedMediaType(wrong_type)
@@ -77,7 +81,7 @@ class BodyGate:
             return
         if body is None:  # the client left mid-body: nobody to answer
             return
-        await self.app(scope, _replay(body, receive), send)
+        await self.app({**scope, PRINCIPAL_KEY: who}, _replay(body, receive), send)
 
 
 def _not_json(content_type: str | None) -> str | None:

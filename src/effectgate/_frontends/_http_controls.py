@@ -1,15 +1,16 @@
-"""The operator controls under ``/v1/admin`` (operator tokens only): the HTTP face of
-:class:`~effectgate._execute.operator.Operator`, mirroring ``effectgate kill/breaker/approvals/
-authority/shadow/audit/alerts``.
+"""The operator controls under ``/v1/admin`` (operator tokens; approvals also approver tokens):
+the HTTP face of :class:`~effectgate._execute.operator.Operator`, mirroring ``effectgate
+kill/breaker/approvals/authority/shadow/audit/alerts``.
 
 Who may do what. A control acts on an action class in *every* tenant, so changing one (kill
 switch, breaker reset, envelope step, shadow mode, incumbent outcomes) and reading what spans
 tenants (blast radius, shadow report, whole-log audit verification) needs an operator of scope
 ``"*"``. Reading a class's control state needs any operator token. Per-operation routes
 (approvals, held rows, evidence bundles, alerts about operations) are limited to the token's
-scope, filtered in SQL. The approver is the operator token's name; the agent token that
-proposed an action is recorded as its proposer and can never approve it (nor can an operator
-whose name the intent's ``proposed_by`` names).
+scope, filtered in SQL. Approvals (list, approve, refuse) take an approver or an operator
+token, and nothing else takes an approver's. The approver is the token's name; the agent that
+proposed an action is recorded as its proposer and can never approve it (the intent's own
+``proposed_by`` is an audit field and excludes nobody).
 
 Bad input is refused before anything is written: an unknown class is ``404
 unknown_action_class``, a malformed envelope value or threshold ``400 invalid_control`` naming
@@ -172,7 +173,7 @@ def visible_scope(who: Principal, scope: str | None) -> str | None:
     if who.scope == "*":
         return scope
     if scope is not None and scope != who.scope:
-        raise PermissionDenied(f"this operator token is limited to scope {who.scope!r}")
+        raise PermissionDenied(f"this token is limited to scope {who.scope!r}")
     return who.scope
 
 
@@ -196,7 +197,9 @@ def _heads(items: list[str]) -> dict[int, tuple[int, str]]:
     return heads
 
 
-def controls_router(service: Service, operator: Any, errors: dict[int | str, Any]) -> APIRouter:
+def controls_router(
+    service: Service, operator: Any, approver: Any, errors: dict[int | str, Any]
+) -> APIRouter:
     router = APIRouter(responses=errors)
     op = service.operator
 
@@ -308,7 +311,7 @@ def controls_router(service: Service, operator: Any, errors: dict[int | str, Any
         summary="Operations awaiting approval, with the fingerprint to approve",
     )
     async def approvals(
-        who: operator,
+        who: approver,
         scope: Annotated[str | None, Query(max_length=64)] = None,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> list[dict[str, Any]]:
@@ -368,7 +371,7 @@ def controls_router(service: Service, operator: Any, errors: dict[int | str, Any
         summary="Approve exactly one payload; complete approvals dispatch it",
     )
     async def approve(
-        who: operator, scope: str, operation_id: str, body: DecisionIn
+        who: approver, scope: str, operation_id: str, body: DecisionIn
     ) -> dict[str, Any]:
         return await decide(who, scope, operation_id, body, True)
 
@@ -378,7 +381,7 @@ def controls_router(service: Service, operator: Any, errors: dict[int | str, Any
         summary="Refuse the payload; the operation ends denied",
     )
     async def refuse(
-        who: operator, scope: str, operation_id: str, body: DecisionIn
+        who: approver, scope: str, operation_id: str, body: DecisionIn
     ) -> dict[str, Any]:
         return await decide(who, scope, operation_id, body, False)
 

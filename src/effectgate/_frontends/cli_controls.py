@@ -1,8 +1,10 @@
 """Operator commands: kill switches, breakers, approvals, staged authority, shadow, audit, alerts.
 
-Every command that changes a control takes ``--operator`` (or ``EFFECTGATE_OPERATOR``): the
-identity recorded in the audit log. Bad input (an unknown class, malformed JSON, a malformed
-envelope value) is refused before the store is touched.
+Every command that changes a control or answers an approval acts as a principal: the token in
+``--token-env`` (default ``EFFECTGATE_OPERATOR_TOKEN``), checked like the HTTP API checks it,
+or, without one, the OS user as ``os:<user>`` with the store's credentials (see
+:mod:`effectgate._frontends._cli_actor`). Bad input (an unknown class, malformed JSON, a
+malformed envelope value) is refused before the store is touched.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from effectgate._core.principals import Capability
 from effectgate._execute.operator import Operator
+from effectgate._frontends._cli_actor import TOKEN_ENV, TokenEnvOpt, acting
 from effectgate._frontends._tables import print_table
 
 __all__ = ["register"]
@@ -35,12 +39,6 @@ StoreOpt = Annotated[
         envvar="EFFECTGATE_STORE",
         help="Ledger URL (sqlite:///PATH, postgresql://...) or the service's config file "
         "(--config effectgate.toml: its store and its action classes).",
-    ),
-]
-OperatorOpt = Annotated[
-    str,
-    typer.Option(
-        "--operator", envvar="EFFECTGATE_OPERATOR", help="Your operator identity (audited)."
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
@@ -83,23 +81,40 @@ def register(app: typer.Typer) -> None:
 @contextmanager
 def _operator(store: str) -> Iterator[Operator]:
     """An Operator on a store URL (the example classes) or on a config file (its classes)."""
+    with _acting(store, None, Capability.OPERATE) as (op, _):
+        yield op
+
+
+@contextmanager
+def _acting(
+    store: str, token_env: str | None, capability: Capability, scope: str | None = None
+) -> Iterator[tuple[Operator, str]]:
+    """:func:`_operator` and who acts (see :func:`effectgate._frontends._cli_actor.acting`);
+    ``token_env`` None: a read, nobody acts."""
     from effectgate._core.intent import Registry
+    from effectgate._service import TokenConfig
     from effectgate.store import open_store
 
     registry: Registry
+    tokens: tuple[TokenConfig, ...] = ()
     if store.endswith(".toml"):
         from effectgate._frontends.cli_service import load_service_config
 
         cfg = load_service_config(store)
         ledger = open_store(cfg.store.url, **dict(cfg.store.options))
-        registry = cfg.registry
+        registry, tokens = cfg.registry, cfg.tokens
     else:
         from effectgate.examples import default_registry
 
         ledger = open_store(store)
         registry = default_registry()
     try:
-        yield Operator(store=ledger, registry=registry)
+        actor = (
+            ""
+            if token_env is None
+            else acting(ledger, token_env, capability, scope=scope, config_tokens=tokens)
+        )
+        yield Operator(store=ledger, registry=registry), actor
     finally:
         ledger.close()
 
@@ -123,18 +138,22 @@ def _ts(at: float | None) -> str:
 
 
 @kill_app.command("on")
-def kill_on(action: str, store: StoreOpt, operator: OperatorOpt, reason: ReasonOpt = None) -> None:
+def kill_on(
+    action: str, store: StoreOpt, reason: ReasonOpt = None, token_env: TokenEnvOpt = TOKEN_ENV
+) -> None:
     """Halt new dispatches of ACTION in every process (held rows stay validated)."""
-    with _operator(store) as op:
-        op.kill(action, operator=operator, reason=reason)
+    with _acting(store, token_env, Capability.OPERATE) as (op, actor):
+        op.kill(action, operator=actor, reason=reason)
     console.print(f"[red]kill switch ON[/red] for {action}")
 
 
 @kill_app.command("off")
-def kill_off(action: str, store: StoreOpt, operator: OperatorOpt, reason: ReasonOpt = None) -> None:
+def kill_off(
+    action: str, store: StoreOpt, reason: ReasonOpt = None, token_env: TokenEnvOpt = TOKEN_ENV
+) -> None:
     """Release the kill switch of ACTION (held rows can then be dispatched)."""
-    with _operator(store) as op:
-        op.release(action, operator=operator, reason=reason)
+    with _acting(store, token_env, Capability.OPERATE) as (op, actor):
+        op.release(action, operator=actor, reason=reason)
     console.print(f"kill switch off for {action}")
 
 
@@ -212,11 +231,11 @@ def kill_held(
 
 @breaker_app.command("reset")
 def breaker_reset(
-    action: str, store: StoreOpt, operator: OperatorOpt, reason: ReasonOpt = None
+    action: str, store: StoreOpt, reason: ReasonOpt = None, token_env: TokenEnvOpt = TOKEN_ENV
 ) -> None:
     """Close ACTION's breaker (only an operator can; it never closes by itself)."""
-    with _operator(store) as op:
-        op.reset_breaker(action, operator=operator, reason=reason)
+    with _acting(store, token_env, Capability.OPERATE) as (op, actor):
+        op.reset_breaker(action, operator=actor, reason=reason)
     console.print(f"breaker for {action} closed")
 
 
@@ -279,17 +298,17 @@ def approvals_list(store: StoreOpt, as_json: JsonOpt = False) -> None:
 def approvals_approve(
     operation_id: str,
     store: StoreOpt,
-    operator: OperatorOpt,
     fingerprint: Annotated[
         str, typer.Option(help="The payload you approve (from `approvals list`).")
     ],
     scope: ScopeOpt = "default",
     reason: ReasonOpt = None,
+    token_env: TokenEnvOpt = TOKEN_ENV,
 ) -> None:
     """Approve exactly one payload of OPERATION_ID."""
-    with _operator(store) as op:
+    with _acting(store, token_env, Capability.APPROVE, scope) as (op, actor):
         out = op.approve(
-            operation_id, fingerprint=fingerprint, approver=operator, scope=scope, reason=reason
+            operation_id, fingerprint=fingerprint, approver=actor, scope=scope, reason=reason
         )
     console.print(
         f"{operation_id}: {out.approvals}/{out.required} approvals; now {out.operation.state.value}"
@@ -300,15 +319,15 @@ def approvals_approve(
 def approvals_refuse(
     operation_id: str,
     store: StoreOpt,
-    operator: OperatorOpt,
     fingerprint: Annotated[str, typer.Option(help="The payload you refuse.")],
     scope: ScopeOpt = "default",
     reason: ReasonOpt = None,
+    token_env: TokenEnvOpt = TOKEN_ENV,
 ) -> None:
     """Refuse OPERATION_ID; it ends denied."""
-    with _operator(store) as op:
+    with _acting(store, token_env, Capability.APPROVE, scope) as (op, actor):
         out = op.refuse(
-            operation_id, fingerprint=fingerprint, approver=operator, scope=scope, reason=reason
+            operation_id, fingerprint=fingerprint, approver=actor, scope=scope, reason=reason
         )
     console.print(f"{operation_id}: {out.operation.state.value}")
 
@@ -367,17 +386,17 @@ def authority_step(
         ),
     ],
     store: StoreOpt,
-    operator: OperatorOpt,
     evidence: Annotated[str, typer.Option(help="JSON object: what justified it.")],
     reverse_on: Annotated[
         str, typer.Option(help="manual, breaker_trip or breaker_trip:<signal>.")
     ] = "breaker_trip",
+    token_env: TokenEnvOpt = TOKEN_ENV,
 ) -> None:
     """Move one envelope AXIS of ACTION to VALUE, as a recorded step."""
     new = _json_arg(value, "VALUE")
     proof = _json_arg(evidence, "--evidence")
-    with _operator(store) as op:
-        step = op.step(action, axis, new, evidence=proof, operator=operator, reverse_on=reverse_on)
+    with _acting(store, token_env, Capability.OPERATE) as (op, actor):
+        step = op.step(action, axis, new, evidence=proof, operator=actor, reverse_on=reverse_on)
     console.print(
         f"step {step.id}: {action}.{axis} {json.dumps(step.old)} -> "
         f"{json.dumps(step.new)} (reverses on {step.reverse_on})"
@@ -388,18 +407,18 @@ def authority_step(
 
 
 @shadow_app.command("on")
-def shadow_on(action: str, store: StoreOpt, operator: OperatorOpt) -> None:
+def shadow_on(action: str, store: StoreOpt, token_env: TokenEnvOpt = TOKEN_ENV) -> None:
     """Put ACTION in shadow mode: the pipeline runs, nothing is sent, rows end shadowed."""
-    with _operator(store) as op:
-        op.set_shadow(action, True, operator=operator)
+    with _acting(store, token_env, Capability.OPERATE) as (op, actor):
+        op.set_shadow(action, True, operator=actor)
     console.print(f"shadow mode ON for {action}")
 
 
 @shadow_app.command("off")
-def shadow_off(action: str, store: StoreOpt, operator: OperatorOpt) -> None:
+def shadow_off(action: str, store: StoreOpt, token_env: TokenEnvOpt = TOKEN_ENV) -> None:
     """Take ACTION out of shadow mode (its shadow history is kept)."""
-    with _operator(store) as op:
-        op.set_shadow(action, False, operator=operator)
+    with _acting(store, token_env, Capability.OPERATE) as (op, actor):
+        op.set_shadow(action, False, operator=actor)
     console.print(f"shadow mode off for {action}")
 
 

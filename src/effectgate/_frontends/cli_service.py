@@ -181,7 +181,7 @@ def init(
         # stdout is for eval: export lines, and comments a shell ignores.
         print(
             f"# wrote {starter.config} and {starter.classes}; the tokens are shown once "
-            "(only their SHA-256 is stored)"
+            "(only their SHA-256 is stored, in the ledger)"
         )
         print(f"export AGENT_TOKEN={shlex.quote(starter.agent_token)}")
         print(f"export OPERATOR_TOKEN={shlex.quote(starter.operator_token)}")
@@ -192,7 +192,7 @@ def init(
         )
         return
     console.print(f"wrote {starter.config} and {starter.classes}")
-    console.print("[bold]tokens (shown once; only their SHA-256 is stored):[/bold]")
+    console.print("[bold]tokens (shown once; only their SHA-256 is stored, in the ledger):[/bold]")
     console.print(f"  agent:    {starter.agent_token}", highlight=False)
     console.print(f"  operator: {starter.operator_token}", highlight=False)
     console.print(f"next: effectgate serve --config {starter.config}", highlight=False)
@@ -342,19 +342,20 @@ def mcp(
     require_extra("server", "mcp", "anyio")
     import anyio
 
+    from effectgate._core.principals import Capability
     from effectgate._frontends.mcp import run_stdio
 
     token = os.environ.get(token_env, "")
     service = service_from(config, log_level="warning", log_format=log_format)
     try:
-        principal = service.tokens.from_token(token)
-        principal.require("agent")
+        service.tokens.from_token(token).require(Capability.PROPOSE)
     except EffectgateError as exc:
         err.print(f"{token_env}: {exc.message} (an agent token is required)")
         service.close()
         raise typer.Exit(EXIT_USAGE) from None
     try:
-        anyio.run(run_stdio, service, principal)
+        # Checked again on every tool call: a token revoked mid-session stops there.
+        anyio.run(run_stdio, service, lambda: service.tokens.from_token(token))
     finally:
         service.close()
 

@@ -37,8 +37,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Route
 
 from effectgate import __version__
+from effectgate._core.principals import Capability
 from effectgate._frontends._http_admin import admin_router
-from effectgate._frontends._http_body import PROBLEM_JSON, BodyGate, refuse_deep
+from effectgate._frontends._http_body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, refuse_deep
 from effectgate._frontends._models import OperationOut, Problem, operation_out, problem_for
 from effectgate._service import Principal, Service
 from effectgate._service._metrics import CONTENT_TYPE
@@ -60,7 +61,9 @@ __all__ = ["PROBLEM_JSON", "create_app"]
 log = logging.getLogger("effectgate.http")
 
 _KEY_PATTERN = f'^"?{OPERATION_ID_PATTERN.pattern}"?$'
-_bearer = HTTPBearer(auto_error=False, description="An agent or operator token")
+_bearer = HTTPBearer(
+    auto_error=False, description="A principal's token (agent, harness, operator or approver)"
+)
 
 
 def problem_response(exc: EffectgateError) -> JSONResponse:
@@ -127,19 +130,29 @@ def create_app(
         skip=("/mcp",) if mount is not None else (),
     )
 
-    def principal(role: str) -> Callable[..., Coroutine[Any, Any, Principal]]:
+    def principal(capability: Capability) -> Callable[..., Coroutine[Any, Any, Principal]]:
         async def dependency(
             request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
         ) -> Principal:
-            who = service.tokens.from_header(request.headers.get("authorization"))
-            who.require(role)
+            # BodyGate authenticated a request with a body already, in this request; any
+            # other is looked up here. The lookup reads the ledger: off the event loop.
+            found = request.scope.get(PRINCIPAL_KEY)
+            who = (
+                found
+                if isinstance(found, Principal)
+                else await run_in_threadpool(
+                    service.tokens.from_header, request.headers.get("authorization")
+                )
+            )
+            who.require(capability)
             service.limiter.check(who)
             return who
 
         return dependency
 
-    agent = Annotated[Principal, Depends(principal("agent"))]
-    operator = Annotated[Principal, Depends(principal("operator"))]
+    agent = Annotated[Principal, Depends(principal(Capability.PROPOSE))]
+    operator = Annotated[Principal, Depends(principal(Capability.OPERATE))]
+    approver = Annotated[Principal, Depends(principal(Capability.APPROVE))]
 
     for name in service.config.registry.names():
         _add_action_route(app, service, name, agent)
@@ -218,7 +231,7 @@ def create_app(
         return Response(body, media_type=CONTENT_TYPE)
 
     app.include_router(
-        admin_router(service, operator, _ERRORS), prefix="/v1/admin", tags=["operator"]
+        admin_router(service, operator, approver, _ERRORS), prefix="/v1/admin", tags=["operator"]
     )
     if mount is not None:
         app.router.routes.append(Route("/mcp", endpoint=mount, include_in_schema=False))

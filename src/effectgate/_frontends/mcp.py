@@ -16,8 +16,9 @@ payload (two deliberate identical actions would merge). A harness that wants to 
 outside the model's control sends it in the request ``_meta`` under
 ``io.effectgate/operation_id``; an argument that differs from the pinned id is refused.
 
-Transports: stdio (``effectgate mcp``; the agent token comes from an environment variable) and
-streamable HTTP at ``/mcp`` in the HTTP service's process (agent bearer token per request).
+Transports: stdio (``effectgate mcp``; the agent token comes from an environment variable and is
+checked against the ledger on every tool call) and streamable HTTP at ``/mcp`` in the HTTP
+service's process (agent bearer token per request).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from __future__ import annotations
 import io
 import json
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final
 
@@ -40,6 +41,7 @@ from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
 from effectgate import __version__
+from effectgate._core.principals import Capability
 from effectgate._frontends._mcp_screen import REFUSED_META, ScreenedLines, screen
 from effectgate._frontends._models import OperationOut, operation_out, problem_for
 from effectgate._service import Principal, Service
@@ -118,8 +120,12 @@ def tool_definitions(service: Service) -> list[types.Tool]:
     return tools
 
 
-def build_server(service: Service, principal: Principal | None = None) -> Server[Any]:
-    """The MCP server. ``principal`` is fixed for stdio; over HTTP it comes from each request."""
+def build_server(
+    service: Service, principal: Principal | Callable[[], Principal] | None = None
+) -> Server[Any]:
+    """The MCP server. Over HTTP the principal comes from each request. Otherwise from
+    ``principal``: a fixed one, or a callable that authenticates afresh on every tool call
+    (stdio: a token revoked while the session runs is refused from its next call)."""
     tools = tool_definitions(service)
 
     async def list_tools(
@@ -131,7 +137,7 @@ def build_server(service: Service, principal: Principal | None = None) -> Server
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         try:
-            who = _principal(ctx, principal)
+            who = await _principal(ctx, principal)
             service.limiter.check(who)
             return await _call(service, who, params)
         except EffectgateError as exc:
@@ -152,14 +158,19 @@ def build_server(service: Service, principal: Principal | None = None) -> Server
     )
 
 
-def _principal(ctx: ServerRequestContext[Any], fixed: Principal | None) -> Principal:
+async def _principal(
+    ctx: ServerRequestContext[Any], fixed: Principal | Callable[[], Principal] | None
+) -> Principal:
     request = ctx.request
     scope = getattr(request, "scope", None)
     found = scope.get(_PRINCIPAL_KEY) if isinstance(scope, Mapping) else None
     if isinstance(found, Principal):
         return found
-    if fixed is not None:
+    if isinstance(fixed, Principal):
         return fixed
+    if fixed is not None:
+        # The lookup reads the ledger: in a worker thread, never on the event loop.
+        return await anyio.to_thread.run_sync(fixed)
     raise Unauthenticated("no agent token for this session")
 
 
@@ -210,9 +221,10 @@ async def _call(
     )
 
 
-async def run_stdio(service: Service, principal: Principal) -> None:
-    """Serve MCP over this process's stdin/stdout until the client closes it."""
-    server = build_server(service, principal)
+async def run_stdio(service: Service, authenticate: Callable[[], Principal]) -> None:
+    """Serve MCP over this process's stdin/stdout until the client closes it; every tool call
+    is authenticated afresh by ``authenticate``."""
+    server = build_server(service, authenticate)
     lines = ScreenedLines(
         anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace"))
     )
@@ -271,8 +283,10 @@ class McpHttpMount:
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
         }
         try:
-            who = self._service.tokens.from_header(headers.get("authorization"))
-            who.require("agent")
+            who = await anyio.to_thread.run_sync(
+                self._service.tokens.from_header, headers.get("authorization")
+            )
+            who.require(Capability.PROPOSE)
         except EffectgateError as exc:
             status, body, extra = problem_for(exc)
             await JSONResponse(

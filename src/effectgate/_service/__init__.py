@@ -9,7 +9,7 @@ and MCP doors live in :mod:`effectgate._frontends`.
 
 from __future__ import annotations
 
-from effectgate._service._auth import Principal, RateLimiter, TokenBook
+from effectgate._service._auth import Principal, RateLimiter, TokenBook, os_actor
 from effectgate._service._config import (
     AdapterConfig,
     RateLimit,
@@ -44,6 +44,7 @@ __all__ = [
     "build_adapter",
     "configure_logging",
     "load_config",
+    "os_actor",
     "parse_config",
     "preflight",
     "report_dict",

@@ -120,7 +120,11 @@ class AdapterConfig:
 
 @dataclass(frozen=True)
 class TokenConfig:
-    """A bearer token for an agent or an operator, stored as its SHA-256 hex digest."""
+    """A bearer token for an agent or an operator, stored as its SHA-256 hex digest.
+
+    Deprecated: tokens live in the ledger (``effectgate token create``), where a revocation
+    holds at once in every replica; these are still accepted.
+    """
 
     name: str
     role: str

@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from effectgate._core.principals import Capability
 from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter
 from effectgate._execute.alerts import AlertSink, MultiSink, WebhookAlertSink, default_sink
@@ -140,8 +141,18 @@ class Service:
         self.operator = Operator(
             store=self.store, registry=config.registry, alerts=self.alerts, clock=clock
         )
-        self.tokens = TokenBook(config.tokens)
-        self.limiter = RateLimiter(settings.rate_limit)
+        # Tokens are looked up in the ledger on every request (a revocation holds at once).
+        self.tokens = TokenBook(config.tokens, self.store)
+        self.limiter = RateLimiter(
+            settings.rate_limit,
+            overrides={t.name: t.rate_limit for t in config.tokens if t.rate_limit},
+        )
+        if config.tokens:
+            log.warning(
+                "[tokens] in %s are deprecated: create tokens in the ledger with "
+                "`effectgate token create` (they can be revoked at once)",
+                config.path,
+            )
         self._lock = threading.Lock()
         self._in_flight: set[tuple[str, str]] = set()
         self._watch = _Watch()
@@ -162,7 +173,7 @@ class Service:
         body: bytes | Mapping[str, object],
     ) -> Operation:
         """Submit an intent under ``operation_id`` in the principal's scope (see module doc)."""
-        principal.require("agent")
+        principal.require(Capability.PROPOSE)
         key = (principal.scope, operation_id)
         with self._lock:
             if key in self._in_flight:
@@ -194,7 +205,7 @@ class Service:
 
     def lookup(self, principal: Principal, operation_id: str) -> Operation:
         """An operation in the principal's own scope (another tenant's is simply not found)."""
-        principal.require("agent")
+        principal.require(Capability.PROPOSE)
         return self.gate.get(operation_id, scope=principal.scope)
 
     # --- operator operations ----------------------------------------------------------------

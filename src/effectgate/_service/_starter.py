@@ -3,20 +3,20 @@
 The starter runs with no other process: its ``paper`` adapter is an in-process paper venue
 (effects live in memory, so restart it and the venue forgets; point the adapter at
 ``effectgate venue serve`` or a real venue with ``kind = "http"`` when you rehearse recovery).
-Tokens are generated here, printed once, and only their SHA-256 is written.
+init creates the ledger and, in it, an agent and an operator principal: their tokens are
+printed once and only their SHA-256 is stored (in the ledger, not the config file).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
-import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from effectgate.errors import ConfigError
+from effectgate.errors import ConfigError, PrincipalExists
 
 __all__ = ["CLASSES_FILE", "CONFIG_FILE", "Starter", "write_starter"]
 
@@ -58,7 +58,9 @@ def notional(effect: Mapping[str, str | int | bool]) -> Decimal:
 
 _CONFIG = """# effectgate service configuration (written by `effectgate init`).
 # Reference: docs/service.md. Secrets never go in this file: adapters name the environment
-# variable or file holding their credential; tokens are stored as SHA-256 digests.
+# variable or file holding their credential. Tokens live in the ledger, as SHA-256 digests:
+# `effectgate token create|list|revoke --config effectgate.toml` (init made "agent" and
+# "operator").
 
 [service]
 host = "127.0.0.1"          # loopback only unless public = true (put TLS in front)
@@ -124,16 +126,6 @@ allowed_targets = ["XYZ-PERP", "ABC-PERP"]
 
 [policies.cancel_order]
 kind = "limit"
-
-[tokens.agent]
-role = "agent"
-scope = "default"
-sha256 = "@AGENT@"
-
-[tokens.operator]
-role = "operator"
-scope = "*"
-sha256 = "@OPERATOR@"
 """
 
 
@@ -193,18 +185,34 @@ def write_starter(
         adapter = _OVER_HTTP.replace("@ENDPOINT@", json.dumps(venue)).replace(
             "@KEY_ENV@", json.dumps(venue_key_env)
         )
-    agent = f"eg_agent_{secrets.token_urlsafe(24)}"
-    operator = f"eg_op_{secrets.token_urlsafe(24)}"
-    text = (
-        _CONFIG.replace("@LEDGER@", LEDGER_FILE)
-        .replace("@ADAPTER@", adapter)
-        .replace("@AGENT@", hashlib.sha256(agent.encode()).hexdigest())
-        .replace("@OPERATOR@", hashlib.sha256(operator.encode()).hexdigest())
-    )
+    text = _CONFIG.replace("@LEDGER@", LEDGER_FILE).replace("@ADAPTER@", adapter)
+    agent, operator = _principals(directory / LEDGER_FILE, replace=force)
     classes.write_text(_CLASSES, encoding="utf-8")
     config.write_text(text, encoding="utf-8")
-    # init creates the configured ledger: the commands that use it never create one.
+    return Starter(config, classes, agent, operator)
+
+
+def _principals(ledger: Path, *, replace: bool) -> tuple[str, str]:
+    """Create the ledger (init creates it: the commands that use it never do) and its agent
+    and operator principals; their tokens. With ``replace``, earlier ones are revoked."""
+    from effectgate._service._auth import os_actor
     from effectgate.store import open_store
 
-    open_store(f"sqlite:///{(directory / LEDGER_FILE).resolve()}", create=True).close()
-    return Starter(config, classes, agent, operator)
+    store = open_store(f"sqlite:///{ledger.resolve()}", create=True)
+    try:
+        by, now = os_actor(), time.time()
+        try:
+            agent = store.create_principal(
+                "agent", "agent", "default", created_by=by, now=now, replace=replace
+            )
+            operator = store.create_principal(
+                "operator", "operator", "*", created_by=by, now=now, replace=replace
+            )
+        except PrincipalExists as exc:
+            raise ConfigError(
+                f"{ledger} already holds live principals from an earlier init ({exc.message}); "
+                "use --force to issue new tokens (the earlier ones are revoked)"
+            ) from None
+    finally:
+        store.close()
+    return agent.token, operator.token

@@ -74,6 +74,7 @@ class _service:
         text = re.sub(r"(?m)^burst = \d+", "burst = 1000000", text)
         text = re.sub(r'(?m)^url = "sqlite:///effectgate.db"', f'url = "{store_url}"', text)
         starter.config.write_text(text, encoding="utf-8")
+        token = _agent_token(store_url)
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "effectgate", "serve", "--config", str(starter.config)],
             cwd=folder,
@@ -82,7 +83,7 @@ class _service:
         )
         url = f"http://127.0.0.1:{port}"
         _wait_ready(url, self._proc)
-        return url, starter.agent_token
+        return url, token
 
     def __exit__(self, *exc: object) -> None:
         self._proc.terminate()
@@ -95,6 +96,20 @@ class _service:
             self._proc.stderr.close()
         self._store_cm.__exit__(None, None, None)
         self._tmp.cleanup()
+
+
+def _agent_token(store_url: str) -> str:
+    """An agent token in the benchmark's ledger (the starter's tokens are in its own)."""
+    from effectgate._service import os_actor
+    from effectgate.store import open_store
+
+    ledger = open_store(store_url, create=True)
+    try:
+        return ledger.create_principal(
+            "b5-agent", "agent", "default", created_by=os_actor(), now=time.time()
+        ).token
+    finally:
+        ledger.close()
 
 
 def _free_port() -> int:

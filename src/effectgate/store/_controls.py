@@ -22,7 +22,7 @@ from effectgate.store import _guard as g
 from effectgate.store import _sql as sql
 from effectgate.store._hooks import Hold, StoreHooks, scoped
 from effectgate.store._tx import SharedTx
-from effectgate.store.base import Operation, dumps, where
+from effectgate.store.base import Operation, credential_marker, dumps, where
 
 __all__ = ["ControlRoles"]
 
@@ -64,7 +64,11 @@ class ControlRoles(StoreHooks):
                 # The window that tripped the breaker must not trip it again at once; the
                 # evidence stays in the audit log.
                 tx.write("DELETE FROM control_signals WHERE action = ?", (action,))
-            tx.audit(kind, {"action": action, "operator": operator, **detail}, now)
+            tx.audit(
+                kind,
+                {"action": action, "operator": operator, **detail, **credential_marker(operator)},
+                now,
+            )
             return new
 
         return self._run(work, f"{kind} {action}", Hold(exclusive_class=action))
@@ -283,6 +287,7 @@ class ControlRoles(StoreHooks):
                     "verdict": verdict,
                     "fingerprint": fingerprint,
                     "reason": reason,
+                    **credential_marker(approver),
                 },
                 now,
                 scope,

@@ -47,6 +47,7 @@ from effectgate.store.base import (
     NewOperation,
     Operation,
     RawJSON,
+    credential_marker,
     dumps,
     moved,
     transition_event,
@@ -346,6 +347,7 @@ def apply_step(
             "operator": operator,
             "step": step_id,
             "envelope_version": envelope.version,
+            **credential_marker(operator),
         },
         now,
     )

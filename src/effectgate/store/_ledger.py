@@ -4,11 +4,10 @@
 truly differs per engine. A dialect supplies:
 
 * ``_rows(query, args, what)``: one read in autocommit, ``?`` placeholders;
-* ``_run(work, what, key=, shared_class=, exclusive_class=, row=)``: one write transaction,
-  calling ``work(tx, row)`` with a :class:`~effectgate.store._tx.SharedTx` (the dialect decides
-  the locks: ``key`` names the operation whose audit lane it writes, ``shared_class`` /
-  ``exclusive_class`` the class whose controls it reads or changes, ``row`` the operation row
-  to hold for the transaction, read as ``row``);
+* ``_run(work, what, hold)``: one write transaction, calling ``work(tx, row)`` with a
+  :class:`~effectgate.store._tx.SharedTx`; the :class:`~effectgate.store._hooks.Hold` says what
+  the dialect locks (the operation whose audit lane it writes, the class whose controls it
+  reads or changes, the operation row it reads for the transaction);
 * the hot path (``_journal``, ``_transition``, ``transition_many``), locks and leases
   (``lease_uncertain``, ``sweep_lock``), its audit heads and its schema.
 """
@@ -28,6 +27,7 @@ from effectgate.store import _guard as g
 from effectgate.store import _sql as sql
 from effectgate.store._controls import ControlRoles
 from effectgate.store._hooks import Hold, Work, scoped
+from effectgate.store._principals import PrincipalRoles
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import (
     AuditEvent,
@@ -51,7 +51,7 @@ __all__ = ["SQLStore", "Work"]
 _AUDIT_PAGE = 1000
 
 
-class SQLStore(ControlRoles):
+class SQLStore(ControlRoles, PrincipalRoles):
     """Every store role over the dialect hooks (see the module docstring)."""
 
     # --- the hot path: a dialect's own ----------------------------------------------------

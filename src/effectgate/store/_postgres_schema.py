@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from effectgate._audit import GENESIS
 from effectgate._core.states import State
-from effectgate.store._schema import Types, controls_tables, ledger_tables
+from effectgate.store._schema import Types, controls_tables, ledger_tables, principals_tables
 
 __all__ = ["LANES", "MIGRATIONS"]
 
@@ -44,4 +44,5 @@ MIGRATIONS: list[str] = [
     """,
     # 2: operational controls and the hash-chained audit log.
     MIGRATION_CONTROLS,
+    principals_tables(_TYPES),  # 3: principals and their tokens (store/_principals.py)
 ]

@@ -14,7 +14,14 @@ from typing import Any
 from effectgate._audit import rechain
 from effectgate.store.base import refuse_newer_schema
 
-__all__ = ["Types", "apply_migrations", "backfill_chain", "controls_tables", "ledger_tables"]
+__all__ = [
+    "Types",
+    "apply_migrations",
+    "backfill_chain",
+    "controls_tables",
+    "ledger_tables",
+    "principals_tables",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +125,23 @@ CREATE TABLE alerts (
     message {text} NOT NULL, detail {text} NOT NULL, at {real} NOT NULL,
     UNIQUE (kind, subject)
 )
+""".format(**asdict(t))
+
+
+def principals_tables(t: Types) -> str:
+    """The principals role's table (store/_principals.py): one row per token ever issued.
+
+    Only the token's SHA-256 is kept (the primary key: authentication is one lookup) and a short
+    prefix for listings. A revoked row stays, for the record; one live row per name.
+    """
+    return """
+CREATE TABLE principals (
+    token_sha256 {text} PRIMARY KEY, token_prefix {text} NOT NULL,
+    name {text} NOT NULL, role {text} NOT NULL, scope {text} NOT NULL,
+    created_at {real} NOT NULL, created_by {text} NOT NULL,
+    revoked_at {real}, revoked_by {text}
+){clustered};
+CREATE UNIQUE INDEX principals_live_name ON principals (name) WHERE revoked_at IS NULL
 """.format(**asdict(t))
 
 

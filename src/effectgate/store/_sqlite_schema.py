@@ -17,6 +17,7 @@ from effectgate.store._schema import (
     backfill_chain,
     controls_tables,
     ledger_tables,
+    principals_tables,
 )
 from effectgate.store.base import dumps
 
@@ -157,6 +158,7 @@ MIGRATIONS: list[str] = [
     # 4: journal and receipt entries are anchored in their operations row, not audit_heads
     # (store/sqlite_controls.py, MIGRATION_ANCHORS).
     MIGRATION_ANCHORS,
+    principals_tables(_TYPES),  # 5: principals and their tokens (store/_principals.py)
 ]
 
 

@@ -23,6 +23,7 @@ from effectgate.errors import ConfigError, IdempotencyConflict, StoreError
 __all__ = [
     "IDENTITY_PATTERN",
     "OPERATION_ID_PATTERN",
+    "OS_PREFIX",
     "SCOPE_PATTERN",
     "SYSTEM_PREFIX",
     "AuditEvent",
@@ -36,6 +37,7 @@ __all__ = [
     "check_moves",
     "check_path",
     "conflict",
+    "credential_marker",
     "dumps",
     "make_op_key",
     "moved",
@@ -53,6 +55,16 @@ OPERATION_ID_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 IDENTITY_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@:+-]{0,127}")
 #: Names effectgate acts under itself (``system:breaker``, ``system:expiry``): never a caller's.
 SYSTEM_PREFIX = "system:"
+#: Who acted with the ledger's own credentials rather than a token (``os:<user>``, the CLI
+#: without one): never a principal's name.
+OS_PREFIX = "os:"
+
+
+def credential_marker(actor: str) -> dict[str, object]:
+    """What an audit entry adds about how ``actor`` was authenticated: ``{"credential":
+    "store"}`` for an ``os:`` actor (holding the store's credentials is full administrative
+    power, and the name is only what the OS said), nothing for a principal."""
+    return {"credential": "store"} if actor.startswith(OS_PREFIX) else {}
 
 
 def validate_identity(scope: str, operation_id: str) -> None:

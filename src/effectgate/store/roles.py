@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         DispatchGuard,
         ShadowPair,
     )
+    from effectgate._core.principals import IssuedToken, Principal, PrincipalRecord
 
 __all__ = [
     "Alerts",
@@ -45,6 +46,7 @@ __all__ = [
     "Controls",
     "LedgerReads",
     "LedgerWrites",
+    "Principals",
     "Store",
     "Sweep",
 ]
@@ -334,7 +336,40 @@ class Alerts(Protocol):
 
 
 @runtime_checkable
-class Store(LedgerWrites, LedgerReads, Sweep, Controls, Approvals, AuditLog, Alerts, Protocol):
+class Principals(Protocol):
+    """Who may call: principals (name, role, tenant scope) and their tokens, by digest only.
+
+    Authentication reads the store on every request, so a revocation holds at once in every
+    replica. Each change is audited in its own transaction.
+    """
+
+    def create_principal(
+        self,
+        name: str,
+        role: str,
+        scope: str,
+        *,
+        created_by: str,
+        now: float,
+        replace: bool = False,
+    ) -> IssuedToken:
+        """A new principal and its token (the plaintext is in the result, once, and nowhere
+        else). A live principal of that name is refused unless ``replace`` (which revokes it
+        in the same transaction)."""
+
+    def revoke_principal(self, name: str, *, revoked_by: str, now: float) -> PrincipalRecord:
+        """Revoke the live principal ``name``; raises PrincipalNotFound when there is none."""
+
+    def list_principals(self, *, include_revoked: bool = False) -> list[PrincipalRecord]: ...
+
+    def principal_for_token(self, token: str) -> Principal | None:
+        """The live principal holding ``token``, or None."""
+
+
+@runtime_checkable
+class Store(
+    LedgerWrites, LedgerReads, Sweep, Controls, Approvals, AuditLog, Alerts, Principals, Protocol
+):
     """Every role: what :func:`effectgate.store.open_store` returns."""
 
     def migrate(self) -> None:
