@@ -32,6 +32,7 @@ from effectgate._core.policy import Decision, LimitPolicy, Policy, PolicySet
 from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
 from effectgate._execute.alerts import AlertSink, LogAlertSink, WebhookAlertSink, default_sink
+from effectgate._execute.dispatcher import Dispatcher, DispatchReport
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import BlastRadius, Operator, ShadowReport
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
@@ -91,6 +92,8 @@ __all__ = [
     "ConfigError",
     "ControlError",
     "Decision",
+    "DispatchReport",
+    "Dispatcher",
     "EffectClass",
     "EffectgateError",
     "Envelope",

@@ -340,6 +340,9 @@ class Verdict:
 
     kind: VerdictKind
     reason: str | None = None
+    #: For a hold that time lifts (a full rate or exposure window): seconds after which a
+    #: retry may pass. None: only an operator's change (switch, breaker, envelope) lifts it.
+    retry_after: float | None = None
 
     @property
     def held(self) -> bool:
@@ -363,6 +366,9 @@ class DispatchGuard:
     approvals_required: int = 0
     approval_ttl: float = 86400.0
     proposers: tuple[str, ...] = ()
+    #: Whether completing the row's approvals releases it to the standing dispatcher (the
+    #: caller submitted it to be sent), or leaves it to its caller (``Gate.propose``).
+    dispatch_on_approval: bool = True
 
     @property
     def value_micros(self) -> int | None:
@@ -379,6 +385,8 @@ class ApprovalRequest:
     required: int
     expires_at: float
     proposers: tuple[str, ...]
+    #: Completing the approvals releases the row to the standing dispatcher.
+    dispatch_on_approval: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +406,8 @@ class ApprovalOutcome:
     approvals: int
     required: int
     expired: bool = False
+    #: The approvals completed and released the row to the standing dispatcher.
+    released: bool = False
 
     @property
     def complete(self) -> bool:

@@ -349,9 +349,10 @@ def controls_router(service: Service, operator: Any, errors: dict[int | str, Any
                 reason=body.reason,
             )
             row = out.operation
-            if out.complete and row.state is State.VALIDATED:
-                # The approval released it: dispatch now (the kill switch, breaker and
-                # envelope are checked in the dispatching transaction, as for any row).
+            if out.released and row.state is State.VALIDATED:
+                # The approval released it: dispatch now rather than at the standing
+                # dispatcher's next pass (the kill switch, breaker and envelope are checked in
+                # the dispatching transaction, as for any row; the compare-and-set decides).
                 row = service.gate.dispatch(operation_id, scope=scope)
             return {
                 "operation": operation_dict(row, service.config.registry),

@@ -115,6 +115,26 @@ def _print(data: object) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
+def _dispatch_hint(store: str, what: str) -> str:
+    """Who sends rows a control released: the service's standing dispatcher, else one pass."""
+    how = f"--config {store}" if store.endswith(".toml") else "--config FILE"
+    return (
+        f"a running `effectgate serve` dispatches {what} within its dispatch_interval; "
+        f"with no service running: effectgate dispatch {how}"
+    )
+
+
+def _released(op: Operator, action: str, store: str) -> str:
+    """What lifting a control of ``action`` released, and who will send it."""
+    held = len(op.held(action))
+    if not held:
+        return "no operation was held"
+    return (
+        f"{held} held operation(s) released, each checked against every control again when "
+        f"sent; {_dispatch_hint(store, 'them')}"
+    )
+
+
 def _ts(at: float | None) -> str:
     return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
 
@@ -132,10 +152,11 @@ def kill_on(action: str, store: StoreOpt, operator: OperatorOpt, reason: ReasonO
 
 @kill_app.command("off")
 def kill_off(action: str, store: StoreOpt, operator: OperatorOpt, reason: ReasonOpt = None) -> None:
-    """Release the kill switch of ACTION (held rows can then be dispatched)."""
+    """Release the kill switch of ACTION (the standing dispatcher sends its held rows)."""
     with _operator(store) as op:
         op.release(action, operator=operator, reason=reason)
-    console.print(f"kill switch off for {action}")
+        released = _released(op, action, store)
+    console.print(f"kill switch off for {action}; {released}")
 
 
 @kill_app.command("status")
@@ -217,7 +238,8 @@ def breaker_reset(
     """Close ACTION's breaker (only an operator can; it never closes by itself)."""
     with _operator(store) as op:
         op.reset_breaker(action, operator=operator, reason=reason)
-    console.print(f"breaker for {action} closed")
+        released = _released(op, action, store)
+    console.print(f"breaker for {action} closed; {released}")
 
 
 @breaker_app.command("status")
@@ -291,9 +313,14 @@ def approvals_approve(
         out = op.approve(
             operation_id, fingerprint=fingerprint, approver=operator, scope=scope, reason=reason
         )
-    console.print(
+    line = (
         f"{operation_id}: {out.approvals}/{out.required} approvals; now {out.operation.state.value}"
     )
+    if out.released:
+        line += f"; released for dispatch: {_dispatch_hint(store, 'it')}"
+    elif out.complete:
+        line += "; it was proposed without dispatch (Gate.propose): its caller dispatches it"
+    console.print(line)
 
 
 @approvals_app.command("refuse")

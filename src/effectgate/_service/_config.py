@@ -93,6 +93,7 @@ class ServiceSettings:
     dispatch_timeout: float = 10.0
     mcp_http: bool = True
     reconcile_interval: float = 5.0
+    dispatch_interval: float = 1.0
     in_flight_grace: float = 2.0
     rate_limit: RateLimit = RateLimit(20.0, 40)
     log_format: str = "text"
@@ -284,6 +285,7 @@ def _service(sec: Section | None) -> ServiceSettings:
         dispatch_timeout=sec.number("dispatch_timeout", d.dispatch_timeout),
         mcp_http=sec.flag("mcp_http", d.mcp_http),
         reconcile_interval=sec.number("reconcile_interval", d.reconcile_interval, exclusive=False),
+        dispatch_interval=sec.number("dispatch_interval", d.dispatch_interval, exclusive=False),
         in_flight_grace=sec.number("in_flight_grace", d.in_flight_grace, exclusive=False),
         rate_limit=_rate(sec.table("rate_limit"), d.rate_limit),
         log_format=sec.text("log_format", d.log_format, choices=LOG_FORMATS) or d.log_format,

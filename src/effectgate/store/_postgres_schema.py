@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from effectgate._audit import GENESIS
 from effectgate._core.states import State
-from effectgate.store._schema import Types, controls_tables, ledger_tables
+from effectgate.store._schema import Types, controls_tables, ledger_tables, release_columns
 
 __all__ = ["LANES", "MIGRATIONS"]
 
@@ -44,4 +44,6 @@ MIGRATIONS: list[str] = [
     """,
     # 2: operational controls and the hash-chained audit log.
     MIGRATION_CONTROLS,
+    # 3: rows a control released, for the standing dispatcher (store/_schema.py).
+    release_columns(_TYPES),
 ]

@@ -14,7 +14,14 @@ from typing import Any
 from effectgate._audit import rechain
 from effectgate.store.base import refuse_newer_schema
 
-__all__ = ["Types", "apply_migrations", "backfill_chain", "controls_tables", "ledger_tables"]
+__all__ = [
+    "Types",
+    "apply_migrations",
+    "backfill_chain",
+    "controls_tables",
+    "ledger_tables",
+    "release_columns",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +125,28 @@ CREATE TABLE alerts (
     message {text} NOT NULL, detail {text} NOT NULL, at {real} NOT NULL,
     UNIQUE (kind, subject)
 )
+""".format(**asdict(t))
+
+
+def release_columns(t: Types) -> str:
+    """The standing dispatcher's columns: which ``validated`` rows a control released.
+
+    ``operations.released_at``: from when the standing dispatcher owes the row a dispatch (set
+    by completed approvals the proposer wanted sent, and by holds that time lifts); NULL: only
+    its caller, or an operator's release, dispatches it. ``held_since``: when a hold began
+    (the hold bound is measured from it). ``held_gen``: the class's ``release_gen`` when the
+    row was last held; an operator change that can lift a hold (kill switch off, breaker
+    reset, envelope step, shadow on) increments ``release_gen``, so the rows it releases are
+    found without writing any of them in the operator's transaction.
+    ``approval_requests.dispatch_on_approval``: the proposer asked for the row to be sent.
+    """
+    return """
+ALTER TABLE operations ADD COLUMN released_at {real};
+ALTER TABLE operations ADD COLUMN held_since {real};
+ALTER TABLE operations ADD COLUMN held_gen {bigint};
+ALTER TABLE class_controls ADD COLUMN release_gen {bigint} NOT NULL DEFAULT 0;
+ALTER TABLE approval_requests ADD COLUMN dispatch_on_approval {bool} NOT NULL DEFAULT {false};
+CREATE INDEX operations_validated ON operations (released_at) WHERE state = 'validated'
 """.format(**asdict(t))
 
 

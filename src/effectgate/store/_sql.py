@@ -52,11 +52,39 @@ ALERT_COLUMNS = "kind, subject, action, message, detail, at"
 SELECT_OP = f"SELECT {OP_COLUMNS} FROM operations WHERE scope = ? AND operation_id = ?"
 SELECT_CONTROLS = f"SELECT {CONTROL_COLUMNS} FROM class_controls WHERE action = ?"
 SELECT_REQUEST = (
-    "SELECT fingerprint, required, expires_at, proposers FROM approval_requests "
+    "SELECT fingerprint, required, expires_at, proposers, dispatch_on_approval "
+    "FROM approval_requests WHERE scope = ? AND operation_id = ?"
+)
+INSERT_REQUEST = (
+    "INSERT INTO approval_requests (scope, operation_id, fingerprint, required, expires_at, "
+    "proposers, dispatch_on_approval) VALUES (?,?,?,?,?,?,?)"
+)
+HELD = "state = 'validated' AND detail LIKE 'held:%'"
+# A hold, recorded on the row: why, when the dispatcher may retry on its own (NULL: after an
+# operator's release), since when it is held (the first hold counts), and the class's release
+# generation it waits to be passed. A dispatcher's lease ends with its attempt, so the next
+# release is not kept waiting for it.
+MARK_HELD = (
+    "UPDATE operations SET detail = ?, updated_at = ?, released_at = ?, "
+    "lease_owner = NULL, lease_until = NULL, "
+    "held_since = coalesce(held_since, ?), held_gen = (SELECT coalesce(max(release_gen), 0) "
+    "FROM class_controls c WHERE c.action = operations.action) "
     "WHERE scope = ? AND operation_id = ?"
 )
-INSERT_REQUEST = "INSERT INTO approval_requests VALUES (?,?,?,?,?,?)"
-HELD = "state = 'validated' AND detail LIKE 'held:%'"
+# The validated rows the standing dispatcher owes a dispatch, oldest release first, that no
+# live lease holds: released (approvals, a hold time lifts), or held before the class's last
+# release. Rows held before migration 5 have no generation and count as released once.
+# ``{lock}``: what a dialect adds so concurrent claims skip each other's rows.
+CLAIM_RELEASED = (
+    "WITH claim AS MATERIALIZED (SELECT op_key FROM operations o WHERE state = 'validated' "
+    "AND (lease_until IS NULL OR lease_until < ?) AND (released_at <= ? OR ("
+    "detail LIKE 'held:%' AND coalesce(held_gen, -1) < coalesce((SELECT max(c.release_gen) "
+    "FROM class_controls c WHERE c.action = o.action), 0))) "
+    "ORDER BY coalesce(released_at, held_since, updated_at), op_key LIMIT ?{lock}) "
+    "UPDATE operations SET lease_owner = ?, lease_until = ? "
+    "WHERE op_key IN (SELECT op_key FROM claim) AND state = 'validated' "
+    "RETURNING scope, operation_id"
+)
 SAVE_CONTROLS = (
     f"INSERT INTO class_controls (action, {CONTROL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?) "
     "ON CONFLICT (action) DO UPDATE SET killed = excluded.killed, "

@@ -17,6 +17,7 @@ from effectgate.store._schema import (
     backfill_chain,
     controls_tables,
     ledger_tables,
+    release_columns,
 )
 from effectgate.store.base import dumps
 
@@ -157,6 +158,8 @@ MIGRATIONS: list[str] = [
     # 4: journal and receipt entries are anchored in their operations row, not audit_heads
     # (store/sqlite_controls.py, MIGRATION_ANCHORS).
     MIGRATION_ANCHORS,
+    # 5: rows a control released, for the standing dispatcher (store/_schema.py).
+    release_columns(_TYPES),
 ]
 
 

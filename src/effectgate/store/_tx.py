@@ -135,6 +135,14 @@ class SharedTx(ABC):
             ),
         )
 
+    def release_holds(self, action: str) -> None:
+        """An operator's change that may lift a hold: every row the class holds becomes the
+        standing dispatcher's to retry. One write, however many rows are held (call it after
+        :meth:`save_controls`, which creates the class's row)."""
+        self.write(
+            "UPDATE class_controls SET release_gen = release_gen + 1 WHERE action = ?", (action,)
+        )
+
     def seen_target(self, action: str, target: str, at: float) -> bool:
         """Whether ``target`` was seen before for ``action``; remembers it either way."""
         return not self.rows(
