@@ -35,6 +35,7 @@ def registry(hold_bound: float | None = None) -> Registry:
         value_of=notional,
         target_field="instrument",
         tier_floor=Tier.VALIDATE,
+        hold_bound=hold_bound,
     )
     return Registry([submit, cancel_order_class()])
 
@@ -59,11 +60,11 @@ class World:
         )
 
 
-def make_world(store: Store) -> World:
+def make_world(store: Store, *, hold_bound: float | None = None) -> World:
     clock = ManualClock()
     venue = PaperVenue(clock=clock)
     adapter = CountingAdapter(PaperAdapter(venue))
-    reg = registry()
+    reg = registry(hold_bound)
     policy = PolicySet(
         {
             "submit_order": LimitPolicy(Decimal("100000"), approve_above=Decimal("5000")),
@@ -369,3 +370,58 @@ class TestFromTheCli:
         assert json.loads(first.stdout)["sent"] == 1
         again = json.loads(self.cli(config, "dispatch", "--json").stdout)
         assert again["leased"] == 0 and again["sent"] == 0
+
+
+class TestHoldBound:
+    def test_a_row_held_past_its_bound_alerts_once(self, store: Store) -> None:
+        """Invariant 11: every hold has a bound. A row held longer than its class's
+        hold_bound raises `hold-aged` through the maintenance rules, once; being retried and
+        held again does not restart its clock."""
+        from effectgate._execute.maintenance import check_maintenance
+
+        w = make_world(store, hold_bound=120.0)
+        sink: list[object] = []
+        w.operator.kill("submit_order", operator="alice")
+        w.gate.submit("submit_order", "op-1", INTENT)
+        w.store.trip_breaker("submit_order", [("repeats", "drill")], now=w.clock())
+        w.clock.advance(100)
+        w.operator.release("submit_order", operator="alice")
+        assert Dispatcher(w.gate).run_once().held == 1  # held again, by the breaker
+
+        def aged() -> list[object]:
+            raised = check_maintenance(w.store, w.gate.registry, sink.append, now=w.clock())
+            return [a for a in raised if a.kind == "hold-aged"]
+
+        assert aged() == []
+        w.clock.advance(21)  # 121 s since the first hold
+        (alert,) = aged()
+        assert alert.subject == "default:op-1" and alert.action == "submit_order"  # type: ignore[attr-defined]
+        assert "held for 121s" in alert.message and "breaker open" in alert.message  # type: ignore[attr-defined]
+        w.clock.advance(1000)
+        assert aged() == []  # once per row
+        assert [a.kind for a in w.store.list_alerts()].count("hold-aged") == 1
+
+    def test_the_default_bound_is_finite(self, store: Store) -> None:
+        """Invariant 11: with no hold_bound the settlement window, else the visibility
+        horizon, bounds a hold; a hold_bound that is not a finite positive number is refused."""
+        from effectgate.errors import RegistryError
+
+        reg = registry()
+        assert reg.get("submit_order").hold_limit == 60.0  # the horizon
+        for bad in (0, -1, float("inf"), float("nan")):
+            with pytest.raises(RegistryError, match="hold_bound"):
+                registry(hold_bound=bad)
+
+    def test_hold_bound_in_the_config(self, tmp_path) -> None:
+        from effectgate._service import parse_config
+        from effectgate.errors import ConfigError
+        from servicekit import config_text
+
+        text = config_text(store_url=f"sqlite:///{tmp_path}/l.db")
+        with_bound = text.replace(
+            "key_retention = 86400", "key_retention = 86400\nhold_bound = 900", 1
+        )
+        assert parse_config(with_bound).registry.get("submit_order").hold_limit == 900
+        bad = text.replace("key_retention = 86400", "key_retention = 86400\nhold_bound = 0", 1)
+        with pytest.raises(ConfigError, match=r"classes\.submit_order\.hold_bound"):
+            parse_config(bad)

@@ -62,7 +62,7 @@ _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 _CALLER_NAME = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}"
 _SECRET_KEYS = ("credential", "api_key", "apikey", "password", "secret", "token", "key")
 ADAPTER_KINDS = ("http", "paper", "python")
-_TIME_KEYS = ("visibility_horizon", "key_retention", "settlement_window")
+_TIME_KEYS = ("visibility_horizon", "key_retention", "settlement_window", "hold_bound")
 # Facts about the venue, never defaulted: a round number that is wrong for the venue writes
 # rows off too early or lets a retry outlive the venue's memory of the key.
 _HORIZON_WHY = (
@@ -440,6 +440,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     retention = sec.req_number("key_retention", _RETENTION_WHY)
     target_field = sec.text("target_field")
     settlement = sec.number("settlement_window", 1.0) if sec.has("settlement_window") else None
+    hold_bound = sec.number("hold_bound", 1.0) if sec.has("hold_bound") else None
     try:
         ac = ActionClass(
             name=name,
@@ -453,6 +454,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             value_of=value_of,
             target_field=target_field,
             settlement_window=settlement,
+            hold_bound=hold_bound,
         )
     except EffectgateError as exc:
         # "submit_order: visibility_horizon ...": locate the key the message is about.
