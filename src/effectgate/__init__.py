@@ -36,6 +36,7 @@ from effectgate._execute.dispatcher import Dispatcher, DispatchReport
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import BlastRadius, Operator, ShadowReport
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
+from effectgate._execute.shadow import ShadowGroup
 from effectgate.errors import (
     AccessError,
     AdapterError,
@@ -129,6 +130,7 @@ __all__ = [
     "RegistryError",
     "RequestError",
     "SQLiteStore",
+    "ShadowGroup",
     "ShadowReport",
     "StaleState",
     "State",

@@ -452,30 +452,75 @@ def shadow_feed(
     console.print(f"{correlation_id}: incumbent {'did nothing' if fp is None else fp[:12]}")
 
 
+def _when(text: str | None, what: str) -> float | None:
+    """Epoch seconds, or an ISO 8601 date-time (UTC unless it says otherwise)."""
+    if text is None:
+        return None
+    from datetime import UTC, datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{what} {text!r} is neither epoch seconds nor an ISO 8601 date-time"
+        ) from None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+
+
 @shadow_app.command("report")
 def shadow_report(
     store: StoreOpt,
     action: Annotated[str | None, typer.Argument()] = None,
+    window: Annotated[
+        float | None, typer.Option(help="Also split by time windows of this many seconds.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only cases from then on (epoch seconds or ISO 8601).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Only cases before then (epoch seconds or ISO 8601).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The disagreement rate between shadowed proposals and the incumbent, and the cases."""
+    """The disagreement rate between the agent's proposals and the incumbent, per model,
+    harness version (and window), and the disagreeing cases."""
     with _operator(store) as op:
-        report = op.shadow_report(action)
+        report = op.shadow_report(
+            action, window=window, since=_when(since, "--since"), until=_when(until, "--until")
+        )
     data = report.to_dict()
     if as_json:
         _print(data)
         return
     rate = report.disagreement_rate
     console.print(
-        f"compared {report.compared}: agreed {len(report.agreed)}, disagreed "
-        f"{len(report.disagreed)}, disagreement rate "
+        f"compared {report.compared}: agreed {len(report.agreed)} (neither acted: "
+        f"{report.agreed_inaction}), disagreed {len(report.disagreed)}, disagreement rate "
         f"{'-' if rate is None else f'{rate:.1%}'}; awaiting the incumbent "
         f"{len(report.awaiting_incumbent)}"
     )
+    table = Table(title="by model and harness version" + (" and window" if window else ""))
+    for col in ("model", "harness", "window", "compared", "disagreed", "rate", "awaiting"):
+        table.add_column(col)
+    for g in report.groups():
+        table.add_row(
+            g.model or "-",
+            g.harness_version or "-",
+            "-" if g.window_start is None else f"{_ts(g.window_start)} +{window:g}s",
+            str(g.compared),
+            str(g.disagreed),
+            "-" if g.disagreement_rate is None else f"{g.disagreement_rate:.1%}",
+            str(g.awaiting_incumbent),
+        )
+    print_table(console, table)
     for case in data["cases"]:  # type: ignore[attr-defined]
         console.print(
-            f"  {case['correlation_id']}: shadow={json.dumps(case['shadow'])} "
-            f"incumbent={json.dumps(case['incumbent'])}"
+            f"  {case['correlation_id']}: agent {case['agent']} "
+            f"shadow={json.dumps(case['shadow'])} incumbent={json.dumps(case['incumbent'])}"
         )
 
 

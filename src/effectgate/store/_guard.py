@@ -409,18 +409,40 @@ def guard_new_row(
         )
         if verdict.kind is VerdictKind.SHADOW:
             path = [*path[:-1], State.SHADOWED]
-            tx.record_shadow(
-                new.scope,
-                new.operation_id,
-                new.action,
-                (guard.correlation_id if guard else None) or new.operation_id,
-                shadow_request(new.op_key, new.action, new.effect),
-                new.fingerprint,
-                now,
-            )
+            _record_shadow(tx, new, guard, shadow_request(new.op_key, new.action, new.effect), now)
         elif verdict.held:
             path = path[:-1]
+    elif path[-1] in _WOULD_NOT_ACT and (ctl or tx.controls(new.action)).shadow:
+        # In shadow mode a refused or unapproved proposal is the agent not acting: the
+        # report compares it with the incumbent too.
+        _record_shadow(tx, new, guard, None, now, outcome=path[-1].value)
     return new, path, verdict, tripped
+
+
+#: Where a proposal stops when the agent would not have acted (shadow comparisons).
+_WOULD_NOT_ACT = (State.REJECTED, State.AWAITING_APPROVAL)
+
+
+def _record_shadow(
+    tx: SharedTx,
+    new: NewOperation,
+    guard: DispatchGuard | None,
+    request: Mapping[str, object] | None,
+    now: float,
+    *,
+    outcome: str = State.SHADOWED.value,
+) -> None:
+    tx.record_shadow(
+        new.scope,
+        new.operation_id,
+        new.action,
+        (guard.correlation_id if guard else None) or new.operation_id,
+        request,
+        new.fingerprint,
+        now,
+        outcome=outcome,
+        intent=new.intent,
+    )
 
 
 def journal_new(
@@ -482,7 +504,9 @@ def dispatch_row(
             (guard.correlation_id if guard else None) or operation_id,
             request,
             row.fingerprint,
-            now,
+            row.created_at,  # when the agent proposed it: the report's time windows
+            outcome=State.SHADOWED.value,
+            intent=row.intent,
         )
         audit = {**(audit or {}), "request": request}
     tx.audit(

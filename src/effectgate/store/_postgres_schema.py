@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from effectgate._audit import GENESIS
 from effectgate._core.states import State
-from effectgate.store._schema import Types, controls_tables, ledger_tables, release_columns
+from effectgate.store._schema import (
+    Types,
+    controls_tables,
+    ledger_tables,
+    release_columns,
+    shadow_columns,
+)
 
 __all__ = ["LANES", "MIGRATIONS"]
 
@@ -46,4 +52,6 @@ MIGRATIONS: list[str] = [
     MIGRATION_CONTROLS,
     # 3: rows a control released, for the standing dispatcher (store/_schema.py).
     release_columns(_TYPES),
+    # 4: what the shadow report compares and groups by (store/_schema.py).
+    shadow_columns(_TYPES),
 ]

@@ -21,6 +21,7 @@ __all__ = [
     "controls_tables",
     "ledger_tables",
     "release_columns",
+    "shadow_columns",
 ]
 
 
@@ -147,6 +148,21 @@ ALTER TABLE operations ADD COLUMN held_gen {bigint};
 ALTER TABLE class_controls ADD COLUMN release_gen {bigint} NOT NULL DEFAULT 0;
 ALTER TABLE approval_requests ADD COLUMN dispatch_on_approval {bool} NOT NULL DEFAULT {false};
 CREATE INDEX operations_validated ON operations (released_at) WHERE state = 'validated'
+""".format(**asdict(t))
+
+
+def shadow_columns(t: Types) -> str:
+    """What the shadow report compares and groups by, per agent proposal.
+
+    ``outcome``: ``shadowed`` (it would have been sent; NULL on rows recorded before), or
+    ``rejected`` / ``awaiting_approval`` (the agent would not have acted; their ``request`` is
+    JSON ``null``). ``model`` and ``harness_version``: the intent's ``proposed_by`` audit
+    fields, for grouping the report only (nothing decides on them).
+    """
+    return """
+ALTER TABLE shadow_records ADD COLUMN outcome {text};
+ALTER TABLE shadow_records ADD COLUMN model {text};
+ALTER TABLE shadow_records ADD COLUMN harness_version {text}
 """.format(**asdict(t))
 
 

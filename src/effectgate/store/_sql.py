@@ -118,15 +118,26 @@ INSERT_DIVERGENCE = (
     f"INSERT INTO divergences ({DIVERGENCE_COLUMNS}) VALUES (?,?,?,?,?) "
     "ON CONFLICT DO NOTHING RETURNING 1"
 )
-# What the shadow report compares: every shadowed row beside the incumbent's outcome under its
-# correlation id, then the incumbent outcomes no shadowed row matched.
+# What the shadow report compares: every proposal recorded in shadow mode (shadowed, or one the
+# agent would not have acted on) beside the incumbent's outcome under its correlation id, then
+# the incumbent outcomes no proposal matched.
 SHADOW_PAIRS = (
     "SELECT s.correlation_id, s.action, s.scope, s.operation_id, s.fingerprint, s.request, "
-    "i.fingerprint, i.effect, i.correlation_id IS NOT NULL FROM shadow_records s "
+    "i.fingerprint, i.effect, i.correlation_id IS NOT NULL, s.outcome, s.model, "
+    "s.harness_version, s.at, i.at FROM shadow_records s "
     "LEFT JOIN incumbent_outcomes i ON i.correlation_id = s.correlation_id {w} UNION ALL "
-    "SELECT i.correlation_id, i.action, NULL, NULL, NULL, NULL, i.fingerprint, i.effect, TRUE "
+    "SELECT i.correlation_id, i.action, NULL, NULL, NULL, NULL, i.fingerprint, i.effect, TRUE, "
+    "NULL, NULL, NULL, NULL, i.at "
     "FROM incumbent_outcomes i WHERE NOT EXISTS (SELECT 1 FROM shadow_records s "
     "WHERE s.correlation_id = i.correlation_id) {a} ORDER BY 1"
+)
+# A proposal's record: the first one keeps its correlation id, time and provenance; a row that
+# waited for approval and was then shadowed becomes what it finally did.
+UPSERT_SHADOW = (
+    "INSERT INTO shadow_records (scope, operation_id, action, correlation_id, fingerprint, "
+    "request, at, outcome, model, harness_version) VALUES (?,?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT (scope, operation_id) DO UPDATE SET fingerprint = excluded.fingerprint, "
+    "request = excluded.request, outcome = excluded.outcome"
 )
 UPSERT_INCUMBENT = (
     "INSERT INTO incumbent_outcomes VALUES (?,?,?,?,?,?) ON CONFLICT (correlation_id) DO UPDATE "
@@ -214,14 +225,21 @@ def chain_entry_from_row(r: Sequence[Any]) -> ChainEntry:
 
 
 def shadow_pair_from_row(r: Sequence[Any]) -> ShadowPair:
+    request = json.loads(r[5]) if r[5] else None
     return ShadowPair(
         r[0],
         r[1],
         r[2],
         r[3],
         r[4],
-        json.loads(r[5]) if r[5] else None,
+        request,
         r[6],
         json.loads(r[7]) if r[7] else None,
         bool(r[8]),
+        # Rows recorded before migration 6 were all shadowed.
+        outcome=r[9] or ("shadowed" if request is not None else None),
+        model=r[10],
+        harness_version=r[11],
+        proposed_at=r[12],
+        incumbent_at=r[13],
     )

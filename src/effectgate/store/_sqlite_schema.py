@@ -18,6 +18,7 @@ from effectgate.store._schema import (
     controls_tables,
     ledger_tables,
     release_columns,
+    shadow_columns,
 )
 from effectgate.store.base import dumps
 
@@ -160,6 +161,8 @@ MIGRATIONS: list[str] = [
     MIGRATION_ANCHORS,
     # 5: rows a control released, for the standing dispatcher (store/_schema.py).
     release_columns(_TYPES),
+    # 6: what the shadow report compares and groups by (store/_schema.py).
+    shadow_columns(_TYPES),
 ]
 
 
