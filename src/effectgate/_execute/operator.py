@@ -97,6 +97,7 @@ class Operator:
         )
 
     def release(self, action: str, *, operator: str, reason: str | None = None) -> ClassControls:
+        """Lift the switch; the rows it held go to the standing dispatcher (``Dispatcher``)."""
         self._class(action)
         return self.store.set_kill(
             action, False, operator=self._who(operator), reason=reason, now=self.clock()
@@ -201,7 +202,9 @@ class Operator:
     ) -> ApprovalOutcome:
         """Approve exactly the payload ``fingerprint`` of ``operation_id``.
 
-        Complete approvals move the row to ``validated``; dispatch it with ``Gate.dispatch``.
+        Complete approvals move the row to ``validated`` and, when its proposer submitted it
+        to be sent, release it to the standing dispatcher (``outcome.released``); a row
+        journalled with ``Gate.propose`` stays its caller's to dispatch.
         """
         return self._decide(operation_id, fingerprint, approver, scope, True, reason)
 
