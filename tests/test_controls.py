@@ -469,17 +469,21 @@ class TestShadow:
         assert shadowed.detail["request"]["effect"]["quantity"] == "4"
 
     def test_report_gives_the_disagreement_rate_and_cases(self, world: World) -> None:
+        """The agent against the incumbent: a different effect disagrees; neither acting (the
+        incumbent did nothing, the agent proposed nothing) agrees (tests/test_shadow.py has
+        the rest)."""
         op = world.operator
         op.set_shadow("submit_order", True, operator="alice")
         for i, qty in enumerate(["4", "2", "3"]):
             world.gate.submit("submit_order", f"op-{i}", order(qty), correlation_id=f"t-{i}")
         op.feed_incumbent("t-0", "submit_order", order("4"), source="desk")  # agrees
         op.feed_incumbent("t-1", "submit_order", order("5"), source="desk")  # differs
-        op.feed_incumbent("t-9", "submit_order", None, source="desk")  # agent silent
+        op.feed_incumbent("t-9", "submit_order", None, source="desk")  # neither acted
         report = op.shadow_report("submit_order")
-        assert report.compared == 3 and len(report.agreed) == 1
-        assert report.disagreement_rate == pytest.approx(2 / 3)
-        assert sorted(p.correlation_id for p in report.disagreed) == ["t-1", "t-9"]
+        assert report.compared == 3 and len(report.agreed) == 2
+        assert report.disagreement_rate == pytest.approx(1 / 3)
+        assert [p.correlation_id for p in report.disagreed] == ["t-1"]
+        assert report.agreed_inaction == 1
         assert [p.correlation_id for p in report.awaiting_incumbent] == ["t-2"]
 
     def test_toggle_keeps_history(self, world: World) -> None:

@@ -33,9 +33,11 @@ from effectgate._core.principals import Principal, PrincipalRecord, Role
 from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
 from effectgate._execute.alerts import AlertSink, LogAlertSink, WebhookAlertSink, default_sink
+from effectgate._execute.dispatcher import Dispatcher, DispatchReport
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import BlastRadius, Operator, ShadowReport
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
+from effectgate._execute.shadow import ShadowGroup
 from effectgate.errors import (
     AccessError,
     AdapterError,
@@ -92,6 +94,8 @@ __all__ = [
     "ConfigError",
     "ControlError",
     "Decision",
+    "DispatchReport",
+    "Dispatcher",
     "EffectClass",
     "EffectgateError",
     "Envelope",
@@ -130,6 +134,7 @@ __all__ = [
     "RequestError",
     "Role",
     "SQLiteStore",
+    "ShadowGroup",
     "ShadowReport",
     "StaleState",
     "State",

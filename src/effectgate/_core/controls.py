@@ -340,6 +340,9 @@ class Verdict:
 
     kind: VerdictKind
     reason: str | None = None
+    #: For a hold that time lifts (a full rate or exposure window): seconds after which a
+    #: retry may pass. None: only an operator's change (switch, breaker, envelope) lifts it.
+    retry_after: float | None = None
 
     @property
     def held(self) -> bool:
@@ -363,6 +366,9 @@ class DispatchGuard:
     approvals_required: int = 0
     approval_ttl: float = 86400.0
     proposers: tuple[str, ...] = ()
+    #: Whether completing the row's approvals releases it to the standing dispatcher (the
+    #: caller submitted it to be sent), or leaves it to its caller (``Gate.propose``).
+    dispatch_on_approval: bool = True
 
     @property
     def value_micros(self) -> int | None:
@@ -379,6 +385,8 @@ class ApprovalRequest:
     required: int
     expires_at: float
     proposers: tuple[str, ...]
+    #: Completing the approvals releases the row to the standing dispatcher.
+    dispatch_on_approval: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -398,6 +406,8 @@ class ApprovalOutcome:
     approvals: int
     required: int
     expired: bool = False
+    #: The approvals completed and released the row to the standing dispatcher.
+    released: bool = False
 
     @property
     def complete(self) -> bool:
@@ -406,7 +416,15 @@ class ApprovalOutcome:
 
 @dataclass(frozen=True, slots=True)
 class ShadowPair:
-    """A shadowed proposal and, when fed, what the incumbent actually did (by correlation id)."""
+    """An agent's proposal in shadow mode and, when fed, what the incumbent actually did (by
+    correlation id). Either side may be absent: a proposal the incumbent's outcome has not been
+    fed for, or an incumbent outcome no proposal was recorded under.
+
+    ``request`` is what would have been sent; None when the agent would not have acted (its
+    proposal was rejected or waits for approval: ``outcome`` says which; or none was made).
+    ``model`` and ``harness_version`` come from the intent's ``proposed_by`` audit field, for
+    grouping reports only. ``proposed_at`` / ``incumbent_at``: when each side was recorded.
+    """
 
     correlation_id: str
     action: str
@@ -417,13 +435,32 @@ class ShadowPair:
     incumbent_fingerprint: str | None
     incumbent_effect: Mapping[str, object] | None
     incumbent_fed: bool
+    outcome: str | None = None
+    model: str | None = None
+    harness_version: str | None = None
+    proposed_at: float | None = None
+    incumbent_at: float | None = None
+
+    @property
+    def agent_acted(self) -> bool:
+        return self.request is not None
 
     @property
     def agrees(self) -> bool | None:
-        """``None`` when one side is missing; else whether both did the same thing."""
-        if self.request is None or not self.incumbent_fed:
+        """``None`` until the incumbent's outcome is fed; else whether both did the same thing.
+
+        Neither acting is agreement; one acting and not the other, or both acting with
+        different effects (by fingerprint), is disagreement.
+        """
+        if not self.incumbent_fed:
             return None
-        return self.shadow_fingerprint == self.incumbent_fingerprint
+        agent = self.shadow_fingerprint if self.agent_acted else None
+        return agent == self.incumbent_fingerprint
+
+    @property
+    def at(self) -> float | None:
+        """When the case happened: the agent's proposal, else the incumbent's outcome."""
+        return self.proposed_at if self.proposed_at is not None else self.incumbent_at
 
 
 @dataclass(frozen=True, slots=True)

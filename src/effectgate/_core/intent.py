@@ -237,6 +237,9 @@ class ActionClass:
     value_of: Callable[[Mapping[str, str | int | bool]], Decimal | None] | None = None
     target_field: str | None = None
     settlement_window: float | None = None
+    #: Seconds a row may stay held by a control before the ``hold-aged`` alert (invariant 11);
+    #: None: the settlement window, else the visibility horizon (:attr:`hold_limit`).
+    hold_bound: float | None = None
     _effect_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _decimals: tuple[tuple[str, bool], ...] = field(init=False, repr=False, compare=False)
 
@@ -316,6 +319,21 @@ class ActionClass:
                 f"{self.key_retention}s: an uncertain row would be alarmed only after the "
                 "venue forgot its key"
             )
+        bound = self.hold_bound
+        if bound is not None and (
+            isinstance(bound, bool)
+            or not isinstance(bound, int | float)
+            or not math.isfinite(bound)
+            or bound <= 0
+        ):
+            # Every hold has a finite bound: a held action goes stale as it waits.
+            raise RegistryError(f"{self.name}: hold_bound must be a finite number > 0")
+
+    @property
+    def hold_limit(self) -> float:
+        """Seconds a held row waits before it alerts: ``hold_bound``, else the settlement
+        window, else the visibility horizon. Never unbounded (invariant 11)."""
+        return self.hold_bound or self.settlement_window or self.visibility_horizon
 
     @property
     def effect_fields(self) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from effectgate._core.controls import Alert, ApprovalRules, BreakerConfig, DispatchGuard
+from effectgate._core.controls import Alert, ApprovalRules, BreakerConfig, DispatchGuard, Verdict
 from effectgate._core.intent import ActionClass, Intent, Registry, Tier
 from effectgate._core.policy import Decision, PolicySet
 from effectgate._core.states import State
@@ -140,7 +140,7 @@ class Gate:
             policy_version=decision.policy_version,
         )
         for attempt in (1, 2):
-            guard = self._guard(action_class, parsed.effect, correlation_id)
+            guard = self._guard(action_class, parsed.effect, correlation_id, dispatch)
             # Only the authenticated submitter is excluded from approving: proposed_by is an
             # audit field the agent writes, and audit fields never influence a decision.
             guard.proposers = (principal,) if principal else ()
@@ -189,23 +189,31 @@ class Gate:
         The controls are checked in the transaction that writes ``submitted``: a held row
         comes back ``validated`` (``detail`` says why), a shadowed class's row ``shadowed``.
         """
+        return self._dispatch(scope, operation_id, correlation_id)[0]
+
+    def _dispatch(
+        self, scope: str, operation_id: str, correlation_id: str | None
+    ) -> tuple[Operation, Verdict | None]:
+        """:meth:`dispatch`, and the verdict of the dispatching transaction this call ran
+        (None: it ran none to its end: the row was not validated, or another process moved
+        it first). The standing dispatcher counts by it."""
         row = self._row(scope, operation_id)
         if row.state is not State.VALIDATED:
-            return self._explain(row)
+            return self._explain(row), None
         guard = self._guard(self.registry.get(row.action), row.effect, correlation_id)
         now = self.clock()
         try:
             done = self.store.dispatch(scope, operation_id, now=now, guard=guard)
         except StaleState:
             # Another process won the compare-and-set; it alone dispatches (invariant 1).
-            return self.get(operation_id, scope=scope)
+            return self.get(operation_id, scope=scope), None
         except CommitOutcomeUnknown:
-            return self._after_lost_commit(scope, operation_id)
+            return self._after_lost_commit(scope, operation_id), None
         self._after_guard(guard.action, done, now)
         row = done.row
         if row.state is not State.SUBMITTED:
-            return row
-        return self._call(row)
+            return row, done.verdict
+        return self._call(row), done.verdict
 
     def get(self, operation_id: str, *, scope: str = "default") -> Operation:
         """The row as stored; a ``submitted`` one with ``cause`` read from its audit trail."""
@@ -233,9 +241,16 @@ class Gate:
     # --- internals ------------------------------------------------------------------------
 
     def _guard(
-        self, ac: ActionClass, effect: Mapping[str, str | int | bool], correlation_id: str | None
+        self,
+        ac: ActionClass,
+        effect: Mapping[str, str | int | bool],
+        correlation_id: str | None,
+        dispatch: bool = True,
     ) -> DispatchGuard:
-        """What the store checks in the dispatching transaction, from the class and config."""
+        """What the store checks in the dispatching transaction, from the class and config.
+
+        ``dispatch``: the caller wants the row sent, so completing its approvals releases it
+        to the standing dispatcher (``propose()`` leaves it to its caller)."""
         target = effect.get(ac.target_field) if ac.target_field else None
         return DispatchGuard(
             action=ac.name,
@@ -245,6 +260,7 @@ class Gate:
             correlation_id=correlation_id,
             approvals_required=self.approvals.multi_approvers,
             approval_ttl=self.approvals.ttl,
+            dispatch_on_approval=dispatch,
         )
 
     def _after_guard(self, action: str, done: Journal, now: float) -> None:

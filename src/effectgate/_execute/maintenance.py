@@ -7,6 +7,9 @@
   visibility horizon when the class declares none).
 - ``horizon-retention``: a visibility horizon or settlement window not well inside the venue's
   key-retention window (a retry after the venue forgets the key is a new effect).
+- ``hold-aged``: a row held by a control (``validated``, ``detail`` ``held: ...``) for longer
+  than its class's hold bound (:attr:`~effectgate.ActionClass.hold_limit`): an action the agent
+  decided on goes stale as it waits, and a release would still send it (invariant 11).
 
 Alerts are stored once per subject, so running the checks every pass pages once.
 """
@@ -108,6 +111,19 @@ def check_maintenance(
                     f"{row.op_key} has been uncertain for {now - since:.0f}s, past the "
                     f"{window:g}s settlement window",
                     {"submitted_at": since, "window": window},
+                    now,
+                )
+            )
+        bound = ac.hold_limit
+        for row, since in store.aged_holds(ac.name, before=now - bound, limit=limit):
+            emit(
+                Alert(
+                    "hold-aged",
+                    row.op_key,
+                    ac.name,
+                    f"{row.op_key} has been held for {now - since:.0f}s, past the {bound:g}s "
+                    f"hold bound ({row.detail}); a release would still send it",
+                    {"held_since": since, "bound": bound, "detail": row.detail},
                     now,
                 )
             )

@@ -10,20 +10,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from effectgate._audit import VerifyResult, export_bundle, verify_store
-from effectgate._core.controls import (
-    ApprovalOutcome,
-    AuthorityStep,
-    ClassControls,
-    Envelope,
-    ShadowPair,
-)
+from effectgate._core.controls import ApprovalOutcome, AuthorityStep, ClassControls, Envelope
 from effectgate._core.intent import ActionClass, Registry
 from effectgate._core.states import State
 from effectgate._execute.alerts import AlertSink
+from effectgate._execute.shadow import ShadowReport, build_report
 from effectgate.errors import ApprovalError, ApprovalExpired, ControlError, InvalidApprover
 from effectgate.store.base import IDENTITY_PATTERN, SYSTEM_PREFIX, Operation, validate_identity
 from effectgate.store.roles import Store
@@ -53,48 +48,6 @@ class BlastRadius:
             "awaiting_approval": self.awaiting_approval,
             "in_flight": self.in_flight,
             "dispatched_last_hour": self.dispatched_last_hour,
-        }
-
-
-@dataclass
-class ShadowReport:
-    """Shadowed proposals against what the incumbent did, by correlation id."""
-
-    action: str | None
-    agreed: list[ShadowPair] = field(default_factory=list)
-    disagreed: list[ShadowPair] = field(default_factory=list)
-    awaiting_incumbent: list[ShadowPair] = field(default_factory=list)
-
-    @property
-    def compared(self) -> int:
-        return len(self.agreed) + len(self.disagreed)
-
-    @property
-    def disagreement_rate(self) -> float | None:
-        return len(self.disagreed) / self.compared if self.compared else None
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "action": self.action,
-            "compared": self.compared,
-            "agreed": len(self.agreed),
-            "disagreed": len(self.disagreed),
-            "awaiting_incumbent": len(self.awaiting_incumbent),
-            "disagreement_rate": self.disagreement_rate,
-            "cases": [
-                {
-                    "correlation_id": p.correlation_id,
-                    "action": p.action,
-                    "operation_id": p.operation_id,
-                    "shadow": dict(p.request["effect"])  # type: ignore[call-overload]
-                    if p.request
-                    else None,
-                    "incumbent": dict(p.incumbent_effect)
-                    if p.incumbent_effect is not None
-                    else None,
-                }
-                for p in self.disagreed
-            ],
         }
 
 
@@ -144,6 +97,7 @@ class Operator:
         )
 
     def release(self, action: str, *, operator: str, reason: str | None = None) -> ClassControls:
+        """Lift the switch; the rows it held go to the standing dispatcher (``Dispatcher``)."""
         self._class(action)
         return self.store.set_kill(
             action, False, operator=self._who(operator), reason=reason, now=self.clock()
@@ -248,7 +202,9 @@ class Operator:
     ) -> ApprovalOutcome:
         """Approve exactly the payload ``fingerprint`` of ``operation_id``.
 
-        Complete approvals move the row to ``validated``; dispatch it with ``Gate.dispatch``.
+        Complete approvals move the row to ``validated`` and, when its proposer submitted it
+        to be sent, release it to the standing dispatcher (``outcome.released``); a row
+        journalled with ``Gate.propose`` stays its caller's to dispatch.
         """
         return self._decide(operation_id, fingerprint, approver, scope, True, reason)
 
@@ -334,20 +290,22 @@ class Operator:
         )
         return fingerprint
 
-    def shadow_report(self, action: str | None = None) -> ShadowReport:
+    def shadow_report(
+        self,
+        action: str | None = None,
+        *,
+        window: float | None = None,
+        since: float | None = None,
+        until: float | None = None,
+    ) -> ShadowReport:
+        """The agent against the incumbent (see :mod:`effectgate._execute.shadow`): overall,
+        and per model, harness version and ``window`` seconds; cases from ``since`` until
+        ``until`` (epoch seconds), so a model change can be measured on its own."""
         if action is not None:
             self._class(action)
-        report = ShadowReport(action)
-        for pair in self.store.shadow_pairs(action):
-            verdict = pair.agrees
-            if not pair.incumbent_fed:
-                report.awaiting_incumbent.append(pair)
-            elif verdict:
-                report.agreed.append(pair)
-            else:
-                # The incumbent acted and the agent proposed something else or nothing.
-                report.disagreed.append(pair)
-        return report
+        return build_report(
+            self.store.shadow_pairs(action), action, window=window, since=since, until=until
+        )
 
     # --- audit ----------------------------------------------------------------------------
 

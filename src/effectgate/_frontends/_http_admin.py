@@ -6,6 +6,7 @@ its own. Sections:
 
 * ledger: ``GET operations``, ``GET operations/{scope}/{operation_id}`` (with its audit trail)
 * reconciliation: ``POST reconcile`` (one pass now), ``GET divergences``
+* released rows: ``POST dispatch`` (one pass of the standing dispatcher now)
 * controls (kill switches, breakers, approvals, envelope steps, shadow mode, audit, alerts):
   :mod:`effectgate._frontends._http_controls`
 * principals and their tokens: :mod:`effectgate._frontends._http_tokens`
@@ -50,6 +51,15 @@ class ReconcileOut(BaseModel):
     quarantined: int
     probe_errors: int
     new_divergences: list[dict[str, Any]]
+
+
+class DispatchOut(BaseModel):
+    leased: int
+    sent: int
+    shadowed: int
+    held: int
+    taken: int
+    errors: int
 
 
 class AuditOut(BaseModel):
@@ -131,6 +141,17 @@ def admin_router(
             raise PermissionDenied("reconciling sweeps every scope: needs an operator of '*'")
         report = await run_in_threadpool(service.reconcile_now)
         return report_dict(report)
+
+    @router.post(
+        "/dispatch",
+        response_model=DispatchOut,
+        summary="Dispatch the rows a control released now (one pass of the standing job)",
+    )
+    async def dispatch(who: operator) -> dict[str, int]:
+        if who.scope != "*":
+            raise PermissionDenied("released rows span every scope: needs an operator of '*'")
+        report = await run_in_threadpool(service.dispatch_now)
+        return report.to_dict()
 
     @router.get(
         "/divergences",

@@ -132,6 +132,18 @@ class StepOut(BaseModel):
     active: bool
 
 
+class ShadowGroupOut(BaseModel):
+    model: str | None = Field(description="The proposals' proposed_by.model (audit field)")
+    harness_version: str | None
+    window_start: float | None
+    window_end: float | None
+    compared: int
+    agreed: int
+    disagreed: int
+    awaiting_incumbent: int
+    disagreement_rate: float | None
+
+
 class ShadowReportOut(BaseModel):
     action: str | None
     compared: int
@@ -139,6 +151,13 @@ class ShadowReportOut(BaseModel):
     disagreed: int
     awaiting_incumbent: int
     disagreement_rate: float | None
+    agreed_inaction: int = Field(description="Agreements where neither side acted")
+    window: float | None
+    since: float | None
+    until: float | None
+    groups: list[ShadowGroupOut] = Field(
+        description="Per model, harness version and (with window) time window"
+    )
     cases: list[dict[str, Any]]
 
 
@@ -352,9 +371,10 @@ def controls_router(
                 reason=body.reason,
             )
             row = out.operation
-            if out.complete and row.state is State.VALIDATED:
-                # The approval released it: dispatch now (the kill switch, breaker and
-                # envelope are checked in the dispatching transaction, as for any row).
+            if out.released and row.state is State.VALIDATED:
+                # The approval released it: dispatch now rather than at the standing
+                # dispatcher's next pass (the kill switch, breaker and envelope are checked in
+                # the dispatching transaction, as for any row; the compare-and-set decides).
                 row = service.gate.dispatch(operation_id, scope=scope)
             return {
                 "operation": operation_dict(row, service.config.registry),
@@ -461,13 +481,24 @@ def controls_router(
     @router.get(
         "/shadow/report",
         response_model=ShadowReportOut,
-        summary="Disagreement rate of shadowed proposals against the incumbent",
+        summary="Disagreement rate against the incumbent, per model, harness version and window",
     )
     async def shadow_report(
-        who: operator, action: Annotated[str | None, Query(max_length=64)] = None
+        who: operator,
+        action: Annotated[str | None, Query(max_length=64)] = None,
+        window: Annotated[
+            float | None, Query(gt=0, le=1e9, description="Split by windows of N seconds")
+        ] = None,
+        since: Annotated[
+            float | None, Query(ge=0, le=1e11, description="Cases from (epoch seconds)")
+        ] = None,
+        until: Annotated[
+            float | None, Query(ge=0, le=1e11, description="Cases before (epoch seconds)")
+        ] = None,
     ) -> dict[str, object]:
         _global(who, "the shadow report")
-        return (await call(op.shadow_report, action)).to_dict()
+        report = await call(op.shadow_report, action, window=window, since=since, until=until)
+        return report.to_dict()
 
     # --- audit and alerts ----------------------------------------------------------------
 

@@ -143,9 +143,9 @@ def describe(op: Operation, horizon: float | None = None) -> tuple[ModelOutcome,
         hold = (op.detail or "").removeprefix(HELD_PREFIX).strip()
         return ModelOutcome.HELD, (
             f"Allowed but held by an operator control ({hold}): nothing has been sent. Once "
-            "the control is lifted, sending this request again with the same operation id "
-            "sends it, once. Do not send it under a new operation id, which would be a second "
-            "action."
+            "the control is lifted, effectgate sends it, once; ask again with the same "
+            "operation id to learn the outcome (sending the same request again with it is "
+            "safe). Do not send it under a new operation id, which would be a second action."
         )
     if state is State.PROPOSED:
         return ModelOutcome.HELD, "Journalled, not decided yet: nothing has been sent. " + check

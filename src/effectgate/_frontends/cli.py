@@ -203,6 +203,69 @@ def reconcile(
 
 
 @app.command()
+def dispatch(
+    store: StoreOpt = None,
+    venue: Annotated[
+        str | None,
+        typer.Option(help="Paper-venue base URL the HTTP adapter talks to (with --store)."),
+    ] = None,
+    venue_key_env: Annotated[
+        str, typer.Option(help="Name of the environment variable holding the venue API key.")
+    ] = "EFFECTGATE_VENUE_KEY",
+    limit: Annotated[int | None, typer.Option(min=1, help="At most this many rows.")] = None,
+    as_json: JsonOpt = False,
+    config: ConfigOpt = None,
+    log_format: LogFormatOpt = None,
+) -> None:
+    """Send the rows a control released (approved, switch lifted, breaker reset): one pass.
+
+    What `effectgate serve` does every dispatch_interval; run it when no service is running.
+    """
+    from effectgate._core.policy import PolicySet
+    from effectgate._execute.dispatcher import Dispatcher
+    from effectgate._execute.executor import Gate
+    from effectgate._service import configure_logging
+    from effectgate.adapters.http import HttpVenueAdapter
+    from effectgate.examples import default_registry
+
+    closers: list[Callable[[], None]] = []
+    if config is not None:
+        if store is not None or venue is not None:
+            err.print("--config replaces --store and --venue")
+            raise typer.Exit(EXIT_USAGE)
+        service = cli_service.service_from(config, log_level="warning", log_format=log_format)
+        closers.append(service.close)
+        dispatcher = service.dispatcher
+    else:
+        if store is None or venue is None:
+            err.print("give --config FILE, or --store URL and --venue URL")
+            raise typer.Exit(EXIT_USAGE)
+        configure_logging("warning", log_format.value if log_format else "text")
+        ledger = open_ledger(store, None)
+        adapter = HttpVenueAdapter(venue, credential_env=venue_key_env)
+        closers += [adapter.close, ledger.close]
+        # No policy is consulted: a released row was decided when it was journalled.
+        gate = Gate(
+            store=ledger,
+            registry=default_registry(adapter="http"),
+            adapters={"http": adapter},
+            policy=PolicySet(),
+        )
+        dispatcher = Dispatcher(gate)
+    try:
+        report = dispatcher.run_once(limit)
+    finally:
+        for close in closers:
+            close()
+    if as_json:
+        print(json.dumps(report.to_dict()))
+    else:
+        console.print(", ".join(f"{k}={v}" for k, v in report.to_dict().items()))
+    if report.errors:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
 def divergences(store: StoreOpt = None, as_json: JsonOpt = False, config: ConfigOpt = None) -> None:
     """List every divergence the reconciler has recorded (each once)."""
     ledger = open_ledger(store, config)

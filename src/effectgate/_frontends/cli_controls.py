@@ -130,6 +130,26 @@ def _print(data: object) -> None:
     print(json.dumps(data, indent=2, default=str))
 
 
+def _dispatch_hint(store: str, what: str) -> str:
+    """Who sends rows a control released: the service's standing dispatcher, else one pass."""
+    how = f"--config {store}" if store.endswith(".toml") else "--config FILE"
+    return (
+        f"a running `effectgate serve` dispatches {what} within its dispatch_interval; "
+        f"with no service running: effectgate dispatch {how}"
+    )
+
+
+def _released(op: Operator, action: str, store: str) -> str:
+    """What lifting a control of ``action`` released, and who will send it."""
+    held = len(op.held(action))
+    if not held:
+        return "no operation was held"
+    return (
+        f"{held} held operation(s) released, each checked against every control again when "
+        f"sent; {_dispatch_hint(store, 'them')}"
+    )
+
+
 def _ts(at: float | None) -> str:
     return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
 
@@ -151,10 +171,11 @@ def kill_on(
 def kill_off(
     action: str, store: StoreOpt, reason: ReasonOpt = None, token_env: TokenEnvOpt = TOKEN_ENV
 ) -> None:
-    """Release the kill switch of ACTION (held rows can then be dispatched)."""
+    """Release the kill switch of ACTION (the standing dispatcher sends its held rows)."""
     with _acting(store, token_env, Capability.OPERATE) as (op, actor):
         op.release(action, operator=actor, reason=reason)
-    console.print(f"kill switch off for {action}")
+        released = _released(op, action, store)
+    console.print(f"kill switch off for {action}; {released}")
 
 
 @kill_app.command("status")
@@ -236,7 +257,8 @@ def breaker_reset(
     """Close ACTION's breaker (only an operator can; it never closes by itself)."""
     with _acting(store, token_env, Capability.OPERATE) as (op, actor):
         op.reset_breaker(action, operator=actor, reason=reason)
-    console.print(f"breaker for {action} closed")
+        released = _released(op, action, store)
+    console.print(f"breaker for {action} closed; {released}")
 
 
 @breaker_app.command("status")
@@ -310,9 +332,14 @@ def approvals_approve(
         out = op.approve(
             operation_id, fingerprint=fingerprint, approver=actor, scope=scope, reason=reason
         )
-    console.print(
+    line = (
         f"{operation_id}: {out.approvals}/{out.required} approvals; now {out.operation.state.value}"
     )
+    if out.released:
+        line += f"; released for dispatch: {_dispatch_hint(store, 'it')}"
+    elif out.complete:
+        line += "; it was proposed without dispatch (Gate.propose): its caller dispatches it"
+    console.print(line)
 
 
 @approvals_app.command("refuse")
@@ -444,30 +471,75 @@ def shadow_feed(
     console.print(f"{correlation_id}: incumbent {'did nothing' if fp is None else fp[:12]}")
 
 
+def _when(text: str | None, what: str) -> float | None:
+    """Epoch seconds, or an ISO 8601 date-time (UTC unless it says otherwise)."""
+    if text is None:
+        return None
+    from datetime import UTC, datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{what} {text!r} is neither epoch seconds nor an ISO 8601 date-time"
+        ) from None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+
+
 @shadow_app.command("report")
 def shadow_report(
     store: StoreOpt,
     action: Annotated[str | None, typer.Argument()] = None,
+    window: Annotated[
+        float | None, typer.Option(help="Also split by time windows of this many seconds.")
+    ] = None,
+    since: Annotated[
+        str | None, typer.Option(help="Only cases from then on (epoch seconds or ISO 8601).")
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Only cases before then (epoch seconds or ISO 8601).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The disagreement rate between shadowed proposals and the incumbent, and the cases."""
+    """The disagreement rate between the agent's proposals and the incumbent, per model,
+    harness version (and window), and the disagreeing cases."""
     with _operator(store) as op:
-        report = op.shadow_report(action)
+        report = op.shadow_report(
+            action, window=window, since=_when(since, "--since"), until=_when(until, "--until")
+        )
     data = report.to_dict()
     if as_json:
         _print(data)
         return
     rate = report.disagreement_rate
     console.print(
-        f"compared {report.compared}: agreed {len(report.agreed)}, disagreed "
-        f"{len(report.disagreed)}, disagreement rate "
+        f"compared {report.compared}: agreed {len(report.agreed)} (neither acted: "
+        f"{report.agreed_inaction}), disagreed {len(report.disagreed)}, disagreement rate "
         f"{'-' if rate is None else f'{rate:.1%}'}; awaiting the incumbent "
         f"{len(report.awaiting_incumbent)}"
     )
+    table = Table(title="by model and harness version" + (" and window" if window else ""))
+    for col in ("model", "harness", "window", "compared", "disagreed", "rate", "awaiting"):
+        table.add_column(col)
+    for g in report.groups():
+        table.add_row(
+            g.model or "-",
+            g.harness_version or "-",
+            "-" if g.window_start is None else f"{_ts(g.window_start)} +{window:g}s",
+            str(g.compared),
+            str(g.disagreed),
+            "-" if g.disagreement_rate is None else f"{g.disagreement_rate:.1%}",
+            str(g.awaiting_incumbent),
+        )
+    print_table(console, table)
     for case in data["cases"]:  # type: ignore[attr-defined]
         console.print(
-            f"  {case['correlation_id']}: shadow={json.dumps(case['shadow'])} "
-            f"incumbent={json.dumps(case['incumbent'])}"
+            f"  {case['correlation_id']}: agent {case['agent']} "
+            f"shadow={json.dumps(case['shadow'])} incumbent={json.dumps(case['incumbent'])}"
         )
 
 

@@ -110,6 +110,7 @@ def create_app(
                 await stack.enter_async_context(mount.running())
             if standing_reconciler:
                 service.start_reconciler()
+                service.start_dispatcher()  # released rows: beside the reconciler
             yield
 
     # No redirect_slashes: its 307 builds the Location from the client's Host header.

@@ -62,7 +62,7 @@ _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 _CALLER_NAME = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}"
 _SECRET_KEYS = ("credential", "api_key", "apikey", "password", "secret", "token", "key")
 ADAPTER_KINDS = ("http", "paper", "python")
-_TIME_KEYS = ("visibility_horizon", "key_retention", "settlement_window")
+_TIME_KEYS = ("visibility_horizon", "key_retention", "settlement_window", "hold_bound")
 # Facts about the venue, never defaulted: a round number that is wrong for the venue writes
 # rows off too early or lets a retry outlive the venue's memory of the key.
 _HORIZON_WHY = (
@@ -93,6 +93,7 @@ class ServiceSettings:
     dispatch_timeout: float = 10.0
     mcp_http: bool = True
     reconcile_interval: float = 5.0
+    dispatch_interval: float = 1.0
     in_flight_grace: float = 2.0
     rate_limit: RateLimit = RateLimit(20.0, 40)
     log_format: str = "text"
@@ -288,6 +289,7 @@ def _service(sec: Section | None) -> ServiceSettings:
         dispatch_timeout=sec.number("dispatch_timeout", d.dispatch_timeout),
         mcp_http=sec.flag("mcp_http", d.mcp_http),
         reconcile_interval=sec.number("reconcile_interval", d.reconcile_interval, exclusive=False),
+        dispatch_interval=sec.number("dispatch_interval", d.dispatch_interval, exclusive=False),
         in_flight_grace=sec.number("in_flight_grace", d.in_flight_grace, exclusive=False),
         rate_limit=_rate(sec.table("rate_limit"), d.rate_limit),
         log_format=sec.text("log_format", d.log_format, choices=LOG_FORMATS) or d.log_format,
@@ -442,6 +444,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     retention = sec.req_number("key_retention", _RETENTION_WHY)
     target_field = sec.text("target_field")
     settlement = sec.number("settlement_window", 1.0) if sec.has("settlement_window") else None
+    hold_bound = sec.number("hold_bound", 1.0) if sec.has("hold_bound") else None
     try:
         ac = ActionClass(
             name=name,
@@ -455,6 +458,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             value_of=value_of,
             target_field=target_field,
             settlement_window=settlement,
+            hold_bound=hold_bound,
         )
     except EffectgateError as exc:
         # "submit_order: visibility_horizon ...": locate the key the message is about.

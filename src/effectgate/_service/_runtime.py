@@ -26,6 +26,7 @@ from effectgate._core.principals import Capability
 from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter
 from effectgate._execute.alerts import AlertSink, MultiSink, WebhookAlertSink, default_sink
+from effectgate._execute.dispatcher import Dispatcher, DispatchReport
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import Operator
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
@@ -73,7 +74,7 @@ def build_adapter(cfg: AdapterConfig) -> Adapter:
 class _Watch:
     stop: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
-    last: ReconcileReport | None = None
+    last: ReconcileReport | DispatchReport | None = None
 
 
 class Service:
@@ -156,6 +157,9 @@ class Service:
         self._lock = threading.Lock()
         self._in_flight: set[tuple[str, str]] = set()
         self._watch = _Watch()
+        #: Sends the rows a control released (approvals, a lifted switch, a reset breaker).
+        self.dispatcher = Dispatcher(self.gate)
+        self._dispatch_watch = _Watch()
         unguarded = sorted(set(config.registry.names()) - config.policy_names)
         if unguarded:
             log.warning(
@@ -233,10 +237,36 @@ class Service:
         self._watch.thread = threading.Thread(target=run, name="effectgate-reconciler", daemon=True)
         self._watch.thread.start()
 
+    def dispatch_now(self) -> DispatchReport:
+        return self.dispatcher.run_once()
+
+    def start_dispatcher(self) -> None:
+        """Run the dispatcher of released rows as a standing job (``dispatch_interval`` > 0)."""
+        interval = self.config.service.dispatch_interval
+        watch = self._dispatch_watch
+        if interval <= 0 or watch.thread is not None:
+            return
+
+        def keep(report: DispatchReport) -> None:
+            watch.last = report
+
+        def run() -> None:
+            while not watch.stop.is_set():
+                try:
+                    self.dispatcher.watch(interval, watch.stop, keep)
+                except Exception as exc:  # a store outage must not end the job
+                    log.error("dispatcher pass failed (%s); retrying", type(exc).__name__)
+                    watch.stop.wait(interval)
+
+        watch.thread = threading.Thread(target=run, name="effectgate-dispatcher", daemon=True)
+        watch.thread.start()
+
     def close(self) -> None:
-        self._watch.stop.set()
-        if self._watch.thread is not None:
-            self._watch.thread.join(timeout=10)
+        for job in (self._watch, self._dispatch_watch):
+            job.stop.set()
+        for job in (self._watch, self._dispatch_watch):
+            if job.thread is not None:
+                job.thread.join(timeout=10)
         for adapter in self.adapters.values():
             adapter.close()
         if self._webhook is not None:

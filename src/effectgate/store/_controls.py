@@ -53,13 +53,17 @@ class ControlRoles(StoreHooks):
         kind: str,
         detail: Mapping[str, object],
         reset_signals: bool = False,
+        release: bool = False,
         **changes: Any,
     ) -> ClassControls:
-        """One audited transaction that replaces a class's control row."""
+        """One audited transaction that replaces a class's control row (``release``: the
+        change may lift holds, so the class's held rows go to the standing dispatcher)."""
 
         def work(tx: SharedTx, _: Operation | None) -> ClassControls:
             new = replace(tx.controls(action), **changes, updated_by=operator, updated_at=now)
             tx.save_controls(new, at=now)
+            if release:
+                tx.release_holds(action)
             if reset_signals:
                 # The window that tripped the breaker must not trip it again at once; the
                 # evidence stays in the audit log.
@@ -82,6 +86,7 @@ class ControlRoles(StoreHooks):
             now=now,
             kind="kill_switch_on" if on else "kill_switch_off",
             detail={"reason": reason},
+            release=not on,
             killed=on,
             kill_reason=reason if on else None,
         )
@@ -96,6 +101,7 @@ class ControlRoles(StoreHooks):
             kind="breaker_reset",
             detail={"reason": reason},
             reset_signals=True,
+            release=True,
             breaker_open=False,
             breaker_reason=None,
         )
@@ -107,6 +113,8 @@ class ControlRoles(StoreHooks):
             now=now,
             kind="shadow_on" if on else "shadow_off",
             detail={},
+            # A held row of a class in shadow mode is shadowed when retried, not held.
+            release=on,
             shadow=on,
         )
 
@@ -221,7 +229,7 @@ class ControlRoles(StoreHooks):
             return None
         r = rows[0]
         return ApprovalRequest(
-            scope, operation_id, r[0], int(r[1]), float(r[2]), tuple(json.loads(r[3]))
+            scope, operation_id, r[0], int(r[1]), float(r[2]), tuple(json.loads(r[3])), bool(r[4])
         )
 
     def list_approvals(self, scope: str, operation_id: str) -> list[ApprovalRecord]:
@@ -304,9 +312,18 @@ class ControlRoles(StoreHooks):
                     {"by": approver, "reason": reason},
                 )
             elif count >= required:
-                row = g.move_locked(
-                    tx, row, State.VALIDATED, now, None, {"approvals": count, "required": required}
-                )
+                # The proposer submitted it to be sent: completing the approvals releases it
+                # to the standing dispatcher, recorded on the row and in its audit entry.
+                release = bool(req and req[0][4])
+                done = {"approvals": count, "required": required, "released": release}
+                row = g.move_locked(tx, row, State.VALIDATED, now, None, done)
+                if release:
+                    tx.write(
+                        "UPDATE operations SET released_at = ? "
+                        "WHERE scope = ? AND operation_id = ?",
+                        (now, scope, operation_id),
+                    )
+                return ApprovalOutcome(row, count, required, released=release)
             return ApprovalOutcome(row, count, required)
 
         return self._run(

@@ -40,7 +40,7 @@ from effectgate.errors import (
     SelfApproval,
     StaleState,
 )
-from effectgate.store._sql import INSERT_REQUEST
+from effectgate.store._sql import INSERT_REQUEST, MARK_HELD
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import (
     Journal,
@@ -62,6 +62,7 @@ __all__ = [
     "dispatch_verdict",
     "guard_new_row",
     "journal_new",
+    "mark_held",
     "move_locked",
     "observe_proposal",
     "path_audit",
@@ -261,7 +262,8 @@ def dispatch_verdict(
         count, _ = tx.dispatch_usage(ctl.action, now - env.rate_interval)
         if count + 1 > env.rate_limit:
             return _hold(
-                f"rate {env.rate_limit} per {env.rate_interval:g}s reached ({count} dispatched)"
+                f"rate {env.rate_limit} per {env.rate_interval:g}s reached ({count} dispatched)",
+                retry_after=env.rate_interval,
             )
     if env.exposure_limit is not None and env.exposure_window is not None:
         if micros is None:
@@ -272,15 +274,26 @@ def dispatch_verdict(
             shown = (Decimal(used) / VALUE_SCALE).normalize()
             return _hold(
                 f"exposure {shown} + {value} would exceed "
-                f"{env.exposure_limit} per {env.exposure_window:g}s"
+                f"{env.exposure_limit} per {env.exposure_window:g}s",
+                retry_after=env.exposure_window,
             )
     tx.record_dispatch(ctl.action, now, op_key, micros)
     return SEND
 
 
-def _hold(why: str) -> Verdict:
+def _hold(why: str, *, retry_after: float | None = None) -> Verdict:
     # ``held:`` marks the row's detail: count_held/list_held and the operator find rows by it.
-    return Verdict(VerdictKind.HOLD, f"held: {why}")
+    return Verdict(VerdictKind.HOLD, f"held: {why}", retry_after)
+
+
+def mark_held(tx: SharedTx, scope: str, operation_id: str, verdict: Verdict, now: float) -> None:
+    """Record a hold on its row: why, and when the standing dispatcher may retry it.
+
+    A window that time frees (rate, exposure) is retried once it may have room; any other
+    hold waits for an operator's release (the class's next release generation).
+    """
+    retry = None if verdict.retry_after is None else now + verdict.retry_after
+    tx.write(MARK_HELD, (verdict.reason, now, retry, now, scope, operation_id))
 
 
 def apply_step(
@@ -335,6 +348,7 @@ def apply_step(
         ),
         at=now,
     )
+    tx.release_holds(action)  # a wider envelope may have room for a held row
     tx.audit(
         "authority_step",
         {
@@ -397,18 +411,40 @@ def guard_new_row(
         )
         if verdict.kind is VerdictKind.SHADOW:
             path = [*path[:-1], State.SHADOWED]
-            tx.record_shadow(
-                new.scope,
-                new.operation_id,
-                new.action,
-                (guard.correlation_id if guard else None) or new.operation_id,
-                shadow_request(new.op_key, new.action, new.effect),
-                new.fingerprint,
-                now,
-            )
+            _record_shadow(tx, new, guard, shadow_request(new.op_key, new.action, new.effect), now)
         elif verdict.held:
             path = path[:-1]
+    elif path[-1] in _WOULD_NOT_ACT and (ctl or tx.controls(new.action)).shadow:
+        # In shadow mode a refused or unapproved proposal is the agent not acting: the
+        # report compares it with the incumbent too.
+        _record_shadow(tx, new, guard, None, now, outcome=path[-1].value)
     return new, path, verdict, tripped
+
+
+#: Where a proposal stops when the agent would not have acted (shadow comparisons).
+_WOULD_NOT_ACT = (State.REJECTED, State.AWAITING_APPROVAL)
+
+
+def _record_shadow(
+    tx: SharedTx,
+    new: NewOperation,
+    guard: DispatchGuard | None,
+    request: Mapping[str, object] | None,
+    now: float,
+    *,
+    outcome: str = State.SHADOWED.value,
+) -> None:
+    tx.record_shadow(
+        new.scope,
+        new.operation_id,
+        new.action,
+        (guard.correlation_id if guard else None) or new.operation_id,
+        request,
+        new.fingerprint,
+        now,
+        outcome=outcome,
+        intent=new.intent,
+    )
 
 
 def journal_new(
@@ -432,6 +468,8 @@ def journal_new(
     if final is State.AWAITING_APPROVAL:
         tx.write(INSERT_REQUEST, approval_request_args(new, guard, now))
     tx.insert_row(new, final, held, now, intent)
+    if verdict is not None and verdict.held:
+        mark_held(tx, new.scope, new.operation_id, verdict, now)
     return Journal(new.journalled(final, now, held), True, verdict, tripped)
 
 
@@ -453,10 +491,7 @@ def dispatch_row(
         raise StaleState(f"operation {operation_id!r} is {row.state.value!r}, not 'validated'")
     verdict = dispatch_verdict(tx, tx.controls(row.action), guard, now=now, op_key=row.op_key)
     if verdict.held:
-        tx.write(
-            "UPDATE operations SET detail = ?, updated_at = ? WHERE scope = ? AND operation_id = ?",
-            (verdict.reason, now, scope, operation_id),
-        )
+        mark_held(tx, scope, operation_id, verdict, now)
         tx.audit("dispatch_held", {"reason": verdict.reason}, now, scope, operation_id)
         return Journal(replace(row, detail=verdict.reason, updated_at=now), False, verdict)
     target = State.SUBMITTED
@@ -471,7 +506,9 @@ def dispatch_row(
             (guard.correlation_id if guard else None) or operation_id,
             request,
             row.fingerprint,
-            now,
+            row.created_at,  # when the agent proposed it: the report's time windows
+            outcome=State.SHADOWED.value,
+            intent=row.intent,
         )
         audit = {**(audit or {}), "request": request}
     tx.audit(
@@ -527,6 +564,8 @@ def approval_request_args(
         required,
         now + ttl,
         dumps(list(guard.proposers) if guard else []),
+        # Without a gate's guard nobody asked for it to be sent: its caller dispatches it.
+        guard.dispatch_on_approval if guard else False,
     )
 
 

@@ -28,6 +28,7 @@ from effectgate.store import _sql as sql
 from effectgate.store._controls import ControlRoles
 from effectgate.store._hooks import Hold, Work, scoped
 from effectgate.store._principals import PrincipalRoles
+from effectgate.store._releases import ReleaseRoles
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import (
     AuditEvent,
@@ -51,7 +52,7 @@ __all__ = ["SQLStore", "Work"]
 _AUDIT_PAGE = 1000
 
 
-class SQLStore(ControlRoles, PrincipalRoles):
+class SQLStore(ControlRoles, PrincipalRoles, ReleaseRoles):
     """Every store role over the dialect hooks (see the module docstring)."""
 
     # --- the hot path: a dialect's own ----------------------------------------------------

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from effectgate._audit import GENESIS
 from effectgate._core.states import State
-from effectgate.store._schema import Types, controls_tables, ledger_tables, principals_tables
+from effectgate.store._schema import (
+    Types,
+    controls_tables,
+    ledger_tables,
+    principals_tables,
+    release_columns,
+    shadow_columns,
+)
 
 __all__ = ["LANES", "MIGRATIONS"]
 
@@ -45,4 +52,6 @@ MIGRATIONS: list[str] = [
     # 2: operational controls and the hash-chained audit log.
     MIGRATION_CONTROLS,
     principals_tables(_TYPES),  # 3: principals and their tokens (store/_principals.py)
+    release_columns(_TYPES),  # 4: rows a control released, for the standing dispatcher
+    shadow_columns(_TYPES),  # 5: what the shadow report compares and groups by
 ]

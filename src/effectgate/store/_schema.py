@@ -21,6 +21,8 @@ __all__ = [
     "controls_tables",
     "ledger_tables",
     "principals_tables",
+    "release_columns",
+    "shadow_columns",
 ]
 
 
@@ -142,6 +144,43 @@ CREATE TABLE principals (
     revoked_at {real}, revoked_by {text}
 ){clustered};
 CREATE UNIQUE INDEX principals_live_name ON principals (name) WHERE revoked_at IS NULL
+""".format(**asdict(t))
+
+
+def release_columns(t: Types) -> str:
+    """The standing dispatcher's columns: which ``validated`` rows a control released.
+
+    ``operations.released_at``: from when the standing dispatcher owes the row a dispatch (set
+    by completed approvals the proposer wanted sent, and by holds that time lifts); NULL: only
+    its caller, or an operator's release, dispatches it. ``held_since``: when a hold began
+    (the hold bound is measured from it). ``held_gen``: the class's ``release_gen`` when the
+    row was last held; an operator change that can lift a hold (kill switch off, breaker
+    reset, envelope step, shadow on) increments ``release_gen``, so the rows it releases are
+    found without writing any of them in the operator's transaction.
+    ``approval_requests.dispatch_on_approval``: the proposer asked for the row to be sent.
+    """
+    return """
+ALTER TABLE operations ADD COLUMN released_at {real};
+ALTER TABLE operations ADD COLUMN held_since {real};
+ALTER TABLE operations ADD COLUMN held_gen {bigint};
+ALTER TABLE class_controls ADD COLUMN release_gen {bigint} NOT NULL DEFAULT 0;
+ALTER TABLE approval_requests ADD COLUMN dispatch_on_approval {bool} NOT NULL DEFAULT {false};
+CREATE INDEX operations_validated ON operations (released_at) WHERE state = 'validated'
+""".format(**asdict(t))
+
+
+def shadow_columns(t: Types) -> str:
+    """What the shadow report compares and groups by, per agent proposal.
+
+    ``outcome``: ``shadowed`` (it would have been sent; NULL on rows recorded before), or
+    ``rejected`` / ``awaiting_approval`` (the agent would not have acted; their ``request`` is
+    JSON ``null``). ``model`` and ``harness_version``: the intent's ``proposed_by`` audit
+    fields, for grouping the report only (nothing decides on them).
+    """
+    return """
+ALTER TABLE shadow_records ADD COLUMN outcome {text};
+ALTER TABLE shadow_records ADD COLUMN model {text};
+ALTER TABLE shadow_records ADD COLUMN harness_version {text}
 """.format(**asdict(t))
 
 

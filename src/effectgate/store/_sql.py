@@ -58,11 +58,39 @@ CAS_MOVE = (
 SELECT_OP = f"SELECT {OP_COLUMNS} FROM operations WHERE scope = ? AND operation_id = ?"
 SELECT_CONTROLS = f"SELECT {CONTROL_COLUMNS} FROM class_controls WHERE action = ?"
 SELECT_REQUEST = (
-    "SELECT fingerprint, required, expires_at, proposers FROM approval_requests "
+    "SELECT fingerprint, required, expires_at, proposers, dispatch_on_approval "
+    "FROM approval_requests WHERE scope = ? AND operation_id = ?"
+)
+INSERT_REQUEST = (
+    "INSERT INTO approval_requests (scope, operation_id, fingerprint, required, expires_at, "
+    "proposers, dispatch_on_approval) VALUES (?,?,?,?,?,?,?)"
+)
+HELD = "state = 'validated' AND detail LIKE 'held:%'"
+# A hold, recorded on the row: why, when the dispatcher may retry on its own (NULL: after an
+# operator's release), since when it is held (the first hold counts), and the class's release
+# generation it waits to be passed. A dispatcher's lease ends with its attempt, so the next
+# release is not kept waiting for it.
+MARK_HELD = (
+    "UPDATE operations SET detail = ?, updated_at = ?, released_at = ?, "
+    "lease_owner = NULL, lease_until = NULL, "
+    "held_since = coalesce(held_since, ?), held_gen = (SELECT coalesce(max(release_gen), 0) "
+    "FROM class_controls c WHERE c.action = operations.action) "
     "WHERE scope = ? AND operation_id = ?"
 )
-INSERT_REQUEST = "INSERT INTO approval_requests VALUES (?,?,?,?,?,?)"
-HELD = "state = 'validated' AND detail LIKE 'held:%'"
+# The validated rows the standing dispatcher owes a dispatch, oldest release first, that no
+# live lease holds: released (approvals, a hold time lifts), or held before the class's last
+# release. Rows held before migration 5 have no generation and count as released once.
+# ``{lock}``: what a dialect adds so concurrent claims skip each other's rows.
+CLAIM_RELEASED = (
+    "WITH claim AS MATERIALIZED (SELECT op_key FROM operations o WHERE state = 'validated' "
+    "AND (lease_until IS NULL OR lease_until < ?) AND (released_at <= ? OR ("
+    "detail LIKE 'held:%' AND coalesce(held_gen, -1) < coalesce((SELECT max(c.release_gen) "
+    "FROM class_controls c WHERE c.action = o.action), 0))) "
+    "ORDER BY coalesce(released_at, held_since, updated_at), op_key LIMIT ?{lock}) "
+    "UPDATE operations SET lease_owner = ?, lease_until = ? "
+    "WHERE op_key IN (SELECT op_key FROM claim) AND state = 'validated' "
+    "RETURNING scope, operation_id"
+)
 SAVE_CONTROLS = (
     f"INSERT INTO class_controls (action, {CONTROL_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?) "
     "ON CONFLICT (action) DO UPDATE SET killed = excluded.killed, "
@@ -96,15 +124,26 @@ INSERT_DIVERGENCE = (
     f"INSERT INTO divergences ({DIVERGENCE_COLUMNS}) VALUES (?,?,?,?,?) "
     "ON CONFLICT DO NOTHING RETURNING 1"
 )
-# What the shadow report compares: every shadowed row beside the incumbent's outcome under its
-# correlation id, then the incumbent outcomes no shadowed row matched.
+# What the shadow report compares: every proposal recorded in shadow mode (shadowed, or one the
+# agent would not have acted on) beside the incumbent's outcome under its correlation id, then
+# the incumbent outcomes no proposal matched.
 SHADOW_PAIRS = (
     "SELECT s.correlation_id, s.action, s.scope, s.operation_id, s.fingerprint, s.request, "
-    "i.fingerprint, i.effect, i.correlation_id IS NOT NULL FROM shadow_records s "
+    "i.fingerprint, i.effect, i.correlation_id IS NOT NULL, s.outcome, s.model, "
+    "s.harness_version, s.at, i.at FROM shadow_records s "
     "LEFT JOIN incumbent_outcomes i ON i.correlation_id = s.correlation_id {w} UNION ALL "
-    "SELECT i.correlation_id, i.action, NULL, NULL, NULL, NULL, i.fingerprint, i.effect, TRUE "
+    "SELECT i.correlation_id, i.action, NULL, NULL, NULL, NULL, i.fingerprint, i.effect, TRUE, "
+    "NULL, NULL, NULL, NULL, i.at "
     "FROM incumbent_outcomes i WHERE NOT EXISTS (SELECT 1 FROM shadow_records s "
     "WHERE s.correlation_id = i.correlation_id) {a} ORDER BY 1"
+)
+# A proposal's record: the first one keeps its correlation id, time and provenance; a row that
+# waited for approval and was then shadowed becomes what it finally did.
+UPSERT_SHADOW = (
+    "INSERT INTO shadow_records (scope, operation_id, action, correlation_id, fingerprint, "
+    "request, at, outcome, model, harness_version) VALUES (?,?,?,?,?,?,?,?,?,?) "
+    "ON CONFLICT (scope, operation_id) DO UPDATE SET fingerprint = excluded.fingerprint, "
+    "request = excluded.request, outcome = excluded.outcome"
 )
 UPSERT_INCUMBENT = (
     "INSERT INTO incumbent_outcomes VALUES (?,?,?,?,?,?) ON CONFLICT (correlation_id) DO UPDATE "
@@ -192,14 +231,21 @@ def chain_entry_from_row(r: Sequence[Any]) -> ChainEntry:
 
 
 def shadow_pair_from_row(r: Sequence[Any]) -> ShadowPair:
+    request = json.loads(r[5]) if r[5] else None
     return ShadowPair(
         r[0],
         r[1],
         r[2],
         r[3],
         r[4],
-        json.loads(r[5]) if r[5] else None,
+        request,
         r[6],
         json.loads(r[7]) if r[7] else None,
         bool(r[8]),
+        # Rows recorded before migration 6 were all shadowed.
+        outcome=r[9] or ("shadowed" if request is not None else None),
+        model=r[10],
+        harness_version=r[11],
+        proposed_at=r[12],
+        incumbent_at=r[13],
     )

@@ -18,6 +18,8 @@ from effectgate.store._schema import (
     controls_tables,
     ledger_tables,
     principals_tables,
+    release_columns,
+    shadow_columns,
 )
 from effectgate.store.base import dumps
 
@@ -159,6 +161,8 @@ MIGRATIONS: list[str] = [
     # (store/sqlite_controls.py, MIGRATION_ANCHORS).
     MIGRATION_ANCHORS,
     principals_tables(_TYPES),  # 5: principals and their tokens (store/_principals.py)
+    release_columns(_TYPES),  # 6: rows a control released, for the standing dispatcher
+    shadow_columns(_TYPES),  # 7: what the shadow report compares and groups by
 ]
 
 

@@ -135,6 +135,14 @@ class SharedTx(ABC):
             ),
         )
 
+    def release_holds(self, action: str) -> None:
+        """An operator's change that may lift a hold: every row the class holds becomes the
+        standing dispatcher's to retry. One write, however many rows are held (call it after
+        :meth:`save_controls`, which creates the class's row)."""
+        self.write(
+            "UPDATE class_controls SET release_gen = release_gen + 1 WHERE action = ?", (action,)
+        )
+
     def seen_target(self, action: str, target: str, at: float) -> bool:
         """Whether ``target`` was seen before for ``action``; remembers it either way."""
         return not self.rows(
@@ -213,13 +221,36 @@ class SharedTx(ABC):
         operation_id: str,
         action: str,
         correlation_id: str,
-        request: Mapping[str, object],
+        request: Mapping[str, object] | None,
         fingerprint: str,
         at: float,
+        *,
+        outcome: str,
+        intent: Mapping[str, object],
     ) -> None:
+        """Record a proposal of a class in shadow mode: ``request`` is what would have been
+        sent (None: the agent would not have acted, ``outcome`` says why). The intent's
+        ``proposed_by`` is kept for grouping the report; nothing decides on it."""
+        by = intent.get("proposed_by")
+        model, harness = (
+            (by.get("model"), by.get("harness_version"))
+            if isinstance(by, Mapping)
+            else (None, None)
+        )
         self.write(
-            "INSERT INTO shadow_records VALUES (?,?,?,?,?,?,?)",
-            (scope, operation_id, action, correlation_id, fingerprint, dumps(request), at),
+            sql.UPSERT_SHADOW,
+            (
+                scope,
+                operation_id,
+                action,
+                correlation_id,
+                fingerprint,
+                dumps(request),
+                at,
+                outcome,
+                model if isinstance(model, str) else None,
+                harness if isinstance(harness, str) else None,
+            ),
         )
 
     def record_alert(

@@ -80,7 +80,7 @@ dl AS (
 apr AS (
     INSERT INTO approval_requests
     SELECT %(scope)s, %(operation_id)s, %(fingerprint)s, %(required)s::integer,
-           %(expires_at)s::float8, %(proposers)s FROM ins WHERE %(approval)s
+           %(expires_at)s::float8, %(proposers)s, %(release)s FROM ins WHERE %(approval)s
 ),
 {pgtx.chain_ctes("ins")}
 SELECT (SELECT count(*) FROM ins), (SELECT count(*) FROM ctl)
@@ -132,6 +132,8 @@ class PostgresStore(PgConnections, SQLStore):
     so a stuck or unreachable database fails a call (StoreError) instead of hanging it.
     ``synchronous_commit`` is ``on`` by default: a commit that returned survives a crash.
     """
+
+    _claim_lock = " FOR UPDATE SKIP LOCKED"  # replicas share released rows (ReleaseRoles)
 
     def __repr__(self) -> str:
         return f"PostgresStore(schema={self.schema!r})"  # never the URL: it may hold a password
@@ -235,6 +237,7 @@ class PostgresStore(PgConnections, SQLStore):
             "required": req[3],
             "expires_at": req[4],
             "proposers": req[5],
+            "release": req[6],
             **audit_params(
                 lane_for(new.scope, new.operation_id, LANES),
                 now,

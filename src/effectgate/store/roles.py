@@ -47,6 +47,7 @@ __all__ = [
     "LedgerReads",
     "LedgerWrites",
     "Principals",
+    "Releases",
     "Store",
     "Sweep",
 ]
@@ -259,6 +260,27 @@ class Controls(Protocol):
 
 
 @runtime_checkable
+class Releases(Protocol):
+    """``validated`` rows a control released, for the standing dispatcher, and aged holds."""
+
+    def lease_released(
+        self, owner: str, *, now: float, lease_seconds: float, limit: int
+    ) -> list[tuple[str, str]]:
+        """Claim up to ``limit`` released rows no live lease holds: ``(scope, operation_id)``.
+
+        Released: the approvals completed and the proposer submitted it to be sent, a hold
+        that time lifts may have room, or it was held before its class's latest operator
+        change that can lift a hold. Never a row journalled to be dispatched by its caller.
+        Replicas share them; the dispatch's compare-and-set still decides who sends.
+        """
+
+    def aged_holds(
+        self, action: str, *, before: float, limit: int = 1000
+    ) -> list[tuple[Operation, float]]:
+        """Rows of ``action`` held since before ``before``: ``(row, held_since)``."""
+
+
+@runtime_checkable
 class Approvals(Protocol):
     """Approval requests and answers."""
 
@@ -368,7 +390,16 @@ class Principals(Protocol):
 
 @runtime_checkable
 class Store(
-    LedgerWrites, LedgerReads, Sweep, Controls, Approvals, AuditLog, Alerts, Principals, Protocol
+    LedgerWrites,
+    LedgerReads,
+    Sweep,
+    Controls,
+    Releases,
+    Approvals,
+    AuditLog,
+    Alerts,
+    Principals,
+    Protocol,
 ):
     """Every role: what :func:`effectgate.store.open_store` returns."""
 
