@@ -19,6 +19,7 @@ from effectgate._core.controls import (
 from effectgate._core.states import State
 from effectgate.errors import DuplicateApprover
 from effectgate.store import _guard as g
+from effectgate.store import _journal as j
 from effectgate.store import _sql as sql
 from effectgate.store._hooks import Hold, StoreHooks, scoped
 from effectgate.store._tx import SharedTx
@@ -256,7 +257,7 @@ class ControlRoles(StoreHooks):
     ) -> ApprovalOutcome:
         def work(tx: SharedTx, row: Operation | None) -> ApprovalOutcome:
             req = tx.rows(sql.SELECT_REQUEST, (scope, operation_id))
-            row, required, expires_at = g.check_approval(
+            row, required, expires_at = j.check_approval(
                 row,
                 req[0] if req else None,
                 scope=scope,
@@ -274,7 +275,7 @@ class ControlRoles(StoreHooks):
                     "approvers must be distinct"
                 )
             if now >= expires_at:
-                expired = g.move_locked(
+                expired = j.move_locked(
                     tx,
                     row,
                     State.DENIED,
@@ -303,7 +304,7 @@ class ControlRoles(StoreHooks):
             )
             count = sum(1 for _, v in answered if v == "approve") + int(approve)
             if not approve:
-                row = g.move_locked(
+                row = j.move_locked(
                     tx,
                     row,
                     State.DENIED,
@@ -316,7 +317,7 @@ class ControlRoles(StoreHooks):
                 # to the standing dispatcher, recorded on the row and in its audit entry.
                 release = bool(req and req[0][4])
                 done = {"approvals": count, "required": required, "released": release}
-                row = g.move_locked(tx, row, State.VALIDATED, now, None, done)
+                row = j.move_locked(tx, row, State.VALIDATED, now, None, done)
                 if release:
                     tx.write(
                         "UPDATE operations SET released_at = ? "
@@ -345,7 +346,7 @@ class ControlRoles(StoreHooks):
         def work(tx: SharedTx, row: Operation | None) -> Operation | None:
             if row is None or row.state is not State.AWAITING_APPROVAL:
                 return None  # answered or expired by someone else meanwhile
-            return g.move_locked(
+            return j.move_locked(
                 tx,
                 row,
                 State.DENIED,

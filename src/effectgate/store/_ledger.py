@@ -23,7 +23,7 @@ from effectgate._audit import ChainEntry
 from effectgate._core.controls import DispatchGuard
 from effectgate._core.states import State, check_transition
 from effectgate.errors import OperationNotFound, StaleState
-from effectgate.store import _guard as g
+from effectgate.store import _journal as j
 from effectgate.store import _sql as sql
 from effectgate.store._controls import ControlRoles
 from effectgate.store._hooks import Hold, Work, scoped
@@ -154,7 +154,7 @@ class SQLStore(ControlRoles, PrincipalRoles, ReleaseRoles):
     ) -> Journal:
         if row is not None and row.action != action:
             raise ValueError(f"guard for {action!r} used on a {row.action!r} row")
-        return g.dispatch_row(tx, row, scope, operation_id, guard, audit, now=now)
+        return j.dispatch_row(tx, row, scope, operation_id, guard, audit, now=now)
 
     def transition(
         self,

@@ -26,8 +26,9 @@ from effectgate.errors import StoreError
 from effectgate.store import _postgres_conn as pgc
 from effectgate.store import _postgres_tx as pgtx
 from effectgate.store import _sql as sql
-from effectgate.store._guard import SEND, approval_request_args, journal_new, path_audit
+from effectgate.store._guard import SEND
 from effectgate.store._hooks import NO_HOLD, Hold
+from effectgate.store._journal import approval_request_args, journal_new, path_audit
 from effectgate.store._ledger import SQLStore, Work
 from effectgate.store._postgres_conn import PgConnections, drop_schema, split_schema
 from effectgate.store._postgres_schema import LANES, MIGRATIONS

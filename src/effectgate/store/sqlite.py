@@ -22,8 +22,8 @@ from effectgate.errors import LedgerNotFound, StoreError
 from effectgate.store import _sql as sql
 from effectgate.store import _sqlite_schema as schema
 from effectgate.store._group_commit import TxGate, store_error
-from effectgate.store._guard import journal_new
 from effectgate.store._hooks import NO_HOLD, Hold
+from effectgate.store._journal import journal_new
 from effectgate.store._ledger import SQLStore, Work
 from effectgate.store._sqlite_tx import SQLiteEngine
 from effectgate.store._tx import SharedTx
