@@ -75,14 +75,17 @@ class _service:
         text = re.sub(r'(?m)^url = "sqlite:///effectgate.db"', f'url = "{store_url}"', text)
         starter.config.write_text(text, encoding="utf-8")
         token = _agent_token(store_url)
+        # The service's log (an access line per request at INFO) goes to a file: a pipe nobody
+        # reads fills up and blocks the server in the middle of the run.
+        self._log = open(folder / "serve.log", "wb")
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "effectgate", "serve", "--config", str(starter.config)],
             cwd=folder,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=self._log,
         )
         url = f"http://127.0.0.1:{port}"
-        _wait_ready(url, self._proc)
+        _wait_ready(url, self._proc, folder / "serve.log")
         return url, token
 
     def __exit__(self, *exc: object) -> None:
@@ -92,8 +95,7 @@ class _service:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
-        if self._proc.stderr is not None:
-            self._proc.stderr.close()
+        self._log.close()
         self._store_cm.__exit__(None, None, None)
         self._tmp.cleanup()
 
@@ -118,13 +120,13 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     import httpx
 
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            err = log.read_text(errors="replace")
             raise StoreError(f"B5: effectgate serve exited with {proc.returncode}: {err[-500:]}")
         try:
             if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
