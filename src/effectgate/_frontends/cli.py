@@ -22,10 +22,12 @@ from effectgate._core.states import State
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._frontends import cli_controls, cli_service, cli_tokens
 from effectgate._frontends._tables import print_table
-from effectgate._frontends.cli_service import ConfigOpt, LogFormatOpt, open_ledger
+from effectgate._frontends.cli_service import ConfigOpt, LogFormat, LogFormatOpt, open_ledger
 from effectgate._sim.cli import register as register_simulate
+from effectgate.adapters.http import HttpVenueAdapter
 from effectgate.bench.cli import register as register_bench
 from effectgate.errors import ConfigError, EffectgateError
+from effectgate.store.roles import Store
 
 # -h as well as --help; sub-commands inherit it from this context.
 app = typer.Typer(
@@ -136,8 +138,6 @@ def reconcile(
 ) -> None:
     """Settle uncertain rows against the venue and report divergences."""
     from effectgate._execute.alerts import default_sink
-    from effectgate._service import configure_logging
-    from effectgate.adapters.http import HttpVenueAdapter
     from effectgate.examples import default_registry
 
     closers: list[Callable[[], None]] = []
@@ -149,13 +149,7 @@ def reconcile(
         rec = service.reconciler
         closers.append(service.close)
     else:
-        if store is None or venue is None:
-            err.print("give --config FILE, or --store URL and --venue URL")
-            raise typer.Exit(EXIT_USAGE)
-        configure_logging("warning", log_format.value if log_format else "text")
-        ledger = open_ledger(store, None)
-        adapter = HttpVenueAdapter(venue, credential_env=venue_key_env)
-        closers += [adapter.close, ledger.close]
+        ledger, adapter = _ledger_and_venue(store, venue, venue_key_env, log_format, closers)
         # A sink, even the log-only default, runs the maintenance rules every pass (aged
         # uncertain rows, horizon vs retention) and records orphans and duplicates as alerts.
         rec = Reconciler(
@@ -224,8 +218,6 @@ def dispatch(
     from effectgate._core.policy import PolicySet
     from effectgate._execute.dispatcher import Dispatcher
     from effectgate._execute.executor import Gate
-    from effectgate._service import configure_logging
-    from effectgate.adapters.http import HttpVenueAdapter
     from effectgate.examples import default_registry
 
     closers: list[Callable[[], None]] = []
@@ -237,13 +229,7 @@ def dispatch(
         closers.append(service.close)
         dispatcher = service.dispatcher
     else:
-        if store is None or venue is None:
-            err.print("give --config FILE, or --store URL and --venue URL")
-            raise typer.Exit(EXIT_USAGE)
-        configure_logging("warning", log_format.value if log_format else "text")
-        ledger = open_ledger(store, None)
-        adapter = HttpVenueAdapter(venue, credential_env=venue_key_env)
-        closers += [adapter.close, ledger.close]
+        ledger, adapter = _ledger_and_venue(store, venue, venue_key_env, log_format, closers)
         # No policy is consulted: a released row was decided when it was journalled.
         gate = Gate(
             store=ledger,
@@ -434,6 +420,26 @@ def venue_serve(
 
 
 cli_service.register(app)
+
+
+def _ledger_and_venue(
+    store: str | None,
+    venue: str | None,
+    venue_key_env: str,
+    log_format: LogFormat | None,
+    closers: list[Callable[[], None]],
+) -> tuple[Store, HttpVenueAdapter]:
+    """The ledger and the HTTP venue of ``--store URL --venue URL`` (closed by ``closers``)."""
+    from effectgate._service import configure_logging
+
+    if store is None or venue is None:
+        err.print("give --config FILE, or --store URL and --venue URL")
+        raise typer.Exit(EXIT_USAGE)
+    configure_logging("warning", log_format.value if log_format else "text")
+    ledger = open_ledger(store, None)
+    adapter = HttpVenueAdapter(venue, credential_env=venue_key_env)
+    closers += [adapter.close, ledger.close]
+    return ledger, adapter
 
 
 def main() -> None:
