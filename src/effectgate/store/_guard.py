@@ -174,13 +174,10 @@ def trip_breaker(
                 },
                 now,
             )
-    ctl = ClassControls(
-        action=ctl.action,
-        killed=ctl.killed,
-        kill_reason=ctl.kill_reason,
+    ctl = replace(
+        ctl,
         breaker_open=True,
         breaker_reason=reason,
-        shadow=ctl.shadow,
         envelope=envelope,
         updated_by="system:breaker",
         updated_at=now,
@@ -308,20 +305,7 @@ def apply_step(
         active=reverse_on != "manual",
     )
     step_id = tx.insert_step(step)
-    tx.save_controls(
-        ClassControls(
-            action=action,
-            killed=ctl.killed,
-            kill_reason=ctl.kill_reason,
-            breaker_open=ctl.breaker_open,
-            breaker_reason=ctl.breaker_reason,
-            shadow=ctl.shadow,
-            envelope=envelope,
-            updated_by=operator,
-            updated_at=now,
-        ),
-        at=now,
-    )
+    tx.save_controls(replace(ctl, envelope=envelope, updated_by=operator, updated_at=now), at=now)
     tx.release_holds(action)  # a wider envelope may have room for a held row
     tx.audit(
         "authority_step",
