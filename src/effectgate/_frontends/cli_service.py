@@ -83,11 +83,11 @@ def open_ledger(store: str | None, config: str | None) -> Store:
     return open_store(cfg.store.url, **dict(cfg.store.options))
 
 
-def require_extra(extra: str, *modules: str) -> None:
+def require_extra(extra: str) -> None:
     """Refuse, naming the extra to install, when a command needs a library it did not bring."""
-    import importlib.util
+    from effectgate._service import missing_modules
 
-    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    missing = missing_modules(extra)
     if missing:
         raise ConfigError(
             f"this command needs {', '.join(missing)}, from the {extra!r} extra: "
@@ -256,7 +256,7 @@ def serve(
     """Run the HTTP API (and MCP at /mcp) with the standing reconciler."""
     import ipaddress
 
-    require_extra("server", "fastapi", "uvicorn", "mcp")
+    require_extra("server")
     import uvicorn
 
     from effectgate._frontends.http import create_app
@@ -339,7 +339,7 @@ def mcp(
     log_format: LogFormatOpt = None,
 ) -> None:
     """Serve MCP over stdio for one agent (logs go to stderr; stdout is the protocol)."""
-    require_extra("server", "mcp", "anyio")
+    require_extra("server")
     import anyio
 
     from effectgate._core.principals import Capability

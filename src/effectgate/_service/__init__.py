@@ -21,13 +21,14 @@ from effectgate._service._config import (
     parse_config,
 )
 from effectgate._service._logging import LOG_FORMATS, configure_logging
-from effectgate._service._preflight import Preflight, preflight
+from effectgate._service._preflight import EXTRAS, Preflight, missing_modules, preflight
 from effectgate._service._runtime import Service, build_adapter, report_dict
 from effectgate._service._starter import CLASSES_FILE, CONFIG_FILE, Starter, write_starter
 
 __all__ = [
     "CLASSES_FILE",
     "CONFIG_FILE",
+    "EXTRAS",
     "LOG_FORMATS",
     "AdapterConfig",
     "Preflight",
@@ -44,6 +45,7 @@ __all__ = [
     "build_adapter",
     "configure_logging",
     "load_config",
+    "missing_modules",
     "os_actor",
     "parse_config",
     "preflight",

@@ -21,10 +21,15 @@ from effectgate._service._toml import locate
 from effectgate.errors import EffectgateError
 from effectgate.store.base import parse_store_url
 
-__all__ = ["Preflight", "preflight"]
+__all__ = ["EXTRAS", "Preflight", "missing_modules", "preflight"]
 
-# What `serve` imports beyond the library, by extra (the postgres one only for a PostgreSQL URL).
-_EXTRAS = {"server": ("fastapi", "uvicorn", "mcp"), "postgres": ("psycopg", "psycopg_pool")}
+#: What the doors and the PostgreSQL store import beyond the library, by extra.
+EXTRAS = {"server": ("fastapi", "uvicorn", "mcp"), "postgres": ("psycopg", "psycopg_pool")}
+
+
+def missing_modules(extra: str) -> list[str]:
+    """The modules of ``extra`` this environment cannot import."""
+    return [m for m in EXTRAS[extra] if importlib.util.find_spec(m) is None]
 
 
 @dataclass(frozen=True)
@@ -50,8 +55,9 @@ def preflight(cfg: ServiceConfig, *, connect: bool = False) -> Preflight:
         line = locate(source, path) if source else None
         return f"{cfg.path}:{line}: {'.'.join(path)}" if line else f"{cfg.path}: {'.'.join(path)}"
 
-    for extra, modules in _EXTRAS.items():
-        missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    for extra in EXTRAS:
+        missing = missing_modules(extra)
+        # serve needs the server extra; the postgres one only for a PostgreSQL URL.
         if missing and (extra == "server" or parse_store_url(cfg.store.url)[0] == "postgresql"):
             problems.append(
                 f"{cfg.path}: {', '.join(missing)} not installed: pip install 'effectgate[{extra}]'"
