@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from effectgate.store.base import with_schema
 from effectgate.store.roles import Store
 from effectgate.store.sqlite import SQLiteStore
 
@@ -69,7 +70,7 @@ def store_factory(request: pytest.FixtureRequest, tmp_path: object) -> Iterator[
         def cleanup() -> None:
             drop_schema(url, schema)
 
-        factory.url = f"{url}{'&' if '?' in url else '?'}schema={schema}"  # type: ignore[attr-defined]
+        factory.url = with_schema(url, schema)  # type: ignore[attr-defined]
     try:
         yield factory
     finally:

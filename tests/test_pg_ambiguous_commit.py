@@ -19,7 +19,7 @@ import pytest
 import faultkit
 from conftest import require_pg
 from effectgate._core.states import State
-from effectgate.store.base import NewOperation
+from effectgate.store.base import NewOperation, with_schema
 
 pytestmark = [pytest.mark.postgres]
 
@@ -33,9 +33,8 @@ def proxied() -> Iterator[tuple[str, str, faultkit.PgProxy]]:
     parts = urlsplit(url)
     proxy = faultkit.PgProxy((parts.hostname or "127.0.0.1", parts.port or 5432)).start()
     schema = f"t_{uuid.uuid4().hex[:12]}"
-    sep = "&" if "?" in url else "?"
     try:
-        yield f"{url}{sep}schema={schema}", f"{proxy.url(url)}&schema={schema}", proxy
+        yield with_schema(url, schema), with_schema(proxy.url(url), schema), proxy
     finally:
         proxy.close()
         drop_schema(url, schema)

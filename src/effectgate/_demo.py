@@ -28,6 +28,7 @@ from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import IdempotencyConflict, IntentError
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store import open_store
+from effectgate.store.base import with_schema
 from effectgate.store.roles import Store
 from effectgate.testing import ManualClock, audit_chain_verifies, duplicates_reported
 
@@ -399,7 +400,7 @@ def _postgres_stores(url: str) -> Iterator[tuple[StoreFactory, str, list[Store]]
 
     crash_schema = f"{run}_crash"
     try:
-        yield factory, f"{url}{'&' if '?' in url else '?'}schema={crash_schema}", opened
+        yield factory, with_schema(url, crash_schema), opened
     finally:
         for s in opened:
             s.close()

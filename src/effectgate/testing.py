@@ -48,6 +48,7 @@ from effectgate._invariants import (
 )
 from effectgate.adapters.paper import PaperAdapter, PaperVenue, VenueRejection
 from effectgate.store import open_store
+from effectgate.store.base import with_schema
 from effectgate.store.roles import Store
 
 __all__ = [
@@ -163,8 +164,7 @@ def temporary_store(url: str | None = None) -> Iterator[Store]:
     from effectgate.store.postgres import drop_schema
 
     schema = f"t_{uuid.uuid4().hex[:16]}"
-    sep = "&" if "?" in url else "?"
-    store = open_store(f"{url}{sep}schema={schema}", create=True)
+    store = open_store(with_schema(url, schema), create=True)
     try:
         yield store
     finally:

@@ -27,7 +27,7 @@ from effectgate._execute.adapter import Adapter
 from effectgate._execute.executor import Gate
 from effectgate.errors import ConfigError
 from effectgate.examples import EXAMPLE_ORDER, default_registry
-from effectgate.store.base import parse_store_url
+from effectgate.store.base import parse_store_url, with_schema
 from effectgate.store.roles import Store
 
 __all__ = [
@@ -233,9 +233,8 @@ class Target:
         from effectgate.store.postgres import drop_schema
 
         schema = f"eg_bench_{name}_{uuid.uuid4().hex[:8]}"
-        sep = "&" if "?" in self.url else "?"
         try:
-            yield f"{self.url}{sep}schema={schema}"
+            yield with_schema(self.url, schema)
         finally:
             drop_schema(_libpq_url(self.url), schema)
 

@@ -128,14 +128,15 @@ def _sqlite_urls(directory: str, tag: str) -> tuple[str, str]:
 def _pg_urls(base: str, tag: str) -> tuple[str, str, list[str]]:
     import psycopg
 
+    from effectgate.store.base import with_schema
+
     suffix = uuid.uuid4().hex[:8]
     schema = f"eg_cmp_{tag}_{suffix}"
     db = f"dbos_cmp_{tag}_{suffix}"
     with psycopg.connect(base, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{db}"')
     head, _, _ = base.rpartition("/")
-    sep = "&" if "?" in base else "?"
-    return f"{base}{sep}schema={schema}", f"{head}/{db}", [schema, db]
+    return with_schema(base, schema), f"{head}/{db}", [schema, db]
 
 
 def _pg_cleanup(base: str, schema: str, db: str) -> None:

@@ -47,6 +47,7 @@ __all__ = [
     "validate_identity",
     "where",
     "where_terms",
+    "with_schema",
 ]
 
 SCOPE_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
@@ -417,6 +418,11 @@ def conflict(existing: Operation, offered: str) -> IdempotencyConflict:
         stored=existing.fingerprint,
         offered=offered,
     )
+
+
+def with_schema(url: str, schema: str) -> str:
+    """A PostgreSQL store URL naming ``schema`` (the ``schema=`` parameter effectgate reads)."""
+    return f"{url}{'&' if '?' in url else '?'}schema={schema}"
 
 
 def parse_store_url(url: str) -> tuple[str, str]:
