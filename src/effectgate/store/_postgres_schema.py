@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from effectgate._audit import GENESIS
 from effectgate._core.states import State
-from effectgate.store._schema import (
-    Types,
-    controls_tables,
-    ledger_tables,
-    principals_tables,
-    release_columns,
-    shadow_columns,
-)
+from effectgate.store._schema import Types, controls_tables, ledger_tables, shared_migrations
 
 __all__ = ["LANES", "MIGRATIONS"]
 
@@ -51,7 +44,5 @@ MIGRATIONS: list[str] = [
     """,
     # 2: operational controls and the hash-chained audit log.
     MIGRATION_CONTROLS,
-    principals_tables(_TYPES),  # 3: principals and their tokens (store/_principals.py)
-    release_columns(_TYPES),  # 4: rows a control released, for the standing dispatcher
-    shadow_columns(_TYPES),  # 5: what the shadow report compares and groups by
+    *shared_migrations(_TYPES),  # 3 on: the same in both dialects (store/_schema.py)
 ]

@@ -1,8 +1,9 @@
 """DDL both dialects share, written once over a dialect's type names.
 
 A dialect passes its :class:`Types`; the text it gets back is what that dialect's migration
-runs. Applied migrations are never edited: a later change appends a migration in each dialect
-(a new table a role needs can be one more shared template here).
+runs. Applied migrations are never edited. The migrations written since the store issue are
+the same in both dialects: :func:`shared_migrations` lists them, and each dialect's list ends
+with it. A new role appends its template there, and no dialect module changes.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = [
     "principals_tables",
     "release_columns",
     "shadow_columns",
+    "shared_migrations",
 ]
 
 
@@ -182,6 +184,18 @@ ALTER TABLE shadow_records ADD COLUMN outcome {text};
 ALTER TABLE shadow_records ADD COLUMN model {text};
 ALTER TABLE shadow_records ADD COLUMN harness_version {text}
 """.format(**asdict(t))
+
+
+def shared_migrations(t: Types) -> list[str]:
+    """The migrations both dialects run in the same order after their own (append only).
+
+    SQLite numbers them from 5, PostgreSQL from 3; a template's DDL is the same in both.
+    """
+    return [
+        principals_tables(t),  # principals and their tokens (store/_principals.py)
+        release_columns(t),  # rows a control released, for the standing dispatcher
+        shadow_columns(t),  # what the shadow report compares and groups by
+    ]
 
 
 def backfill_chain(execute: Callable[..., Any], set_head: str) -> None:

@@ -17,9 +17,7 @@ from effectgate.store._schema import (
     backfill_chain,
     controls_tables,
     ledger_tables,
-    principals_tables,
-    release_columns,
-    shadow_columns,
+    shared_migrations,
 )
 from effectgate.store.base import dumps
 
@@ -160,9 +158,7 @@ MIGRATIONS: list[str] = [
     # 4: journal and receipt entries are anchored in their operations row, not audit_heads
     # (store/sqlite_controls.py, MIGRATION_ANCHORS).
     MIGRATION_ANCHORS,
-    principals_tables(_TYPES),  # 5: principals and their tokens (store/_principals.py)
-    release_columns(_TYPES),  # 6: rows a control released, for the standing dispatcher
-    shadow_columns(_TYPES),  # 7: what the shadow report compares and groups by
+    *shared_migrations(_TYPES),  # 5 on: the same in both dialects (store/_schema.py)
 ]
 
 
