@@ -124,6 +124,37 @@ class TestValidation:
             "not well inside",
         )
 
+    def test_venue_contract_block_is_parsed_and_defaults_to_the_weakest_promise(self) -> None:
+        cfg = parse_config(GOOD, "svc.toml")
+        plain = cfg.registry.get("submit_order").venue
+        assert (plain.honours_key.value, plain.read_view.value) == ("unknown", "lagging")
+        assert not plain.sandbox_uses_given_key and plain.sandbox_key_persistence is None
+        text = (
+            GOOD + '\n[classes.submit_order.venue]\nhonours_key = "true"\n'
+            'read_view = "authoritative"\nsandbox_uses_given_key = true\n'
+            "sandbox_key_persistence = 600\n"
+        )
+        venue = parse_config(text, "svc.toml").registry.get("submit_order").venue
+        assert (venue.honours_key.value, venue.read_view.value) == ("true", "authoritative")
+        assert venue.sandbox_uses_given_key and venue.sandbox_key_persistence == 600
+
+    @pytest.mark.parametrize(
+        ("line", "needle"),
+        [
+            ('honours_key = "yes"', "honours_key"),
+            ('read_view = "eventual"', "read_view"),
+            ("sandbox_key_persistence = -1", "sandbox_key_persistence"),
+            ("honors_key = true", "unknown key"),
+        ],
+    )
+    def test_venue_contract_block_refuses_bad_promises(self, line: str, needle: str) -> None:
+        text = GOOD.replace(
+            "key_retention = 86400",
+            f"key_retention = 86400\n[classes.submit_order.venue]\n{line}",
+            1,
+        )
+        fails(text, "classes.submit_order.venue", needle)
+
     def test_non_loopback_host_needs_public(self) -> None:
         fails(
             GOOD.replace('host = "127.0.0.1"', 'host = "0.0.0.0"'),

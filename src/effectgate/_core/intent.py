@@ -34,6 +34,7 @@ from pydantic_core import PydanticCustomError, core_schema
 from effectgate._core.canonical import MAX_SAFE_INT, canonical_decimal, fingerprint, nfc
 from effectgate._core.jsonparse import copy_object, load_document, refuse_floats, show
 from effectgate._core.messages import intent_error
+from effectgate._core.venue import VenueContract
 from effectgate.errors import IntentError, RegistryError, UnknownActionClass
 
 __all__ = [
@@ -240,6 +241,8 @@ class ActionClass:
     #: Seconds a row may stay held by a control before the ``hold-aged`` alert (invariant 11);
     #: None: the settlement window, else the visibility horizon (:attr:`hold_limit`).
     hold_bound: float | None = None
+    #: What the venue promises (key, read view, sandbox): :mod:`effectgate._core.venue`.
+    venue: VenueContract = field(default_factory=VenueContract)
     _effect_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _decimals: tuple[tuple[str, bool], ...] = field(init=False, repr=False, compare=False)
 
@@ -259,6 +262,8 @@ class ActionClass:
             object.__setattr__(self, "tier_floor", Tier(self.tier_floor))
         except ValueError as exc:
             raise RegistryError(f"{self.name}: {exc}") from None
+        if not isinstance(self.venue, VenueContract):
+            raise RegistryError(f"{self.name}: venue must be a VenueContract")
         self._check_times()
         versions = frozenset(self.schema_versions)
         if not versions or not all(isinstance(v, str) and v for v in versions):

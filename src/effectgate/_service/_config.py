@@ -31,6 +31,7 @@ from effectgate._core.intent import (
     Tier,
 )
 from effectgate._core.policy import LimitPolicy, PolicySet
+from effectgate._core.venue import KeyHonour, ReadView, VenueContract
 from effectgate._service._controls_config import (
     AlertsConfig,
     alerts_section,
@@ -445,6 +446,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     target_field = sec.text("target_field")
     settlement = sec.number("settlement_window", 1.0) if sec.has("settlement_window") else None
     hold_bound = sec.number("hold_bound", 1.0) if sec.has("hold_bound") else None
+    venue = _venue_contract(sec.table("venue"))
     try:
         ac = ActionClass(
             name=name,
@@ -459,6 +461,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             target_field=target_field,
             settlement_window=settlement,
             hold_bound=hold_bound,
+            venue=venue,
         )
     except EffectgateError as exc:
         # "submit_order: visibility_horizon ...": locate the key the message is about.
@@ -477,6 +480,27 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             sec.fail(key, f"says {sorted(expected)} but the schema has {sorted(actual)}")
     sec.done()
     return ac
+
+
+def _venue_contract(sec: Section | None) -> VenueContract:
+    """``[classes.NAME.venue]``: what the venue promises; absent keys are the weakest promise."""
+    if sec is None:
+        return VenueContract()
+    honours = sec.text("honours_key", "unknown", choices=[k.value for k in KeyHonour])
+    read_view = sec.text("read_view", "lagging", choices=[r.value for r in ReadView])
+    uses_given = sec.flag("sandbox_uses_given_key", False)
+    persistence = (
+        sec.number("sandbox_key_persistence", 1.0) if sec.has("sandbox_key_persistence") else None
+    )
+    report = sec.text("conformance_report")
+    sec.done()
+    return VenueContract(
+        honours_key=KeyHonour(honours or "unknown"),
+        read_view=ReadView(read_view or "lagging"),
+        sandbox_uses_given_key=uses_given,
+        sandbox_key_persistence=persistence,
+        conformance_report=report,
+    )
 
 
 def _imported(sec: Section, key: str, ref: str) -> Any:

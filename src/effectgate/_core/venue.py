@@ -1,0 +1,74 @@
+"""What an action class's venue promises: the venue contract block (pure, no I/O).
+
+One block per action class, declared in ``[classes.NAME.venue]`` (or in Python) and read by
+everything that depends on the venue's behaviour: the reconciler (its read view), the
+speculation path (the sandbox's key promises), ``check`` and ``ops show`` (whether
+exactly-once may be claimed). The visibility horizon and the key retention stay on
+:class:`~effectgate._core.intent.ActionClass` itself, where the hardening issue made them
+required. A promise left undeclared is the weakest one: effectgate never assumes a venue
+honours a key or a sandbox keeps one.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+from effectgate.errors import RegistryError
+
+__all__ = ["KeyHonour", "ReadView", "VenueContract"]
+
+
+class KeyHonour(StrEnum):
+    """Whether the venue deduplicates a request by the operation key it carries."""
+
+    HONOURED = "true"
+    IGNORED = "false"
+    UNKNOWN = "unknown"
+
+
+class ReadView(StrEnum):
+    """What reading the venue can settle.
+
+    ``none``: nothing (an uncertain row goes to the operator's queue past the horizon);
+    ``lagging``: reads may miss writes younger than the visibility horizon;
+    ``authoritative``: a read past the horizon is the truth (absence proves non-execution).
+    """
+
+    NONE = "none"
+    LAGGING = "lagging"
+    AUTHORITATIVE = "authoritative"
+
+
+@dataclass(frozen=True, slots=True)
+class VenueContract:
+    """The promises of one action class's venue, and of its sandbox where it has one."""
+
+    honours_key: KeyHonour = KeyHonour.UNKNOWN
+    read_view: ReadView = ReadView.LAGGING
+    #: The sandbox runs a dry run under the key effectgate gives it (speculation issue).
+    sandbox_uses_given_key: bool = False
+    #: Seconds the sandbox keeps the keys it mints and their verdicts; None: not declared.
+    sandbox_key_persistence: float | None = None
+    #: Contract revisions pinned at registration, as ``(name, revision)`` pairs.
+    revisions: tuple[tuple[str, str], ...] = ()
+    #: The conformance kit report that verified these claims (a path), if any.
+    conformance_report: str | None = None
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "honours_key", KeyHonour(self.honours_key))
+            object.__setattr__(self, "read_view", ReadView(self.read_view))
+        except ValueError as exc:
+            raise RegistryError(f"venue: {exc}") from None
+        if not isinstance(self.sandbox_uses_given_key, bool):
+            raise RegistryError("venue: sandbox_uses_given_key must be true or false")
+        keep = self.sandbox_key_persistence
+        if keep is not None and (
+            isinstance(keep, bool)
+            or not isinstance(keep, int | float)
+            or not math.isfinite(keep)
+            or keep <= 0
+        ):
+            raise RegistryError("venue: sandbox_key_persistence must be a finite number > 0")
