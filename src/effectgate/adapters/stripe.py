@@ -98,7 +98,7 @@ class StripeAdapter(Adapter):
             self._secret.reveal(),
             base_addresses=bases,  # type: ignore[arg-type]
             max_network_retries=0,  # effectgate never retries a mutation (invariant 9)
-            http_client=stripe.HTTPXClient(timeout=float(timeout)),
+            http_client=stripe.HTTPXClient(timeout=float(timeout), allow_sync_methods=True),
         )
 
     def __repr__(self) -> str:

@@ -1,0 +1,155 @@
+"""The Stripe adapter end to end, through Gate and the reconciler, against localstripe.
+
+localstripe ignores Idempotency-Key (measured: two sends under one key make two payment
+intents), lists by creation and has no search: the adapter runs with ``probe_via = "list"``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+import stripe
+
+from effectgate import State
+from effectgate._core.venue import KeyHonour, ReadView, VenueContract
+from effectgate.adapters.stripe import KEY_FIELD, StripeAdapter
+from effectgate.testing import SimulatedCrash, crash_at, run_conformance, temporary_store
+from effectgate.store.roles import Store
+from venuekit import CreatePayment, Server, StripeDriver, audit_text, rig, start_localstripe, venue_class
+
+SECRET = "sk_test_CANARY0123456789abcdef"
+PAYMENT = {
+    "action": "create_payment",
+    "intent_version": "1",
+    "amount": 1250,
+    "currency": "usd",
+    "payment_method": "pm_card_visa",
+}
+CONTRACT = VenueContract(honours_key=KeyHonour.IGNORED, read_view=ReadView.LAGGING)
+
+
+@pytest.fixture(scope="module")
+def localstripe() -> Iterator[Server]:
+    server = start_localstripe()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def venue(localstripe: Server, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+    localstripe.reset()
+    monkeypatch.setenv("EG_TEST_STRIPE_KEY", SECRET)
+    yield localstripe
+
+
+def adapter(url: str) -> StripeAdapter:
+    return StripeAdapter(
+        credential_env="EG_TEST_STRIPE_KEY",
+        endpoint=url,
+        probe_via="list",
+        server_created_filter=False,
+        listing_lookback=600,
+        timeout=5,
+    )
+
+
+def direct(url: str, **meta: str) -> str:
+    client = stripe.StripeClient(SECRET, base_addresses={"api": url}, max_network_retries=0)
+    return str(
+        client.v1.payment_intents.create(
+            params={"amount": 999, "currency": "usd", "confirm": True, "payment_method": "pm_card_visa", "metadata": meta}
+        ).id
+    )
+
+
+CLS = venue_class("create_payment", CreatePayment, "stripe", 2.0, CONTRACT)
+
+
+class TestAcknowledged:
+    def test_payment_acknowledged_and_swept_clean(self, store: Store, venue: Server) -> None:
+        """Invariant 5: one payment, one record under its key; the sweep agrees."""
+        r = rig(store, adapter(venue.url), CLS)
+        op = r.gate.submit("create_payment", "pay-1", PAYMENT)
+        assert op.state is State.ACKNOWLEDGED and op.venue_id and op.venue_id.startswith("pi_")
+        report = r.rec.sweep()
+        assert report.new_divergences == [] and report.venue_records == 1
+
+
+class TestCrashSettledByReading:
+    def test_crash_after_call_confirmed_by_the_sweep(self, store: Store, venue: Server) -> None:
+        """Invariant 3: a crash after the venue call leaves the row uncertain; the sweep confirms it."""
+        r = rig(store, adapter(venue.url), CLS)
+        with crash_at("after_venue_call"), pytest.raises(SimulatedCrash):
+            r.gate.submit("create_payment", "pay-crash", PAYMENT)
+        assert r.gate.get("pay-crash").state is State.SUBMITTED
+        report = r.rec.sweep()
+        assert report.confirmed == 1
+        assert r.gate.get("pay-crash").state is State.ACKNOWLEDGED
+
+    def test_crash_before_call_written_off_only_past_horizon(self, store: Store, venue: Server) -> None:
+        """Invariant 4: absent inside the horizon stays uncertain; past it, failed."""
+        r = rig(store, adapter(venue.url), CLS)
+        with crash_at("after_journal"), pytest.raises(SimulatedCrash):
+            r.gate.submit("create_payment", "pay-lost", PAYMENT)
+        assert r.rec.sweep().still_uncertain == 1
+        r.clock.advance(3)
+        assert r.rec.sweep().written_off == 1
+        assert r.gate.get("pay-lost").state is State.FAILED
+
+
+class TestDuplicateAcrossLedgers:
+    def test_two_ledgers_same_operation_duplicate_reported(self, store: Store, venue: Server) -> None:
+        """Invariant 5: localstripe ignores the key, so two ledgers make two effects; reported."""
+        first = rig(store, adapter(venue.url), CLS)
+        first.gate.submit("create_payment", "pay-dup", PAYMENT)
+        with temporary_store() as other:
+            rig(other, adapter(venue.url), CLS).gate.submit("create_payment", "pay-dup", PAYMENT)
+        kinds = [d[0] for d in first.rec.sweep().new_divergences]
+        assert kinds == ["duplicate-effect"]
+
+
+class TestOrphan:
+    def test_payment_made_outside_the_boundary_is_an_orphan(self, store: Store, venue: Server) -> None:
+        """Invariant 5: records() lists every object in the window, not only effectgate's."""
+        r = rig(store, adapter(venue.url), CLS)
+        r.gate.submit("create_payment", "pay-in", PAYMENT)
+        outside = direct(venue.url)
+        foreign_key = direct(venue.url, **{KEY_FIELD: "default:never-journalled"})
+        divs = r.rec.sweep().new_divergences
+        assert sorted((d[0], d[2]) for d in divs) == sorted(
+            [("orphan", (outside,)), ("orphan", (foreign_key,))]
+        )
+
+
+class TestCredentialCanary:
+    def test_secret_never_in_errors_logs_receipts_or_audit(
+        self, store: Store, venue: Server, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Invariant 6: the key never leaves the adapter, even when calls fail."""
+        caplog.set_level(logging.DEBUG)
+        r = rig(store, adapter(venue.url), CLS)
+        op = r.gate.submit("create_payment", "pay-ok", PAYMENT)
+        dead = rig(store, adapter("http://127.0.0.1:9"), venue_class("create_payment", CreatePayment, "stripe", 2.0, CONTRACT))
+        texts = [repr(op), repr(adapter(venue.url))]
+        try:
+            dead.gate.submit("create_payment", "pay-dead", PAYMENT)
+        except Exception as exc:  # noqa: BLE001 - whatever surfaces must be clean
+            texts += [str(exc), repr(exc)]
+        texts.append(repr(dead.gate.get("pay-dead")))
+        blob = "\n".join(texts) + caplog.text + audit_text(store)
+        assert SECRET not in blob and SECRET[-8:] not in blob
+
+
+class TestKitReport:
+    def test_kit_measures_localstripe_ignoring_the_key(self, venue: Server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+        """The kit's report says precisely which promise localstripe does not keep."""
+        rep = run_conformance(adapter(venue.url), StripeDriver(venue.url, SECRET, adapter), horizon=2.0)
+        print(rep.render())
+        assert rep.honours_key == "false"
+        assert rep.results["same-key-twice"]["status"] == "not-kept"
+        assert rep.failed == [], rep.render()
+        assert rep.results["orphan-visible"]["status"] == "pass"
+        assert "runs spilled" in rep.results["listing"]["detail"]
+        rep.write(tmp_path / "stripe.json")
