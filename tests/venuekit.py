@@ -108,6 +108,8 @@ def start_moto() -> Server:
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        # Without it moto accepts any AMI id, so nothing could be a provable refusal.
+        env={**os.environ, "MOTO_ENABLE_AMI_VALIDATION": "true"},
     )
     url = f"http://127.0.0.1:{port}"
     _wait(url + "/moto-api/", proc, "moto")
@@ -293,3 +295,72 @@ class StripeDriver:
 
     def secrets(self) -> list[str]:
         return [self._secret]
+
+
+class Ec2Driver:
+    venue = "moto (EC2, server mode)"
+    ami = "ami-03cf127a"  # one of moto's built-in images (us-east-1)
+
+    def __init__(self, url: str, secret: str, make: Any) -> None:
+        self.url, self._secret, self._make = url, secret, make
+
+    def request(self, operation_key: str) -> OutboundRequest:
+        return OutboundRequest(
+            operation_key, "run_instance", {"image_id": self.ami, "instance_type": "t2.micro"}
+        )
+
+    def refused_request(self, operation_key: str) -> OutboundRequest | None:
+        return OutboundRequest(
+            operation_key,
+            "run_instance",
+            {"image_id": "ami-0000000000000dead", "instance_type": "t2.micro"},
+        )
+
+    def unreachable(self) -> Adapter:
+        return self._make("http://127.0.0.1:9")  # type: ignore[no-any-return]
+
+    def direct_effect(self) -> str | None:
+        import boto3
+
+        ec2: Any = boto3.client(
+            "ec2",
+            region_name="us-east-1",
+            endpoint_url=self.url,
+            aws_access_key_id="AKIATESTONLY",
+            aws_secret_access_key=self._secret,
+        )
+        out = ec2.run_instances(ImageId=self.ami, InstanceType="t2.micro", MinCount=1, MaxCount=1)
+        return str(out["Instances"][0]["InstanceId"])
+
+    def delivered(self, operation_key: str) -> int | None:
+        return None
+
+    def secrets(self) -> list[str]:
+        return [self._secret]
+
+
+class EmailDriver:
+    venue = "aiosmtpd relay"
+
+    def __init__(self, box: Mailbox, make: Any) -> None:
+        self.box, self._make = box, make
+
+    def request(self, operation_key: str) -> OutboundRequest:
+        return OutboundRequest(
+            operation_key, "send_email", {"to": "ops@example.test", "subject": "kit", "body": "hello"}
+        )
+
+    def refused_request(self, operation_key: str) -> OutboundRequest | None:
+        return None
+
+    def unreachable(self) -> Adapter:
+        return self._make(9)  # type: ignore[no-any-return]
+
+    def direct_effect(self) -> str | None:
+        return None
+
+    def delivered(self, operation_key: str) -> int | None:
+        return self.box.count(operation_key)
+
+    def secrets(self) -> list[str]:
+        return []
