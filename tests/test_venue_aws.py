@@ -60,12 +60,16 @@ class TestClientToken:
     def test_token_fits_ec2_limit_and_is_deterministic(self) -> None:
         long_key = "default:" + "x" * 120
         assert client_token("default:op-1") == "default:op-1"
-        assert len(client_token(long_key)) == 64 and client_token(long_key) == client_token(long_key)
+        assert len(client_token(long_key)) == 64 and client_token(long_key) == client_token(
+            long_key
+        )
         assert client_token(long_key) != client_token(long_key + "y")
 
 
 class TestAcknowledged:
-    def test_instance_acknowledged_tagged_and_swept_clean(self, store: Store, venue: Server) -> None:
+    def test_instance_acknowledged_tagged_and_swept_clean(
+        self, store: Store, venue: Server
+    ) -> None:
         """Invariant 5: one instance tagged with its key; the sweep agrees."""
         r = rig(store, adapter(venue.url), CLS)
         op = r.gate.submit("run_instance", "vm-1", RUN)
@@ -86,7 +90,9 @@ class TestCrashSettledByReading:
 
 
 class TestDuplicateAcrossLedgers:
-    def test_two_ledgers_same_operation_duplicate_reported(self, store: Store, venue: Server) -> None:
+    def test_two_ledgers_same_operation_duplicate_reported(
+        self, store: Store, venue: Server
+    ) -> None:
         """Invariant 5: moto ignores ClientToken; the second instance is reported."""
         first = rig(store, adapter(venue.url), CLS)
         first.gate.submit("run_instance", "vm-dup", RUN)
@@ -96,19 +102,23 @@ class TestDuplicateAcrossLedgers:
 
 
 class TestOrphanAndTermination:
-    def test_instance_launched_outside_the_boundary_is_an_orphan(self, store: Store, venue: Server) -> None:
+    def test_instance_launched_outside_the_boundary_is_an_orphan(
+        self, store: Store, venue: Server
+    ) -> None:
         r = rig(store, adapter(venue.url), CLS)
         r.gate.submit("run_instance", "vm-in", RUN)
         outside = Ec2Driver(venue.url, SECRET, adapter).direct_effect()
         divs = r.rec.sweep().new_divergences
         assert [(d[0], d[2]) for d in divs] == [("orphan", (outside,))]
 
-    def test_vanished_after_termination_is_not_missing_at_venue(self, store: Store, venue: Server) -> None:
+    def test_vanished_after_termination_is_not_missing_at_venue(
+        self, store: Store, venue: Server
+    ) -> None:
         """An instance EC2 stopped listing long after its launch is outside the window: a row
         submitted before the window is left to probes, never reported missing-at-venue."""
         r = rig(store, adapter(venue.url), CLS)
         op = r.gate.submit("run_instance", "vm-old", RUN)
-        ec2: Any = adapter(venue.url)._ec2  # noqa: SLF001 - the test plays the venue forgetting
+        ec2: Any = adapter(venue.url)._ec2
         ec2.terminate_instances(InstanceIds=[op.venue_id])
         venue.reset()  # the venue no longer lists it
         r.clock.advance(700)  # past the adapter's 600 s lookback
@@ -133,7 +143,7 @@ class TestCredentialCanary:
         dead = rig(store, adapter("http://127.0.0.1:9"), CLS)
         try:
             dead.gate.submit("run_instance", "vm-dead", RUN)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             texts += [str(exc), repr(exc)]
         texts.append(repr(dead.gate.get("vm-dead")))
         blob = "\n".join(texts) + caplog.text + audit_text(store)
@@ -143,7 +153,9 @@ class TestCredentialCanary:
 
 class TestKitReport:
     def test_kit_measures_moto_ignoring_the_client_token(self, venue: Server) -> None:
-        rep = run_conformance(adapter(venue.url), Ec2Driver(venue.url, SECRET, adapter), horizon=2.0)
+        rep = run_conformance(
+            adapter(venue.url), Ec2Driver(venue.url, SECRET, adapter), horizon=2.0
+        )
         print(rep.render())
         assert rep.honours_key == "false" and rep.failed == [], rep.render()
         assert rep.results["refusal-is-not-applied"]["status"] == "pass"

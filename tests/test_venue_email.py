@@ -18,7 +18,16 @@ from effectgate.adapters.email import EmailAdapter, key_of_message_id
 from effectgate.errors import ConfigError
 from effectgate.store.roles import Store
 from effectgate.testing import SimulatedCrash, crash_at, run_conformance, temporary_store
-from venuekit import EmailDriver, Mailbox, SendEmail, audit_text, rig, start_smtp, stop_smtp, venue_class
+from venuekit import (
+    EmailDriver,
+    Mailbox,
+    SendEmail,
+    audit_text,
+    rig,
+    start_smtp,
+    stop_smtp,
+    venue_class,
+)
 
 MAIL = {
     "action": "send_email",
@@ -45,7 +54,9 @@ def box(relay: Mailbox) -> Mailbox:
 
 
 def adapter(port: int) -> EmailAdapter:
-    return EmailAdapter(host="127.0.0.1", port=port, sender="effectgate@example.test", starttls=False, timeout=3)
+    return EmailAdapter(
+        host="127.0.0.1", port=port, sender="effectgate@example.test", starttls=False, timeout=3
+    )
 
 
 class TestAcknowledged:
@@ -65,7 +76,9 @@ class TestAcknowledged:
 
 
 class TestNoReadView:
-    def test_uncertain_row_never_written_off_past_the_horizon(self, store: Store, box: Mailbox) -> None:
+    def test_uncertain_row_never_written_off_past_the_horizon(
+        self, store: Store, box: Mailbox
+    ) -> None:
         """Invariant 4 with no read view: absence proves nothing, so the row stays uncertain
         (issue 12's queue takes it to an operator) instead of being written off as failed."""
         r = rig(store, adapter(box.port), CLS)
@@ -85,7 +98,9 @@ class TestNoReadView:
 
 
 class TestDuplicateAcrossLedgers:
-    def test_two_ledgers_send_twice_and_no_reading_can_show_it(self, store: Store, box: Mailbox) -> None:
+    def test_two_ledgers_send_twice_and_no_reading_can_show_it(
+        self, store: Store, box: Mailbox
+    ) -> None:
         """SMTP ignores the key: two ledgers, two messages. Only the far end sees the duplicate,
         which is why the class must declare honours_key = false (at-most-once dispatch)."""
         rig(store, adapter(box.port), CLS).gate.submit("send_email", "mail-dup", MAIL)
@@ -95,7 +110,9 @@ class TestDuplicateAcrossLedgers:
 
 
 class TestCredentials:
-    def test_password_from_a_hook_never_leaks(self, store: Store, box: Mailbox, caplog: pytest.LogCaptureFixture) -> None:
+    def test_password_from_a_hook_never_leaks(
+        self, store: Store, box: Mailbox, caplog: pytest.LogCaptureFixture
+    ) -> None:
         """Invariant 6: a login against a relay without AUTH fails; the password stays inside."""
         caplog.set_level(logging.DEBUG)
         a = EmailAdapter(

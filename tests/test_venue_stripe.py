@@ -15,9 +15,17 @@ import stripe
 from effectgate import State
 from effectgate._core.venue import KeyHonour, ReadView, VenueContract
 from effectgate.adapters.stripe import KEY_FIELD, StripeAdapter
-from effectgate.testing import SimulatedCrash, crash_at, run_conformance, temporary_store
 from effectgate.store.roles import Store
-from venuekit import CreatePayment, Server, StripeDriver, audit_text, rig, start_localstripe, venue_class
+from effectgate.testing import SimulatedCrash, crash_at, run_conformance, temporary_store
+from venuekit import (
+    CreatePayment,
+    Server,
+    StripeDriver,
+    audit_text,
+    rig,
+    start_localstripe,
+    venue_class,
+)
 
 SECRET = "sk_test_CANARY0123456789abcdef"
 PAYMENT = {
@@ -59,7 +67,13 @@ def direct(url: str, **meta: str) -> str:
     client = stripe.StripeClient(SECRET, base_addresses={"api": url}, max_network_retries=0)
     return str(
         client.v1.payment_intents.create(
-            params={"amount": 999, "currency": "usd", "confirm": True, "payment_method": "pm_card_visa", "metadata": meta}
+            params={
+                "amount": 999,
+                "currency": "usd",
+                "confirm": True,
+                "payment_method": "pm_card_visa",
+                "metadata": meta,
+            }
         ).id
     )
 
@@ -79,7 +93,7 @@ class TestAcknowledged:
 
 class TestCrashSettledByReading:
     def test_crash_after_call_confirmed_by_the_sweep(self, store: Store, venue: Server) -> None:
-        """Invariant 3: a crash after the venue call leaves the row uncertain; the sweep confirms it."""
+        """Invariant 3: a crash after the venue call leaves the row uncertain; a sweep confirms."""
         r = rig(store, adapter(venue.url), CLS)
         with crash_at("after_venue_call"), pytest.raises(SimulatedCrash):
             r.gate.submit("create_payment", "pay-crash", PAYMENT)
@@ -88,7 +102,9 @@ class TestCrashSettledByReading:
         assert report.confirmed == 1
         assert r.gate.get("pay-crash").state is State.ACKNOWLEDGED
 
-    def test_crash_before_call_written_off_only_past_horizon(self, store: Store, venue: Server) -> None:
+    def test_crash_before_call_written_off_only_past_horizon(
+        self, store: Store, venue: Server
+    ) -> None:
         """Invariant 4: absent inside the horizon stays uncertain; past it, failed."""
         r = rig(store, adapter(venue.url), CLS)
         with crash_at("after_journal"), pytest.raises(SimulatedCrash):
@@ -100,7 +116,9 @@ class TestCrashSettledByReading:
 
 
 class TestDuplicateAcrossLedgers:
-    def test_two_ledgers_same_operation_duplicate_reported(self, store: Store, venue: Server) -> None:
+    def test_two_ledgers_same_operation_duplicate_reported(
+        self, store: Store, venue: Server
+    ) -> None:
         """Invariant 5: localstripe ignores the key, so two ledgers make two effects; reported."""
         first = rig(store, adapter(venue.url), CLS)
         first.gate.submit("create_payment", "pay-dup", PAYMENT)
@@ -111,7 +129,9 @@ class TestDuplicateAcrossLedgers:
 
 
 class TestOrphan:
-    def test_payment_made_outside_the_boundary_is_an_orphan(self, store: Store, venue: Server) -> None:
+    def test_payment_made_outside_the_boundary_is_an_orphan(
+        self, store: Store, venue: Server
+    ) -> None:
         """Invariant 5: records() lists every object in the window, not only effectgate's."""
         r = rig(store, adapter(venue.url), CLS)
         r.gate.submit("create_payment", "pay-in", PAYMENT)
@@ -125,17 +145,25 @@ class TestOrphan:
 
 class TestCredentialCanary:
     def test_secret_never_in_errors_logs_receipts_or_audit(
-        self, store: Store, venue: Server, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+        self,
+        store: Store,
+        venue: Server,
+        caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch,
     ) -> None:
         """Invariant 6: the key never leaves the adapter, even when calls fail."""
         caplog.set_level(logging.DEBUG)
         r = rig(store, adapter(venue.url), CLS)
         op = r.gate.submit("create_payment", "pay-ok", PAYMENT)
-        dead = rig(store, adapter("http://127.0.0.1:9"), venue_class("create_payment", CreatePayment, "stripe", 2.0, CONTRACT))
+        dead = rig(
+            store,
+            adapter("http://127.0.0.1:9"),
+            venue_class("create_payment", CreatePayment, "stripe", 2.0, CONTRACT),
+        )
         texts = [repr(op), repr(adapter(venue.url))]
         try:
             dead.gate.submit("create_payment", "pay-dead", PAYMENT)
-        except Exception as exc:  # noqa: BLE001 - whatever surfaces must be clean
+        except Exception as exc:
             texts += [str(exc), repr(exc)]
         texts.append(repr(dead.gate.get("pay-dead")))
         blob = "\n".join(texts) + caplog.text + audit_text(store)
@@ -145,7 +173,9 @@ class TestCredentialCanary:
 class TestKitReport:
     def test_kit_measures_localstripe_ignoring_the_key(self, venue: Server, tmp_path) -> None:  # type: ignore[no-untyped-def]
         """The kit's report says precisely which promise localstripe does not keep."""
-        rep = run_conformance(adapter(venue.url), StripeDriver(venue.url, SECRET, adapter), horizon=2.0)
+        rep = run_conformance(
+            adapter(venue.url), StripeDriver(venue.url, SECRET, adapter), horizon=2.0
+        )
         print(rep.render())
         assert rep.honours_key == "false"
         assert rep.results["same-key-twice"]["status"] == "not-kept"

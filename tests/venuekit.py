@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from email import message_from_bytes
 from email.message import Message
@@ -49,7 +48,7 @@ def _wait(url: str, proc: subprocess.Popen[bytes], what: str) -> None:
         if proc.poll() is not None:
             raise RuntimeError(f"{what} exited with {proc.returncode}")
         try:
-            urllib.request.urlopen(url, timeout=1)  # noqa: S310 - loopback test server
+            urllib.request.urlopen(url, timeout=1)
             return
         except urllib.error.HTTPError:
             return  # it answers
@@ -66,8 +65,8 @@ class Server:
     reset_method: str
 
     def reset(self) -> None:
-        req = urllib.request.Request(self.url + self.reset_path, method=self.reset_method)  # noqa: S310
-        urllib.request.urlopen(req, timeout=10).read()  # noqa: S310
+        req = urllib.request.Request(self.url + self.reset_path, method=self.reset_method)
+        urllib.request.urlopen(req, timeout=10).read()
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -91,7 +90,7 @@ web.run_app(server.app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
 def start_localstripe() -> Server:
     need("localstripe")
     port = free_port()
-    proc = subprocess.Popen(  # noqa: S603 - our own interpreter, fixed arguments
+    proc = subprocess.Popen(
         [sys.executable, "-c", _LOCALSTRIPE, str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -104,7 +103,7 @@ def start_localstripe() -> Server:
 def start_moto() -> Server:
     need("moto.server")
     port = free_port()
-    proc = subprocess.Popen(  # noqa: S603
+    proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -143,15 +142,19 @@ def start_smtp() -> Mailbox:
     lock = threading.Lock()
 
     class Handler:
-        async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str, options: Any) -> str:  # noqa: N802
+        async def handle_RCPT(
+            self, server: Any, session: Any, envelope: Any, address: str, options: Any
+        ) -> str:
             if box.refuse:
                 return "550 no such user"
             envelope.rcpt_tos.append(address)
             return "250 OK"
 
-        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:  # noqa: N802
+        async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
             with lock:
-                box.messages.append(message_from_bytes(envelope.original_content or envelope.content))
+                box.messages.append(
+                    message_from_bytes(envelope.original_content or envelope.content)
+                )
             return "250 accepted"
 
     box.controller = Controller(Handler(), hostname="127.0.0.1", port=box.port)
@@ -161,8 +164,6 @@ def start_smtp() -> Mailbox:
 
 def stop_smtp(box: Mailbox) -> None:
     box.controller.stop()
-
-
 
 
 # --- action classes and a gate per venue ------------------------------------------------------
@@ -251,8 +252,6 @@ def audit_text(store: Store) -> str:
     return "\n".join(repr(e) for e in store.iter_audit())
 
 
-
-
 # --- conformance-kit drivers: direct access to each stand-in ----------------------------------
 
 from effectgate._execute.adapter import OutboundRequest  # noqa: E402
@@ -284,9 +283,16 @@ class StripeDriver:
     def direct_effect(self) -> str | None:
         import stripe
 
-        client = stripe.StripeClient(self._secret, base_addresses={"api": self.url}, max_network_retries=0)
+        client = stripe.StripeClient(
+            self._secret, base_addresses={"api": self.url}, max_network_retries=0
+        )
         pi: Any = client.v1.payment_intents.create(
-            params={"amount": 5, "currency": "usd", "confirm": True, "payment_method": "pm_card_visa"}
+            params={
+                "amount": 5,
+                "currency": "usd",
+                "confirm": True,
+                "payment_method": "pm_card_visa",
+            }
         )
         return str(pi.id)
 
@@ -347,7 +353,9 @@ class EmailDriver:
 
     def request(self, operation_key: str) -> OutboundRequest:
         return OutboundRequest(
-            operation_key, "send_email", {"to": "ops@example.test", "subject": "kit", "body": "hello"}
+            operation_key,
+            "send_email",
+            {"to": "ops@example.test", "subject": "kit", "body": "hello"},
         )
 
     def refused_request(self, operation_key: str) -> OutboundRequest | None:
@@ -361,6 +369,47 @@ class EmailDriver:
 
     def delivered(self, operation_key: str) -> int | None:
         return self.box.count(operation_key)
+
+    def secrets(self) -> list[str]:
+        return []
+
+
+class PaperDriver:
+    """The paper venue through the kit: it honours the key, so exactly-once may be claimed."""
+
+    venue = "paper (in-process)"
+
+    def __init__(self, paper: Any) -> None:
+        self.paper = paper
+
+    def request(self, operation_key: str) -> OutboundRequest:
+        return OutboundRequest(
+            operation_key,
+            "submit_order",
+            {
+                "instrument": "XYZ-PERP",
+                "side": "buy",
+                "order_type": "limit",
+                "quantity": "1",
+                "limit_price": "10",
+            },
+        )
+
+    def refused_request(self, operation_key: str) -> OutboundRequest | None:
+        return None
+
+    def unreachable(self) -> Adapter:
+        from effectgate.adapters.paper import PaperAdapter, PaperVenue
+
+        dead = PaperVenue()
+        dead.fail_next(10, after_apply=False)
+        return PaperAdapter(dead)
+
+    def direct_effect(self) -> str | None:
+        return str(self.paper.inject_record("outside-no-scope"))
+
+    def delivered(self, operation_key: str) -> int | None:
+        return None
 
     def secrets(self) -> list[str]:
         return []

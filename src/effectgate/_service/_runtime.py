@@ -33,6 +33,7 @@ from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._service._auth import Principal, RateLimiter, TokenBook
 from effectgate._service._config import AdapterConfig, ServiceConfig, import_object
 from effectgate._service._metrics import Metrics, TimedAdapter
+from effectgate._service._venues import VENUE_KINDS, build_venue_adapter
 from effectgate.adapters.http import HttpVenueAdapter
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import ConfigError, OperationInFlight
@@ -55,6 +56,20 @@ def build_adapter(cfg: AdapterConfig) -> Adapter:
             credential_env=cfg.credential_env,
             credential_file=cfg.credential_file,
             timeout=cfg.timeout,
+        )
+    if cfg.kind in VENUE_KINDS:
+        # For these kinds ``factory`` holds the credential hook's name (never a secret).
+        return build_venue_adapter(
+            cfg.name,
+            cfg.kind,
+            endpoint=cfg.endpoint,
+            credential={
+                "credential_env": cfg.credential_env,
+                "credential_file": cfg.credential_file,
+                "credential_hook": cfg.factory,
+            },
+            timeout=cfg.timeout,
+            options=dict(cfg.options),
         )
     if cfg.kind == "paper":
         venue = PaperVenue(

@@ -1,0 +1,77 @@
+"""The real venues' adapters in the config file: ``kind = "stripe" | "aws" | "email"``.
+
+Each reads its credential from ``credential_env``, ``credential_file`` or ``credential_hook``
+(a ``"module:function"`` secrets-manager hook), never from the file itself; everything else is
+in ``[adapters.NAME.options]``. The extras are imported only when such an adapter is built.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from effectgate._execute.adapter import Adapter
+from effectgate.errors import ConfigError
+
+__all__ = ["VENUE_KINDS", "build_venue_adapter", "class_claims"]
+
+#: kind -> (module, class, extra)
+VENUE_KINDS = {
+    "stripe": ("effectgate.adapters.stripe", "StripeAdapter", "stripe"),
+    "aws": ("effectgate.adapters.aws", "Ec2Adapter", "aws"),
+    "email": ("effectgate.adapters.email", "EmailAdapter", "email"),
+}
+_LIBRARY = {"stripe": "stripe", "aws": "boto3", "email": "smtplib"}
+
+
+def build_venue_adapter(
+    name: str,
+    kind: str,
+    *,
+    endpoint: str | None,
+    credential: dict[str, str | None],
+    timeout: float,
+    options: dict[str, Any],
+) -> Adapter:
+    module, cls, extra = VENUE_KINDS[kind]
+    if importlib.util.find_spec(_LIBRARY[kind]) is None:
+        raise ConfigError(
+            f"adapters.{name}: {_LIBRARY[kind]} not installed: pip install 'effectgate[{extra}]'"
+        )
+    factory = getattr(importlib.import_module(module), cls)
+    kwargs: dict[str, Any] = {**options, **{k: v for k, v in credential.items() if v is not None}}
+    if kind != "email":
+        kwargs["endpoint"] = endpoint
+    kwargs["timeout"] = timeout
+    try:
+        made = factory(**kwargs)
+    except TypeError as exc:
+        raise ConfigError(f"adapters.{name}: {exc}") from None
+    if not isinstance(made, Adapter):  # pragma: no cover - our own classes
+        raise ConfigError(f"adapters.{name}: {cls} did not build an Adapter")
+    return made
+
+
+def class_claims(
+    registry: Any, config_path: str, kinds: dict[str, str]
+) -> dict[str, dict[str, str]]:
+    """Per action class: what ``check`` may claim about delivery, and why (see _conformance).
+
+    ``kinds``: adapter name -> its kind (what a report names). A relative
+    ``conformance_report`` path is read from the config file's folder.
+    """
+    from pathlib import Path
+
+    from effectgate._conformance import delivery_claim
+
+    base = Path(config_path).parent
+    out: dict[str, dict[str, str]] = {}
+    for ac in registry:
+        report = ac.venue.conformance_report
+        if report is not None and not Path(report).is_absolute():
+            report = str(base / report)
+        claim, why = delivery_claim(
+            ac.venue.honours_key.value, report, kinds.get(ac.adapter, ac.adapter)
+        )
+        out[ac.name] = {"claim": claim, "why": why}
+    return out
