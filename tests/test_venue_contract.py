@@ -124,3 +124,36 @@ class TestPytestPlugin:
         venue = PaperVenue()
         rep = effectgate_kit(PaperAdapter(venue), PaperDriver(venue))  # type: ignore[operator]
         assert rep.honours_key == "true" and rep.failed == []
+
+
+class TestClaimSurfaces:
+    def test_ops_show_and_metrics_carry_the_claim(self, tmp_path: Path) -> None:
+        """ops show --config and effectgate_exactly_once say the same as check."""
+        from prometheus_client import CollectorRegistry, generate_latest
+
+        from effectgate._service._venues import DeliveryCollector, config_claims
+        runner.invoke(app, ["init", "--dir", str(tmp_path)])
+        cfg_path = str(tmp_path / "effectgate.toml")
+        cfg = load_config(cfg_path)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(DeliveryCollector(config_claims(cfg)))  # type: ignore[arg-type]
+        text = generate_latest(registry).decode()
+        assert 'effectgate_exactly_once{action="submit_order"} 0.0' in text
+        from effectgate._service import Service
+
+        svc = Service(cfg)
+        try:
+            order = {
+                "action": "submit_order",
+                "intent_version": "1",
+                "instrument": "XYZ-PERP",
+                "side": "buy",
+                "quantity": "1",
+                "limit_price": "10",
+            }
+            svc.gate.submit("submit_order", "op-1", order)
+        finally:
+            svc.close()
+        out = runner.invoke(app, ["ops", "show", "op-1", "--config", cfg_path])
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.stdout)["delivery"]["claim"] == AT_MOST_ONCE

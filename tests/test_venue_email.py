@@ -91,6 +91,20 @@ class TestNoReadView:
         assert report.written_off == 0 and report.confirmed == 0
         assert r.gate.get("mail-crash").state is State.SUBMITTED
 
+    def test_misdeclared_read_view_still_never_written_off(self, store: Store, box: Mailbox) -> None:
+        """Invariant 4: a class wrongly declared lagging on the email adapter: its probes raise
+        (the venue cannot answer), so the repair pass leaves the row uncertain."""
+        lagging = venue_class(
+            "send_email", SendEmail, "email", 2.0, VenueContract(read_view=ReadView.LAGGING)
+        )
+        r = rig(store, adapter(box.port), lagging)
+        with crash_at("after_venue_call"), pytest.raises(SimulatedCrash):
+            r.gate.submit("send_email", "mail-mis", MAIL)
+        r.clock.advance(3600)
+        report = r.rec.repair()
+        assert report.probe_errors == 1 and report.written_off == 0
+        assert r.gate.get("mail-mis").state is State.SUBMITTED
+
     def test_unreachable_relay_leaves_the_row_uncertain(self, store: Store, box: Mailbox) -> None:
         r = rig(store, adapter(9), CLS)
         r.gate.submit("send_email", "mail-dead", MAIL)

@@ -33,7 +33,12 @@ from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._service._auth import Principal, RateLimiter, TokenBook
 from effectgate._service._config import AdapterConfig, ServiceConfig, import_object
 from effectgate._service._metrics import Metrics, TimedAdapter
-from effectgate._service._venues import VENUE_KINDS, build_venue_adapter
+from effectgate._service._venues import (
+    VENUE_KINDS,
+    DeliveryCollector,
+    build_venue_adapter,
+    config_claims,
+)
 from effectgate.adapters.http import HttpVenueAdapter
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import ConfigError, OperationInFlight
@@ -123,6 +128,7 @@ class Service:
             self.store.close()
             raise
         self.metrics = Metrics(self.store, clock, config.registry.names())
+        self.metrics.registry.register(DeliveryCollector(config_claims(config)))
         self.adapters: dict[str, Adapter] = {
             name: TimedAdapter(a, name, self.metrics.dispatch_seconds) for name, a in raw.items()
         }

@@ -13,7 +13,13 @@ from typing import Any
 from effectgate._execute.adapter import Adapter
 from effectgate.errors import ConfigError
 
-__all__ = ["VENUE_KINDS", "build_venue_adapter", "class_claims"]
+__all__ = [
+    "VENUE_KINDS",
+    "DeliveryCollector",
+    "build_venue_adapter",
+    "class_claims",
+    "config_claims",
+]
 
 #: kind -> (module, class, extra)
 VENUE_KINDS = {
@@ -75,3 +81,32 @@ def class_claims(
         )
         out[ac.name] = {"claim": claim, "why": why}
     return out
+
+
+def config_claims(cfg: Any) -> dict[str, dict[str, str]]:
+    """:func:`class_claims` for a loaded :class:`ServiceConfig`."""
+    return class_claims(cfg.registry, cfg.path, {n: a.kind for n, a in cfg.adapters.items()})
+
+
+class DeliveryCollector:
+    """``effectgate_exactly_once{action}``: 1 where exactly-once is claimed (declared and
+    verified by a conformance report, as ``check`` says), 0 for at-most-once dispatch with
+    reconciliation. Read once at start: the config and its reports do not change under a
+    running service."""
+
+    def __init__(self, claims: dict[str, dict[str, str]]) -> None:
+        self._claims = claims
+
+    def collect(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        from effectgate._conformance import EXACTLY_ONCE
+
+        gauge = GaugeMetricFamily(
+            "effectgate_exactly_once",
+            "1 where the venue's key honour is declared and verified by a conformance report",
+            labels=["action"],
+        )
+        for action, c in sorted(self._claims.items()):
+            gauge.add_metric([action], 1 if c["claim"] == EXACTLY_ONCE else 0)
+        yield gauge

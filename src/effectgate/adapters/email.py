@@ -8,7 +8,7 @@ adapter can ask tells whether it was delivered, or sent twice. So:
   person or a mailbox search match a message to its operation;
 * SMTP has no idempotency key: the relay does not deduplicate by Message-ID, so the class
   must declare ``honours_key = "false"`` and ``read_view = "none"``;
-* ``listing = probe`` and ``probe`` returns nothing: an uncertain row (the connection dropped
+* ``listing = probe`` and ``probe`` raises (the venue cannot answer): an uncertain row (the connection dropped
   after DATA) is never settled by reading and never written off as failed; it waits for an
   operator (docs/adapters/email.md says what to do).
 
@@ -140,8 +140,10 @@ class EmailAdapter(Adapter):
         return Receipt(Outcome.APPLIED, venue_id=mid, detail=detail)
 
     def probe(self, operation_key: str) -> list[str]:
-        """Nothing: SMTP has no read view (see the module docstring)."""
-        return []
+        """SMTP has no read view: the venue cannot answer, so this raises rather than return an
+        empty list a reconciler could read as absence (a class misdeclared ``lagging`` would
+        then write a delivered message off as failed)."""
+        raise AdapterError("email: SMTP has no read view; an operator settles uncertain rows")
 
     def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
         return []
