@@ -22,6 +22,7 @@ from effectgate.testing import (
     PaperVenue,
     delivery_claim,
     read_report,
+    run_conformance,
 )
 
 runner = CliRunner()
@@ -132,6 +133,7 @@ class TestClaimSurfaces:
         from prometheus_client import CollectorRegistry, generate_latest
 
         from effectgate._service._venues import DeliveryCollector, config_claims
+
         runner.invoke(app, ["init", "--dir", str(tmp_path)])
         cfg_path = str(tmp_path / "effectgate.toml")
         cfg = load_config(cfg_path)
@@ -157,3 +159,35 @@ class TestClaimSurfaces:
         out = runner.invoke(app, ["ops", "show", "op-1", "--config", cfg_path])
         assert out.exit_code == 0, out.output
         assert json.loads(out.stdout)["delivery"]["claim"] == AT_MOST_ONCE
+
+
+class TestKitOnShippedKeyOrderAdapters:
+    def test_http_adapter_against_the_paper_venue_server_passes(self) -> None:
+        """The HTTP adapter, over a real HTTP server, keeps every promise the kit checks."""
+        from effectgate.adapters._paper_server import serve_paper_venue
+        from effectgate.adapters.http import HttpVenueAdapter
+        from venuekit import PaperDriver
+
+        venue = PaperVenue()
+        secret = "CANARY-http-venue-key-0123456789"
+        with serve_paper_venue(venue, api_key=secret) as running:
+
+            def make(url: str) -> HttpVenueAdapter:
+                return HttpVenueAdapter(url, credential=secret, timeout=2.0)
+
+            driver = PaperDriver(
+                venue, secret=secret, unreachable=lambda: make("http://127.0.0.1:9")
+            )
+            rep = run_conformance(make(running.url), driver, horizon=1.0)
+        assert rep.failed == [], rep.render()
+        assert rep.honours_key == "true"
+        assert rep.results["credentials-never-leak"]["status"] == "pass"
+
+    def test_paper_venue_ignoring_keys_is_reported_not_kept(self) -> None:
+        from venuekit import PaperDriver
+
+        venue = PaperVenue(honour_key=False)
+        rep = run_conformance(PaperAdapter(venue), PaperDriver(venue), horizon=1.0)
+        assert rep.honours_key == "false"
+        assert rep.results["same-key-twice"]["status"] == "not-kept"
+        assert rep.failed == []

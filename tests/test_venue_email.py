@@ -91,7 +91,9 @@ class TestNoReadView:
         assert report.written_off == 0 and report.confirmed == 0
         assert r.gate.get("mail-crash").state is State.SUBMITTED
 
-    def test_misdeclared_read_view_still_never_written_off(self, store: Store, box: Mailbox) -> None:
+    def test_misdeclared_read_view_still_never_written_off(
+        self, store: Store, box: Mailbox
+    ) -> None:
         """Invariant 4: a class wrongly declared lagging on the email adapter: its probes raise
         (the venue cannot answer), so the repair pass leaves the row uncertain."""
         lagging = venue_class(

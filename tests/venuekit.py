@@ -377,10 +377,12 @@ class EmailDriver:
 class PaperDriver:
     """The paper venue through the kit: it honours the key, so exactly-once may be claimed."""
 
-    venue = "paper (in-process)"
+    venue = "paper"
 
-    def __init__(self, paper: Any) -> None:
+    def __init__(self, paper: Any, secret: str = "", unreachable: Any = None) -> None:
         self.paper = paper
+        self._secret = secret
+        self._unreachable = unreachable
 
     def request(self, operation_key: str) -> OutboundRequest:
         return OutboundRequest(
@@ -401,6 +403,9 @@ class PaperDriver:
     def unreachable(self) -> Adapter:
         from effectgate.adapters.paper import PaperAdapter, PaperVenue
 
+        if self._unreachable is not None:
+            return self._unreachable()  # type: ignore[no-any-return]
+
         dead = PaperVenue()
         dead.fail_next(10, after_apply=False)
         return PaperAdapter(dead)
@@ -412,4 +417,4 @@ class PaperDriver:
         return None
 
     def secrets(self) -> list[str]:
-        return []
+        return [self._secret] if self._secret else []

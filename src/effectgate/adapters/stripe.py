@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import requests
 import stripe
 
 from effectgate._execute.adapter import (
@@ -94,11 +95,14 @@ class StripeAdapter(Adapter):
         self._probe_via = probe_via
         self._created_filter = server_created_filter
         bases: dict[str, str] = {"api": endpoint} if endpoint else {}
+        # trust_env off: no proxy or netrc from the environment changes where the key goes.
+        session = requests.Session()
+        session.trust_env = False
         self._client = stripe.StripeClient(
             self._secret.reveal(),
             base_addresses=bases,  # type: ignore[arg-type]
             max_network_retries=0,  # effectgate never retries a mutation (invariant 9)
-            http_client=stripe.HTTPXClient(timeout=float(timeout), allow_sync_methods=True),
+            http_client=stripe.RequestsClient(timeout=float(timeout), session=session),
         )
 
     def __repr__(self) -> str:
