@@ -8,9 +8,9 @@ adapter can ask tells whether it was delivered, or sent twice. So:
   person or a mailbox search match a message to its operation;
 * SMTP has no idempotency key: the relay does not deduplicate by Message-ID, so the class
   must declare ``honours_key = "false"`` and ``read_view = "none"``;
-* ``listing = probe`` and ``probe`` raises (the venue cannot answer): an uncertain row (the connection dropped
-  after DATA) is never settled by reading and never written off as failed; it waits for an
-  operator (docs/adapters/email.md says what to do).
+* ``listing = probe`` and ``probe`` raises (the venue cannot answer): an uncertain row (the
+  connection dropped after DATA) is never settled by reading and never written off as failed;
+  it waits for an operator (docs/adapters/email.md says what to do).
 
 Outcomes: a recipient refused or a 4xx/5xx answer to the message before the relay accepted it is
 a provable refusal (``not_applied`` with the SMTP code as proof); a connection lost or timed out
