@@ -215,3 +215,68 @@ class TestKitReport:
         assert rep.results["orphan-visible"]["status"] == "pass"
         assert "runs spilled" in rep.results["listing"]["detail"]
         rep.write(tmp_path / "stripe.json")
+
+
+class TestFromTheConfigFile:
+    def test_service_builds_the_stripe_adapter_from_kind_stripe(
+        self,
+        venue: Server,
+        tmp_path,
+        monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+    ) -> None:
+        """kind = "stripe" in the config: the service builds it, reads the key from the
+        environment, dispatches and reconciles; check says why it claims no exactly-once."""
+        from typer.testing import CliRunner
+
+        from effectgate._frontends.cli import app
+        from effectgate._service import Service, load_config
+
+        runner = CliRunner()
+        assert (
+            runner.invoke(app, ["init", "--dir", str(tmp_path), "--venue", "stripe"]).exit_code == 0
+        )
+        path = tmp_path / "effectgate.toml"
+        text = (
+            path.read_text()
+            .replace(
+                'credential_env = "STRIPE_API_KEY"',
+                f'credential_env = "EG_TEST_STRIPE_KEY"\nendpoint = "{venue.url}"',
+            )
+            .replace('probe_via = "search"', 'probe_via = "list"\nserver_created_filter = false')
+        )
+        path.write_text(text.replace('tier_floor = "approve"', 'tier_floor = "validate"'))
+        svc = Service(load_config(str(path)))
+        try:
+            intent = {k: v for k, v in PAYMENT.items()}
+            op = svc.gate.submit("create_payment", "cfg-1", intent)
+            assert op.state is State.ACKNOWLEDGED and (op.venue_id or "").startswith("pi_")
+            direct(venue.url)  # and one payment made outside the boundary
+            kinds = [d[0] for d in svc.reconciler.sweep().new_divergences]
+            assert kinds == ["orphan"]
+        finally:
+            svc.close()
+        out = runner.invoke(app, ["check", "--config", str(path), "--json"])
+        assert out.exit_code == 0, out.output
+        import json
+
+        assert (
+            "honours_key = 'unknown'"
+            in json.loads(out.stdout)["classes"]["create_payment"]["delivery_why"]
+        )
+
+    def test_missing_credential_is_a_located_check_error(
+        self,
+        venue: Server,
+        tmp_path,
+        monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+    ) -> None:
+        from typer.testing import CliRunner
+
+        from effectgate._frontends.cli import app
+
+        runner = CliRunner()
+        runner.invoke(app, ["init", "--dir", str(tmp_path), "--venue", "stripe"])
+        monkeypatch.delenv("STRIPE_API_KEY", raising=False)
+        out = runner.invoke(app, ["check", "--config", str(tmp_path / "effectgate.toml")])
+        assert out.exit_code == 2
+        assert "STRIPE_API_KEY is not set" in out.output
