@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from importlib.metadata import version
 from typing import Any
 
 import pytest
@@ -154,7 +155,10 @@ class TestCredentialCanary:
 class TestKitReport:
     def test_kit_measures_moto_ignoring_the_client_token(self, venue: Server) -> None:
         rep = run_conformance(
-            adapter(venue.url), Ec2Driver(venue.url, SECRET, adapter), horizon=2.0
+            adapter(venue.url),
+            Ec2Driver(venue.url, SECRET, adapter),
+            horizon=2.0,
+            versions={"boto3": version("boto3"), "moto": version("moto")},
         )
         print(rep.render())
         assert rep.honours_key == "false" and rep.failed == [], rep.render()

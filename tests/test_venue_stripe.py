@@ -78,6 +78,12 @@ def direct(url: str, **meta: str) -> str:
     )
 
 
+def _dist(name: str) -> str:
+    from importlib.metadata import version
+
+    return version(name)
+
+
 CLS = venue_class("create_payment", CreatePayment, "stripe", 2.0, CONTRACT)
 
 
@@ -206,7 +212,10 @@ class TestKitReport:
     def test_kit_measures_localstripe_ignoring_the_key(self, venue: Server, tmp_path) -> None:  # type: ignore[no-untyped-def]
         """The kit's report says precisely which promise localstripe does not keep."""
         rep = run_conformance(
-            adapter(venue.url), StripeDriver(venue.url, SECRET, adapter), horizon=2.0
+            adapter(venue.url),
+            StripeDriver(venue.url, SECRET, adapter),
+            horizon=2.0,
+            versions={"stripe": stripe.VERSION, "localstripe": _dist("localstripe")},
         )
         print(rep.render())
         assert rep.honours_key == "false"

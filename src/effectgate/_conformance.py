@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import platform
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -110,6 +111,15 @@ class ConformanceReport:
         return "\n".join(lines)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("effectgate")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _digest(body: dict[str, Any]) -> str:
     return hashlib.sha256(
         json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
@@ -188,7 +198,11 @@ def run_conformance(
         adapter=adapter.name,
         venue=driver.venue,
         listing=adapter.listing.value,
-        versions=dict(versions or {}),
+        versions={
+            "effectgate": _version(),
+            "python": platform.python_version(),
+            **(versions or {}),
+        },
         date=datetime.now(UTC).isoformat(timespec="seconds"),
     )
     capture = _Capture()
