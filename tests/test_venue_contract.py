@@ -122,7 +122,7 @@ class TestPytestPlugin:
         """The entry point is installed: adapter authors get the kit as a fixture."""
         from venuekit import PaperDriver
 
-        venue = PaperVenue()
+        venue = PaperVenue(max_quantity=1000)
         rep = effectgate_kit(PaperAdapter(venue), PaperDriver(venue))  # type: ignore[operator]
         assert rep.honours_key == "true" and rep.failed == []
 
@@ -168,7 +168,7 @@ class TestKitOnShippedKeyOrderAdapters:
         from effectgate.adapters.http import HttpVenueAdapter
         from venuekit import PaperDriver
 
-        venue = PaperVenue()
+        venue = PaperVenue(max_quantity=1000)
         secret = "CANARY-http-venue-key-0123456789"
         with serve_paper_venue(venue, api_key=secret) as running:
 
@@ -182,11 +182,12 @@ class TestKitOnShippedKeyOrderAdapters:
         assert rep.failed == [], rep.render()
         assert rep.honours_key == "true"
         assert rep.results["credentials-never-leak"]["status"] == "pass"
+        assert rep.results["refusal-is-not-applied"]["status"] == "pass"
 
     def test_paper_venue_ignoring_keys_is_reported_not_kept(self) -> None:
         from venuekit import PaperDriver
 
-        venue = PaperVenue(honour_key=False)
+        venue = PaperVenue(honour_key=False, max_quantity=1000)
         rep = run_conformance(PaperAdapter(venue), PaperDriver(venue), horizon=1.0)
         assert rep.honours_key == "false"
         assert rep.results["same-key-twice"]["status"] == "not-kept"

@@ -155,3 +155,4 @@ class TestKitReport:
         print(rep.render())
         assert rep.honours_key == "false" and rep.failed == [], rep.render()
         assert rep.results["listing"]["status"] == "n/a"
+        assert rep.results["refusal-is-not-applied"]["status"] == "pass"

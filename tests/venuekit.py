@@ -145,7 +145,7 @@ def start_smtp() -> Mailbox:
         async def handle_RCPT(
             self, server: Any, session: Any, envelope: Any, address: str, options: Any
         ) -> str:
-            if box.refuse:
+            if box.refuse or address.startswith("refuse-"):
                 return "550 no such user"
             envelope.rcpt_tos.append(address)
             return "250 OK"
@@ -359,7 +359,12 @@ class EmailDriver:
         )
 
     def refused_request(self, operation_key: str) -> OutboundRequest | None:
-        return None
+        # The relay refuses every refuse-* recipient with 550 (see start_smtp).
+        return OutboundRequest(
+            operation_key,
+            "send_email",
+            {"to": "refuse-me@example.test", "subject": "kit", "body": "hello"},
+        )
 
     def unreachable(self) -> Adapter:
         return self._make(9)  # type: ignore[no-any-return]
@@ -375,7 +380,8 @@ class EmailDriver:
 
 
 class PaperDriver:
-    """The paper venue through the kit: it honours the key, so exactly-once may be claimed."""
+    """The paper venue through the kit: it honours the key, so exactly-once may be claimed.
+    Build the venue with ``max_quantity`` (e.g. 1000) so it has a provable refusal."""
 
     venue = "paper"
 
@@ -398,7 +404,17 @@ class PaperDriver:
         )
 
     def refused_request(self, operation_key: str) -> OutboundRequest | None:
-        return None
+        return OutboundRequest(
+            operation_key,
+            "submit_order",
+            {
+                "instrument": "XYZ-PERP",
+                "side": "buy",
+                "order_type": "limit",
+                "quantity": "1000000",
+                "limit_price": "10",
+            },
+        )
 
     def unreachable(self) -> Adapter:
         from effectgate.adapters.paper import PaperAdapter, PaperVenue
