@@ -192,3 +192,29 @@ class TestKitOnShippedKeyOrderAdapters:
         assert rep.honours_key == "false"
         assert rep.results["same-key-twice"]["status"] == "not-kept"
         assert rep.failed == []
+
+
+class TestVenueExtras:
+    def test_missing_extra_is_named_and_testing_needs_none(self, tmp_path: Path) -> None:
+        """Without stripe and boto3 installed: effectgate.testing (the kit) still imports,
+        and a kind = "stripe" adapter is refused naming the extra to install."""
+        import subprocess
+        import sys
+
+        code = (
+            "import sys\n"
+            "for name in ('stripe', 'boto3', 'botocore'):\n"
+            "    sys.modules[name] = None\n"
+            "import effectgate.testing\n"
+            "from effectgate._service._venues import build_venue_adapter\n"
+            "from effectgate.errors import ConfigError\n"
+            "try:\n"
+            "    build_venue_adapter('pay', 'stripe', endpoint=None, credential={},"
+            " timeout=5.0, options={})\n"
+            "except ConfigError as exc:\n"
+            "    print(exc.message)\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert "pip install 'effectgate[stripe]'" in out.stdout, out.stderr
