@@ -218,3 +218,41 @@ class TestVenueExtras:
             [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
         )
         assert "pip install 'effectgate[stripe]'" in out.stdout, out.stderr
+
+
+class TestDeclaredListing:
+    def test_declared_listing_must_match_the_adapter(self, tmp_path: Path) -> None:
+        """A class that says its venue lists by time window, on the key-ordered paper venue,
+        is a located check error; a matching declaration passes and is shown."""
+        runner.invoke(app, ["init", "--dir", str(tmp_path)])
+        cfg_path = tmp_path / "effectgate.toml"
+        base = cfg_path.read_text()
+        block = (
+            '[classes.cancel_order.venue]\nlisting = "{}"\n\n[classes.cancel_order.json_schema]'
+        )
+        cfg_path.write_text(
+            base.replace("[classes.cancel_order.json_schema]", block.format("time_window"))
+        )
+        out = runner.invoke(app, ["check", "--config", str(cfg_path)])
+        assert out.exit_code == 2
+        assert "classes.cancel_order.venue.listing" in out.output
+        assert "lists by 'key_order'" in out.output
+        cfg_path.write_text(
+            base.replace("[classes.cancel_order.json_schema]", block.format("key_order"))
+        )
+        out = runner.invoke(app, ["check", "--config", str(cfg_path), "--json"])
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.stdout)["classes"]["cancel_order"]["listing"] == "key_order"
+
+    def test_unknown_listing_refused_at_parse(self, tmp_path: Path) -> None:
+        runner.invoke(app, ["init", "--dir", str(tmp_path)])
+        cfg_path = tmp_path / "effectgate.toml"
+        cfg_path.write_text(
+            cfg_path.read_text().replace(
+                "[classes.cancel_order.json_schema]",
+                '[classes.cancel_order.venue]\nlisting = "by_magic"\n\n'
+                "[classes.cancel_order.json_schema]",
+            )
+        )
+        with pytest.raises(ConfigError, match="listing"):
+            load_config(str(cfg_path))

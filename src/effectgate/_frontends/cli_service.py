@@ -226,6 +226,7 @@ def check(
                 "effect_class": ac.effect_class.value,
                 "tier_floor": ac.tier_floor.value,
                 "policy": ac.name in cfg.policy_names,
+                "listing": ac.venue.listing or "as the adapter declares",
                 "delivery": claims[ac.name]["claim"],
                 "delivery_why": claims[ac.name]["why"],
             }

@@ -31,7 +31,7 @@ from effectgate._core.intent import (
     Tier,
 )
 from effectgate._core.policy import LimitPolicy, PolicySet
-from effectgate._core.venue import KeyHonour, ReadView, VenueContract
+from effectgate._core.venue import LISTING_MODES, KeyHonour, ReadView, VenueContract
 from effectgate._service._controls_config import (
     AlertsConfig,
     alerts_section,
@@ -519,6 +519,7 @@ def _venue_contract(sec: Section | None) -> VenueContract:
         sec.number("sandbox_key_persistence", 1.0) if sec.has("sandbox_key_persistence") else None
     )
     report = sec.text("conformance_report")
+    listing = sec.text("listing", choices=list(LISTING_MODES))
     sec.done()
     return VenueContract(
         honours_key=KeyHonour(honours or "unknown"),
@@ -526,6 +527,7 @@ def _venue_contract(sec: Section | None) -> VenueContract:
         sandbox_uses_given_key=uses_given,
         sandbox_key_persistence=persistence,
         conformance_report=report,
+        listing=listing,
     )
 
 

@@ -19,6 +19,7 @@ __all__ = [
     "build_venue_adapter",
     "class_claims",
     "config_claims",
+    "listing_problems",
 ]
 
 #: kind -> (module, class, extra)
@@ -110,3 +111,34 @@ class DeliveryCollector:
         for action, c in sorted(self._claims.items()):
             gauge.add_metric([action], 1 if c["claim"] == EXACTLY_ONCE else 0)
         yield gauge
+
+
+def listing_problems(cfg: Any, build: Any) -> list[tuple[str, str]]:
+    """``(class name, problem)`` for every class whose declared ``[classes.NAME.venue]
+    listing`` is not how its adapter lists (``build``: the service's adapter factory)."""
+    out: list[tuple[str, str]] = []
+    built: dict[str, str] = {}
+    for ac in cfg.registry:
+        declared = ac.venue.listing
+        if declared is None or ac.adapter not in cfg.adapters:
+            continue
+        if ac.adapter not in built:
+            try:
+                adapter = build(cfg.adapters[ac.adapter])
+            except Exception as exc:  # a user's factory may raise anything
+                # The adapter's own check reports why it cannot be built; nothing to compare.
+                built[ac.adapter] = f"unbuildable ({type(exc).__name__})"
+                continue
+            built[ac.adapter] = adapter.listing.value
+            adapter.close()
+        if built[ac.adapter].startswith("unbuildable"):
+            continue
+        if built[ac.adapter] != declared:
+            out.append(
+                (
+                    ac.name,
+                    f"declares listing {declared!r} but adapter {ac.adapter!r} lists by "
+                    f"{built[ac.adapter]!r} (docs/adapters.md)",
+                )
+            )
+    return out
