@@ -227,9 +227,7 @@ class TestDeclaredListing:
         runner.invoke(app, ["init", "--dir", str(tmp_path)])
         cfg_path = tmp_path / "effectgate.toml"
         base = cfg_path.read_text()
-        block = (
-            '[classes.cancel_order.venue]\nlisting = "{}"\n\n[classes.cancel_order.json_schema]'
-        )
+        block = '[classes.cancel_order.venue]\nlisting = "{}"\n\n[classes.cancel_order.json_schema]'
         cfg_path.write_text(
             base.replace("[classes.cancel_order.json_schema]", block.format("time_window"))
         )
