@@ -87,8 +87,11 @@ class TestNoReadView:
         assert box.count("default:mail-crash") == 1  # it was delivered...
         r.clock.advance(3600)
         report = r.rec.run_once()
-        # ...and reading cannot tell: nothing confirmed, nothing written off.
+        # ...and reading cannot tell: nothing confirmed, nothing written off; the sweep saw
+        # the row and left it uncertain (noted, so an operator's queue can take it).
         assert report.written_off == 0 and report.confirmed == 0
+        assert report.still_uncertain == 1
+        assert ("default:mail-crash", "uncertain-no-read-view") in report.repaired
         assert r.gate.get("mail-crash").state is State.SUBMITTED
 
     def test_misdeclared_read_view_still_never_written_off(

@@ -241,7 +241,14 @@ class Reconciler:
 
     def _sweep_one(self, adapter: Adapter, actions: list[str], run: _Pass) -> None:
         if adapter.listing is Listing.PROBE:
-            return  # nothing to list: its uncertain rows are settled by repair()'s probes
+            # Nothing to list. A class with no read view still has its rows judged by
+            # _absent (the one place that says what absence means for it: never a write-off);
+            # other classes wait for repair()'s per-key probes.
+            for entry in self._ledger(actions):
+                run.report.ledger_rows += 1
+                if self.registry.get(entry.action).venue.read_view is ReadView.NONE:
+                    self._absent(entry, run)
+            return
         stream, window_start = self._venue_stream(adapter, actions)
         venue: Iterator[tuple[str, Iterator[VenueRecord]]] = groupby(
             stream, key=lambda r: r.operation_key
