@@ -244,10 +244,10 @@ class Reconciler:
             # Nothing to list. A class with no read view still has its rows judged by
             # _absent (the one place that says what absence means for it: never a write-off);
             # other classes wait for repair()'s per-key probes.
-            for entry in self._ledger(actions):
+            for row in self._ledger(actions):
                 run.report.ledger_rows += 1
-                if self.registry.get(entry.action).venue.read_view is ReadView.NONE:
-                    self._absent(entry, run)
+                if self.registry.get(row.action).venue.read_view is ReadView.NONE:
+                    self._absent(row, run)
             return
         stream, window_start = self._venue_stream(adapter, actions)
         venue: Iterator[tuple[str, Iterator[VenueRecord]]] = groupby(
