@@ -25,6 +25,15 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from effectgate._conformance import (
+    AT_MOST_ONCE,
+    EXACTLY_ONCE,
+    ConformanceReport,
+    VenueDriver,
+    delivery_claim,
+    read_report,
+    run_conformance,
+)
 from effectgate._execute.adapter import Adapter, OutboundRequest, Receipt, VenueRecord
 from effectgate._execute.crashpoints import (
     CRASH_POINTS,
@@ -52,7 +61,10 @@ from effectgate.store.base import with_schema
 from effectgate.store.roles import Store
 
 __all__ = [
+    "AT_MOST_ONCE",
     "CRASH_POINTS",
+    "EXACTLY_ONCE",
+    "ConformanceReport",
     "CountingAdapter",
     "CrashMode",
     "InvariantViolation",
@@ -60,15 +72,19 @@ __all__ = [
     "PaperAdapter",
     "PaperVenue",
     "SimulatedCrash",
+    "VenueDriver",
     "VenueRejection",
     "Violation",
     "assert_invariants",
     "at_most_one_dispatch",
     "audit_chain_verifies",
     "crash_at",
+    "delivery_claim",
     "duplicates_reported",
     "no_dispatch_while_held",
     "no_write_off_inside_horizon",
+    "read_report",
+    "run_conformance",
     "temporary_store",
     "terminal_rows_unchanged",
     "uncertain_rows_settled",
@@ -97,6 +113,9 @@ class CountingAdapter(Adapter):
     def __init__(self, inner: Adapter) -> None:
         self.inner = inner
         self.name = inner.name  # registers under the wrapped adapter's name
+        # A wrapper lists the way its venue does (time-window venues included).
+        self.listing = inner.listing
+        self.listing_lookback = inner.listing_lookback
         self._lock = threading.Lock()
         self.requests: list[OutboundRequest] = []
         self.execute_calls = 0
@@ -118,6 +137,9 @@ class CountingAdapter(Adapter):
         with self._lock:
             self.records_calls += 1
         return self.inner.records(after, limit)
+
+    def window_records(self, start: float, end: float) -> Iterator[VenueRecord]:
+        return self.inner.window_records(start, end)
 
     def close(self) -> None:
         self.inner.close()

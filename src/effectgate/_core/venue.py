@@ -17,7 +17,10 @@ from enum import StrEnum
 
 from effectgate.errors import RegistryError
 
-__all__ = ["KeyHonour", "ReadView", "VenueContract"]
+__all__ = ["LISTING_MODES", "KeyHonour", "ReadView", "VenueContract"]
+
+#: How a venue can be enumerated (the adapter's ``listing``; see docs/adapters.md).
+LISTING_MODES = ("key_order", "time_window", "probe")
 
 
 class KeyHonour(StrEnum):
@@ -55,6 +58,9 @@ class VenueContract:
     revisions: tuple[tuple[str, str], ...] = ()
     #: The conformance kit report that verified these claims (a path), if any.
     conformance_report: str | None = None
+    #: How the venue is listed, as the operator expects it; checked against the adapter's own
+    #: declaration by ``check`` (None: whatever the adapter declares).
+    listing: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -64,6 +70,8 @@ class VenueContract:
             raise RegistryError(f"venue: {exc}") from None
         if not isinstance(self.sandbox_uses_given_key, bool):
             raise RegistryError("venue: sandbox_uses_given_key must be true or false")
+        if self.listing is not None and self.listing not in LISTING_MODES:
+            raise RegistryError(f"venue: listing must be one of {', '.join(LISTING_MODES)}")
         keep = self.sandbox_key_persistence
         if keep is not None and (
             isinstance(keep, bool)

@@ -13,7 +13,40 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-__all__ = ["Adapter", "OutboundRequest", "Outcome", "Receipt", "VenueRecord", "iter_records"]
+__all__ = [
+    "Adapter",
+    "Listing",
+    "OutboundRequest",
+    "Outcome",
+    "Receipt",
+    "VenueRecord",
+    "iter_records",
+    "unkeyed",
+]
+
+#: Prefix of the operation key given to a venue record that carries none (made outside the
+#: boundary, e.g. in the venue's dashboard). It holds no ``:``, so no ledger row can match it.
+UNKEYED_PREFIX = "!unkeyed/"
+
+
+def unkeyed(venue_id: str) -> str:
+    """The sweep key of a record with no operation key: one orphan per record, never merged."""
+    return f"{UNKEYED_PREFIX}{venue_id}"
+
+
+class Listing(StrEnum):
+    """How an adapter's venue can be enumerated; the reconciler's sweep follows it.
+
+    ``key_order``: :meth:`Adapter.records` pages every record sorted by (key, venue id).
+    ``time_window``: the venue lists by creation time (Stripe) or by its own id (EC2), never by
+    key; :meth:`Adapter.window_records` yields the records created in a time window, in any
+    order, and the reconciler sorts them into key order itself (bounded memory, spilling).
+    ``probe``: the venue cannot be listed; only :meth:`Adapter.probe` per operation key.
+    """
+
+    KEY_ORDER = "key_order"
+    TIME_WINDOW = "time_window"
+    PROBE = "probe"
 
 
 class Outcome(StrEnum):
@@ -64,6 +97,13 @@ class Adapter(ABC):
 
     #: Registry name that action classes refer to.
     name: str = "adapter"
+    #: How the venue can be enumerated (see :class:`Listing`).
+    listing: Listing = Listing.KEY_ORDER
+    #: With ``time_window``: how far back (seconds) the venue still lists every record it made,
+    #: ended ones included (EC2 drops terminated instances after a while). The sweep judges
+    #: absence only for ledger rows submitted inside that window; older uncertain rows are
+    #: settled by per-key probes.
+    listing_lookback: float | None = None
 
     @abstractmethod
     def execute(self, request: OutboundRequest, *, timeout: float) -> Receipt:
@@ -87,6 +127,15 @@ class Adapter(ABC):
         Each record is one effect, enumerated individually, so several effects under one key are
         visible (invariant 5).
         """
+
+    def window_records(self, start: float, end: float) -> Iterator[VenueRecord]:
+        """Every venue record created in ``[start, end]`` (epoch seconds), in any order.
+
+        Only for ``listing = time_window``. Every record of the window once, effectgate's or
+        not (an effect made outside the boundary must show as an orphan); a record without an
+        operation key is yielded under :func:`unkeyed` (its own orphan).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not list by time window")
 
     def close(self) -> None:  # noqa: B027 - optional hook, most adapters hold nothing to close
         """Release connections. Optional."""

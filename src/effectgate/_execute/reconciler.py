@@ -34,9 +34,11 @@ from itertools import groupby
 from effectgate._core.controls import Alert
 from effectgate._core.intent import Registry
 from effectgate._core.states import State, check_transition
-from effectgate._execute.adapter import Adapter, VenueRecord, iter_records
+from effectgate._core.venue import ReadView
+from effectgate._execute.adapter import Adapter, Listing, VenueRecord, iter_records
 from effectgate._execute.alerts import AlertSink, default_sink, deliver, raise_alert
 from effectgate._execute.maintenance import DIVERGENCE_ALERTS, check_maintenance, divergence_alert
+from effectgate._execute.windowing import judged_in_window, sorted_window
 from effectgate._sim import _bugs
 from effectgate.errors import AdapterError, InvalidTransition
 from effectgate.store.base import LedgerEntry, Move
@@ -162,6 +164,8 @@ class Reconciler:
             raise ValueError("flush_every must be at least 1")
         #: Buffered repairs are written once this many are pending (and at every pass's end).
         self.flush_every = flush_every
+        #: Records held in memory when sorting a time window's listing (more spill to disk).
+        self.window_chunk = 10_000
         #: A duplicate effect means the venue did not honour the key, which invalidates the
         #: execute-once guarantee for the class: open its breaker until an operator looks.
         self.trip_on_duplicate = trip_on_duplicate
@@ -215,9 +219,39 @@ class Reconciler:
                 return
             after = page[-1].op_key
 
+    def _venue_stream(
+        self, adapter: Adapter, actions: list[str]
+    ) -> tuple[Iterator[VenueRecord], float | None]:
+        """The adapter's records in key order, and the start of the window they cover
+        (None: every record ever made). See docs/adapters.md, "How your venue is listed"."""
+        if adapter.listing is Listing.KEY_ORDER:
+            return iter_records(adapter, self.page_size), None
+        now = self.clock()
+        lookback = adapter.listing_lookback
+        if lookback is None or lookback <= 0:
+            raise ValueError(
+                f"adapter {adapter.name!r}: time_window listing needs listing_lookback"
+            )
+        # The horizon is the overlap: a record may carry a venue timestamp a little before the
+        # ledger's submitted_at (clocks differ); list that much earlier than the rows judged.
+        overlap = max(self.registry.get(a).visibility_horizon for a in actions)
+        start = now - lookback
+        records = adapter.window_records(start - overlap, now)
+        return sorted_window(records, chunk=self.window_chunk), start
+
     def _sweep_one(self, adapter: Adapter, actions: list[str], run: _Pass) -> None:
+        if adapter.listing is Listing.PROBE:
+            # Nothing to list. A class with no read view still has its rows judged by
+            # _absent (the one place that says what absence means for it: never a write-off);
+            # other classes wait for repair()'s per-key probes.
+            for row in self._ledger(actions):
+                run.report.ledger_rows += 1
+                if self.registry.get(row.action).venue.read_view is ReadView.NONE:
+                    self._absent(row, run)
+            return
+        stream, window_start = self._venue_stream(adapter, actions)
         venue: Iterator[tuple[str, Iterator[VenueRecord]]] = groupby(
-            iter_records(adapter, self.page_size), key=lambda r: r.operation_key
+            stream, key=lambda r: r.operation_key
         )
         ledger = self._ledger(actions)
         entry = next(ledger, None)
@@ -225,7 +259,8 @@ class Reconciler:
         while entry is not None or group is not None:
             if entry is not None and (group is None or entry.op_key < group[0]):
                 run.report.ledger_rows += 1
-                self._absent(entry, run)
+                if window_start is None or judged_in_window(entry.submitted_at, window_start):
+                    self._absent(entry, run)
                 entry = next(ledger, None)
                 continue
             if group is None:  # unreachable: the loop condition and the branch above exclude it
@@ -242,8 +277,16 @@ class Reconciler:
 
     def _absent(self, entry: LedgerEntry, run: _Pass) -> None:
         """A ledger row with no venue record visible now."""
-        horizon = self.registry.get(entry.action).visibility_horizon
+        action = self.registry.get(entry.action)
+        horizon = action.visibility_horizon
         now = self.clock()
+        if action.venue.read_view is ReadView.NONE:
+            # No read view: absence proves nothing, ever. The row stays uncertain (an operator
+            # settles it; past its settlement window the uncertain-aged alert pages).
+            if entry.state is State.SUBMITTED:
+                run.report.still_uncertain += 1
+                self._note(run, entry.op_key, "uncertain-no-read-view")
+            return
         if entry.state is State.SUBMITTED:
             if entry.submitted_at is not None and (
                 now - entry.submitted_at >= horizon or _bugs.ACTIVE.write_off_inside_horizon

@@ -364,6 +364,12 @@ def ops_show(
         row = replace(row, cause=uncertain_cause(entries))
     outcome, message = describe(row)
     trail = [{"seq": e.seq, "at": e.at, "kind": e.kind, "detail": dict(e.detail)} for e in entries]
+    # With --config: what effectgate may claim about this class's delivery (docs/adapters.md).
+    delivery: dict[str, str] | None = None
+    if config is not None:
+        from effectgate._service._venues import config_claims
+
+        delivery = config_claims(cli_service.load_service_config(config)).get(row.action)
     print(
         json.dumps(
             {
@@ -374,6 +380,7 @@ def ops_show(
                 "intent": dict(row.intent),
                 "effect": dict(row.effect),
                 "audit": trail,
+                **({"delivery": delivery} if delivery is not None else {}),
             },
             indent=2,
         )

@@ -159,8 +159,9 @@ def init(
     venue: Annotated[
         str | None,
         typer.Option(
-            help="Base URL of an HTTP venue (effectgate venue serve) instead of the "
-            "in-process paper venue."
+            help="stripe, aws or email: add that real venue's adapter and an example class "
+            "(paper: the default); or the base URL of an HTTP venue (effectgate venue serve) "
+            "instead of the in-process paper venue."
         ),
     ] = None,
     venue_key_env: Annotated[
@@ -212,6 +213,9 @@ def check(
     checked = preflight(cfg, connect=connect)
     if not checked.ok:
         _invalid(*checked.problems)
+    from effectgate._service._venues import class_claims
+
+    claims = class_claims(cfg.registry, cfg.path, {n: a.kind for n, a in cfg.adapters.items()})
     summary: dict[str, Any] = {
         "store": cfg.store.url.split("://")[0],
         "checked": list(checked.notes),
@@ -222,6 +226,9 @@ def check(
                 "effect_class": ac.effect_class.value,
                 "tier_floor": ac.tier_floor.value,
                 "policy": ac.name in cfg.policy_names,
+                "listing": ac.venue.listing or "as the adapter declares",
+                "delivery": claims[ac.name]["claim"],
+                "delivery_why": claims[ac.name]["why"],
             }
             for ac in cfg.registry
         },
@@ -231,7 +238,7 @@ def check(
         print(json.dumps(summary))
         return
     table = Table(title=f"{config}: valid")
-    for col in ("class", "adapter", "effect class", "tier floor", "policy"):
+    for col in ("class", "adapter", "effect class", "tier floor", "policy", "delivery"):
         table.add_column(col)
     for name, c in summary["classes"].items():
         table.add_row(
@@ -240,8 +247,11 @@ def check(
             c["effect_class"],
             c["tier_floor"],
             "yes" if c["policy"] else "[red]none: deny all[/red]",
+            c["delivery"],
         )
     print_table(console, table)
+    for name, c in summary["classes"].items():
+        console.print(f"{name}: {c['delivery']}: {c['delivery_why']}", highlight=False)
     for note in checked.notes:
         console.print(note, highlight=False)
 

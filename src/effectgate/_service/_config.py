@@ -31,7 +31,7 @@ from effectgate._core.intent import (
     Tier,
 )
 from effectgate._core.policy import LimitPolicy, PolicySet
-from effectgate._core.venue import KeyHonour, ReadView, VenueContract
+from effectgate._core.venue import LISTING_MODES, KeyHonour, ReadView, VenueContract
 from effectgate._service._controls_config import (
     AlertsConfig,
     alerts_section,
@@ -62,7 +62,7 @@ _NAME = r"[a-z][a-z0-9_-]{0,63}"
 _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 _CALLER_NAME = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}"
 _SECRET_KEYS = ("credential", "api_key", "apikey", "password", "secret", "token", "key")
-ADAPTER_KINDS = ("http", "paper", "python")
+ADAPTER_KINDS = ("http", "paper", "python", "stripe", "aws", "email")
 _TIME_KEYS = ("visibility_horizon", "key_retention", "settlement_window", "hold_bound")
 # Facts about the venue, never defaulted: a round number that is wrong for the venue writes
 # rows off too early or lets a retry outlive the venue's memory of the key.
@@ -382,6 +382,32 @@ def _adapter(name: str, sec: Section) -> AdapterConfig:
             credential_file=cred_file,
             timeout=sec.number("timeout", 5.0),
         )
+    elif kind in ("stripe", "aws", "email"):
+        given = {k: sec.text(k) for k in ("credential_env", "credential_file", "credential_hook")}
+        if kind != "email" and sum(v is not None for v in given.values()) != 1:
+            sec.fail(
+                "credential_env",
+                "give exactly one of credential_env, credential_file or credential_hook",
+            )
+        opts = sec.table("options")
+        raw = opts.take_all() if opts is not None else {}
+        for key in raw:
+            if key.lower() in _SECRET_KEYS or key.lower().endswith(("_secret", "password")):
+                sec.fail(
+                    key,
+                    "secrets never go in the config file: use credential_env, "
+                    "credential_file or credential_hook",
+                )
+        cfg = AdapterConfig(
+            name,
+            kind,
+            endpoint=sec.text("endpoint"),
+            credential_env=given["credential_env"],
+            credential_file=given["credential_file"],
+            timeout=sec.number("timeout", 10.0),
+            factory=given["credential_hook"],
+            options=raw,
+        )
     elif kind == "paper":
         options = {
             "honour_key": sec.flag("honour_key", True),
@@ -493,6 +519,7 @@ def _venue_contract(sec: Section | None) -> VenueContract:
         sec.number("sandbox_key_persistence", 1.0) if sec.has("sandbox_key_persistence") else None
     )
     report = sec.text("conformance_report")
+    listing = sec.text("listing", choices=list(LISTING_MODES))
     sec.done()
     return VenueContract(
         honours_key=KeyHonour(honours or "unknown"),
@@ -500,6 +527,7 @@ def _venue_contract(sec: Section | None) -> VenueContract:
         sandbox_uses_given_key=uses_given,
         sandbox_key_persistence=persistence,
         conformance_report=report,
+        listing=listing,
     )
 
 

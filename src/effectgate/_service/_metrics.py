@@ -34,6 +34,9 @@ class TimedAdapter(Adapter):
         self.inner = inner
         self.name = inner.name
         self._adapter_name = adapter_name
+        # A wrapper lists the way its venue does (time-window venues included).
+        self.listing = inner.listing
+        self.listing_lookback = inner.listing_lookback
         self._histogram = histogram
 
     def execute(self, request: OutboundRequest, *, timeout: float) -> Receipt:
@@ -53,6 +56,9 @@ class TimedAdapter(Adapter):
 
     def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
         return self.inner.records(after, limit)
+
+    def window_records(self, start: float, end: float) -> Iterator[VenueRecord]:
+        return self.inner.window_records(start, end)
 
     def close(self) -> None:
         self.inner.close()

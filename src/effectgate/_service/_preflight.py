@@ -18,6 +18,7 @@ from pathlib import Path
 from effectgate._service._config import AdapterConfig, ServiceConfig, shown_url
 from effectgate._service._runtime import build_adapter
 from effectgate._service._toml import locate
+from effectgate._service._venues import listing_problems
 from effectgate.errors import EffectgateError
 from effectgate.store.base import parse_store_url
 
@@ -70,6 +71,8 @@ def preflight(cfg: ServiceConfig, *, connect: bool = False) -> Preflight:
         key, message = _adapter(adapter)
         if message:
             problems.append(f"{where('adapters', name, *([key] if key else []))}: {message}")
+    for action, message in listing_problems(cfg, build_adapter):
+        problems.append(f"{where('classes', action, 'venue', 'listing')}: {message}")
     return Preflight(tuple(problems), tuple(notes))
 
 

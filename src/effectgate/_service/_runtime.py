@@ -33,6 +33,12 @@ from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._service._auth import Principal, RateLimiter, TokenBook
 from effectgate._service._config import AdapterConfig, ServiceConfig, import_object
 from effectgate._service._metrics import Metrics, TimedAdapter
+from effectgate._service._venues import (
+    VENUE_KINDS,
+    DeliveryCollector,
+    build_venue_adapter,
+    config_claims,
+)
 from effectgate.adapters.http import HttpVenueAdapter
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import ConfigError, OperationInFlight
@@ -55,6 +61,20 @@ def build_adapter(cfg: AdapterConfig) -> Adapter:
             credential_env=cfg.credential_env,
             credential_file=cfg.credential_file,
             timeout=cfg.timeout,
+        )
+    if cfg.kind in VENUE_KINDS:
+        # For these kinds ``factory`` holds the credential hook's name (never a secret).
+        return build_venue_adapter(
+            cfg.name,
+            cfg.kind,
+            endpoint=cfg.endpoint,
+            credential={
+                "credential_env": cfg.credential_env,
+                "credential_file": cfg.credential_file,
+                "credential_hook": cfg.factory,
+            },
+            timeout=cfg.timeout,
+            options=dict(cfg.options),
         )
     if cfg.kind == "paper":
         venue = PaperVenue(
@@ -108,6 +128,7 @@ class Service:
             self.store.close()
             raise
         self.metrics = Metrics(self.store, clock, config.registry.names())
+        self.metrics.registry.register(DeliveryCollector(config_claims(config)))
         self.adapters: dict[str, Adapter] = {
             name: TimedAdapter(a, name, self.metrics.dispatch_seconds) for name, a in raw.items()
         }

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from effectgate._service._starter_venues import VENUE_STARTERS
 from effectgate.errors import ConfigError, PrincipalExists
 
 __all__ = ["CLASSES_FILE", "CONFIG_FILE", "Starter", "write_starter"]
@@ -175,6 +176,9 @@ def write_starter(
             f"{', '.join(existing)} already exist in {directory}; use --force to overwrite"
         )
     adapter = _IN_PROCESS
+    extra = ""
+    if venue in VENUE_STARTERS:  # a named venue: the paper starter plus that venue's class
+        extra, venue = VENUE_STARTERS[venue], None
     if venue is not None:
         parts = urlsplit(venue)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -185,7 +189,7 @@ def write_starter(
         adapter = _OVER_HTTP.replace("@ENDPOINT@", json.dumps(venue)).replace(
             "@KEY_ENV@", json.dumps(venue_key_env)
         )
-    text = _CONFIG.replace("@LEDGER@", LEDGER_FILE).replace("@ADAPTER@", adapter)
+    text = _CONFIG.replace("@LEDGER@", LEDGER_FILE).replace("@ADAPTER@", adapter) + extra
     agent, operator = _principals(directory / LEDGER_FILE, replace=force)
     classes.write_text(_CLASSES, encoding="utf-8")
     config.write_text(text, encoding="utf-8")
