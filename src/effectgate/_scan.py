@@ -66,13 +66,6 @@ GATED: tuple[str, ...] = (
     "effectgate.*Service.propose",
     "effectgate.*.propose",
 )
-#: Calls whose result is an instance worth tracking (its methods get the class's path).
-_CONSTRUCTORS = (
-    "requests.Session", "requests.session", "httpx.Client", "httpx.AsyncClient",
-    "boto3.client", "boto3.resource", "boto3.session.Session.client",
-    "boto3.Session.client", "smtplib.SMTP", "smtplib.SMTP_SSL", "stripe.StripeClient",
-    "effectgate.*",
-)  # fmt: skip
 _ALIASES = {"requests.session": "requests.Session", "boto3.Session.client": "boto3.client"}
 
 
@@ -277,8 +270,6 @@ class _Visitor(ast.NodeVisitor):
 
 
 def _constructed(made: str | None) -> str | None:
-    """The path an instance made by calling ``made`` gets, if it is one worth tracking."""
-    if made is None:
-        return None
-    made = _ALIASES.get(made, made)
-    return made if _match(made, _CONSTRUCTORS) else None
+    """The path of what calling ``made`` returns: ``requests.Session()`` is a
+    ``requests.Session``, ``boto3.client("ec2")`` a ``boto3.client``."""
+    return None if made is None else _ALIASES.get(made, made)
