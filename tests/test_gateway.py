@@ -588,3 +588,25 @@ def _wait_port(port: int) -> None:
                 return
         time.sleep(0.1)
     raise AssertionError(f"upstream did not listen on {port}")
+
+
+class TestOperatorCommands:
+    def test_cli_controls_take_the_gateway_config(self, tmp_path: Path, shop: Path) -> None:
+        """Invariant 7: `effectgate kill on` with the gateway's config stops its tool."""
+        open_store(f"sqlite:///{tmp_path}/gateway.db", create=True).close()
+        config = tmp_path / "gw.toml"
+        config.write_text(gateway_toml(tmp_path))
+        env = {k: v for k, v in os.environ.items() if k != "EFFECTGATE_OPERATOR_TOKEN"}
+        killed = subprocess.run(
+            [sys.executable, "-m", "effectgate", "kill", "on", "place_order",
+             "--config", str(config), "--reason", "incident"],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+        assert killed.returncode == 0, killed.stderr
+        gw = Gateway(parse_gateway(config.read_text(), "gw.toml"))
+        try:
+            (res,) = call(gw, ("place_order", {"operation_id": "op-k", **ORDER}))
+        finally:
+            gw.close()
+        assert res.structured_content["outcome"] == "held"
+        assert orders(shop) == []

@@ -55,13 +55,12 @@ def gateway(
             from effectgate._frontends.cli_service import bind_port
 
             settings = gw.service.config.service
-            gw.service.start_reconciler()
-            gw.service.start_dispatcher()
             sock = bind_port(settings.host, settings.port)
+            app = gateway_app(gw, standing_reconciler=True)
             try:
-                uvicorn.Server(
-                    uvicorn.Config(gateway_app(gw), log_config=None, server_header=False)
-                ).run(sockets=[sock])
+                uvicorn.Server(uvicorn.Config(app, log_config=None, server_header=False)).run(
+                    sockets=[sock]
+                )
             finally:
                 sock.close()
             return
@@ -134,7 +133,8 @@ def gateway_accept(
     from effectgate._gateway._config import bind
 
     bound_store = bind(cfg, {}, base_dir=path.resolve().parent).service.store
-    ledger = open_store(bound_store.url, **dict(bound_store.options))
+    # The operator's first act on a new gateway: its ledger may not exist yet.
+    ledger = open_store(bound_store.url, create=True, **dict(bound_store.options))
     try:
         actor = acting(ledger, token_env, Capability.OPERATE)
         ledger.append_audit(

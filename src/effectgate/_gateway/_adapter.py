@@ -133,7 +133,7 @@ class UpstreamAdapter(Adapter):
             )
         venue_id = None
         if self.binding.id_field is not None:
-            found = (result.structured_content or {}).get(self.binding.id_field)
+            found = structured(result).get(self.binding.id_field)
             venue_id = str(found) if isinstance(found, str | int) and found != "" else None
             if venue_id is None:
                 return Receipt(
@@ -201,9 +201,23 @@ def result_text(result: types.CallToolResult) -> str:
     return json.dumps(result.structured_content, sort_keys=True, default=str)
 
 
+def structured(result: types.CallToolResult) -> dict[str, Any]:
+    """The result's structured content, or its text read as one JSON object (many servers
+    answer JSON as text only), or an empty dict."""
+    if isinstance(result.structured_content, dict):
+        return result.structured_content
+    texts = [c.text for c in result.content if isinstance(c, types.TextContent)]
+    if len(texts) == 1:
+        try:
+            data = json.loads(texts[0])
+        except ValueError:
+            return {}
+        return data if isinstance(data, dict) else {}
+    return {}
+
+
 def _items(result: types.CallToolResult, items_field: str, tool: str) -> list[Any]:
-    data = result.structured_content
-    items = data.get(items_field) if isinstance(data, dict) else None
+    items = structured(result).get(items_field)
     if not isinstance(items, list):
         raise AdapterError(f"{tool}: its structured result has no array {items_field!r}")
     return items

@@ -99,6 +99,30 @@ class Bound:
     passthrough: Mapping[str, types.Tool] = field(default_factory=dict)
 
 
+def is_gateway_config(path: str | Path) -> bool:
+    """Whether the TOML file at ``path`` is a gateway's (it has ``[upstreams]``)."""
+    try:
+        return "upstreams" in tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return False  # the service config loader reports it
+
+
+def service_config_of(path: str | Path) -> svc.ServiceConfig:
+    """The service config a gateway file amounts to (its upstreams are asked for their
+    schemas): what operator commands need to act on a gateway's classes."""
+    from effectgate._gateway._upstream import UpstreamLink
+
+    cfg = load_gateway(path)
+    listings: dict[str, list[types.Tool]] = {}
+    for name, spec in cfg.upstreams.items():
+        link = UpstreamLink(spec)
+        try:
+            listings[name] = link.list_tools()
+        finally:
+            link.close()
+    return bind(cfg, listings, base_dir=Path(path).resolve().parent).service
+
+
 def load_gateway(path: str | Path) -> GatewayConfig:
     file = Path(path)
     try:

@@ -27,18 +27,16 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
 import anyio
 import mcp_types as types
+from fastapi import FastAPI
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
-from starlette.applications import Starlette
-from starlette.routing import Route
 
 from effectgate import __version__
 from effectgate._frontends._mcp_screen import REFUSED_META, ScreenedLines
@@ -388,13 +386,11 @@ async def run_gateway_stdio(gw: Gateway, authenticate: Callable[[], Principal]) 
         await server.run(read, write, server.create_initialization_options())
 
 
-def gateway_app(gw: Gateway) -> Starlette:
-    """Streamable HTTP at ``/mcp`` (agent bearer token per request, duplicate keys refused)."""
+def gateway_app(gw: Gateway, *, standing_reconciler: bool = False) -> FastAPI:
+    """The gateway over HTTP: its MCP server at ``/mcp`` (agent bearer token per request,
+    duplicate keys refused) beside the service's HTTP API, whose operator door
+    (``/v1/admin``: approvals, kill switches, breakers) acts on the governed tools."""
+    from effectgate._frontends.http import create_app
+
     mount = McpHttpMount(gw.service, build_gateway_server(gw))
-
-    @asynccontextmanager
-    async def lifespan(_: Starlette) -> AsyncIterator[None]:
-        async with mount.running():
-            yield
-
-    return Starlette(routes=[Route("/mcp", endpoint=mount)], lifespan=lifespan)
+    return create_app(gw.service, standing_reconciler=standing_reconciler, mcp_mount=mount)
