@@ -12,7 +12,8 @@ gateway holds).
   ``SHOP_DELAY`` seconds.
 * ``dying``: like ``keyed`` but ``place_order`` records the order, then the process exits
   without answering (once: a marker file stops it dying again).
-* ``drifted``: like ``keyed`` but ``place_order`` has an extra ``currency`` argument.
+* ``drifted``: like ``keyed`` but ``place_order`` has an extra ``currency`` argument (also
+  any mode, once a ``.upgrade`` file sits beside the state file when the server starts).
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from mcp.server.mcpserver import MCPServer
 
 MODE = sys.argv[1]
 STATE = Path(os.environ["SHOP_STATE"])
+if STATE.with_suffix(".upgrade").exists():
+    MODE = "drifted"  # the operator's shop was upgraded: a restart serves the new schema
 if not os.environ.get("SHOP_API_KEY"):
     sys.exit("SHOP_API_KEY is not set")  # the gateway passes its credential
 

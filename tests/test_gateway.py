@@ -436,6 +436,27 @@ class TestSchemaDrift:
         kinds = [e.kind for e in gw.service.store.iter_audit()]
         assert kinds.count("gateway_schema_held") == 1
 
+    def test_upstream_upgraded_behind_a_reconnect(self, make_gateway: Any, shop: Path) -> None:
+        """A restarted upstream serving a new schema is checked on the new connection before
+        the waiting call is sent: that call is not sent (failed, with the gateway's proof), the
+        tool is held, and a recheck finds nothing new to hold."""
+        gw = make_gateway("dying", pin=live_pin("dying", "place_order"))
+        (first,) = call(gw, ("place_order", {"operation_id": "op-1", **ORDER}))
+        assert first.structured_content["outcome"] == "uncertain"
+        shop.with_suffix(".upgrade").write_text("1")
+        second, third = call(
+            gw,
+            ("place_order", {"operation_id": "op-2", **ORDER}),
+            ("place_order", {"operation_id": "op-3", **ORDER}),
+        )
+        assert second.structured_content["state"] == "failed"
+        assert "not sent" in json.dumps(second.structured_content)
+        assert third.is_error and third.structured_content["code"] == "upstream_schema_held"
+        assert len(orders(shop)) == 1  # the first, recorded before the upstream died
+        gw.recheck()
+        kinds = [e.kind for e in gw.service.store.iter_audit()]
+        assert kinds.count("gateway_schema_held") == 1
+
     def test_operator_accepts_the_new_schema(self, tmp_path: Path, shop: Path) -> None:
         """`gateway-accept`: only the digest the upstream serves now, audited, re-pinned."""
         config = tmp_path / "gw.toml"

@@ -49,6 +49,7 @@ def gateway(
     try:
         for name, (pin, live) in gw.held().items():
             err.print(f"held: {name} (pinned {pin[:12]}, upstream now {live[:12]})")
+        gw.start_schema_watch()
         if http:
             import uvicorn
 

@@ -80,6 +80,8 @@ class GatewayConfig:
     id_mode: str
     upstreams: Mapping[str, UpstreamSpec]
     tools: Mapping[str, GovernedTool]
+    #: Seconds between re-reads of the upstreams' listings (0: only on each connection).
+    schema_check_interval: float = 60.0
 
     def passthrough(self) -> dict[str, str]:
         """Exposed read-only tool name -> its upstream."""
@@ -141,9 +143,10 @@ def parse_gateway(
         raise ConfigError(f"{file}: not valid TOML: {exc}") from None
     top = Section(data, (), file, source)
     gw = top.table("gateway")
-    id_mode = "argument"
+    id_mode, recheck = "argument", 60.0
     if gw is not None:
         id_mode = gw.text("operation_id", "argument", choices=list(ID_MODES)) or id_mode
+        recheck = gw.number("schema_check_interval", recheck, exclusive=False)
         gw.done()
     upstreams = {name: _upstream(name, sec, base_dir) for name, sec in top.tables("upstreams")}
     if not upstreams:
@@ -162,7 +165,7 @@ def parse_gateway(
     top.done()
     if "store" not in data:
         top.fail("store", "is required")
-    return GatewayConfig(file, source, data, id_mode, upstreams, tools)
+    return GatewayConfig(file, source, data, id_mode, upstreams, tools, recheck)
 
 
 def bind(

@@ -112,6 +112,8 @@ class Gateway:
         self.passthrough = dict(bound.passthrough)
         self._held: dict[str, tuple[str, str]] = {}
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watch: threading.Thread | None = None
         for name, (pin, live) in bound.held.items():
             self._hold(name, pin, live)
         for upstream, link in self.links.items():
@@ -158,7 +160,34 @@ class Gateway:
 
         return check
 
+    def recheck(self) -> None:
+        """Read every upstream's listing now and hold any governed tool whose schema drifted
+        (an upstream upgraded behind a connection the gateway keeps open)."""
+        for upstream, link in self.links.items():
+            try:
+                tools = link.list_tools()
+            except Exception as exc:  # an unreachable upstream is the adapter's business
+                log.warning("schema check of upstream %s failed (%s)", upstream, exc)
+                continue
+            self._checker(upstream)(tools)
+
+    def start_schema_watch(self) -> None:
+        """Run :meth:`recheck` every ``[gateway] schema_check_interval`` seconds."""
+        interval = self.cfg.schema_check_interval
+        if interval <= 0 or self._watch is not None:
+            return
+
+        def run() -> None:
+            while not self._stop.wait(interval):
+                self.recheck()
+
+        self._watch = threading.Thread(target=run, name="effectgate-schema-watch", daemon=True)
+        self._watch.start()
+
     def close(self) -> None:
+        self._stop.set()
+        if self._watch is not None:
+            self._watch.join(timeout=30)
         try:
             self.service.close()
         finally:
