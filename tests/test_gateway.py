@@ -191,6 +191,29 @@ def call(gw: Gateway, *steps: tuple[str, dict[str, Any]], meta: Any = None) -> l
     return out
 
 
+class TestOnBothStores:
+    """The gateway's path on SQLite and PostgreSQL (the ledger is the only store it uses)."""
+
+    def test_journal_replay_and_reconcile(
+        self, store_factory: Any, tmp_path: Path, shop: Path
+    ) -> None:
+        """Invariants 1 and 3: one order per operation id; a slow upstream's row is uncertain
+        until the reconciler reads the order back through the upstream's lookup tools."""
+        text = gateway_toml(tmp_path, "slow", pin=live_pin("slow", "place_order"))
+        gw = Gateway(parse_gateway(text, "gw.toml"), store=store_factory())
+        try:
+            (res,) = call(gw, ("place_order", {"operation_id": "op-s", **ORDER}))
+            assert res.structured_content["outcome"] == "uncertain"
+            anyio.run(anyio.sleep, 3)
+            gw.service.reconcile_now()
+            (again,) = call(gw, ("place_order", {"operation_id": "op-s", **ORDER}))
+        finally:
+            gw.close()
+        assert again.structured_content["state"] == "acknowledged"
+        assert again.structured_content["replayed"] is True
+        assert [o["idempotency_key"] for o in orders(shop)] == ["alpha:op-s"]
+
+
 class TestToolSurface:
     def test_governed_passthrough_and_hidden_tools(self, make_gateway: Any) -> None:
         """Named read-only tools pass through, the governed one is an action class, every

@@ -55,6 +55,7 @@ from effectgate.errors import (
     UpstreamSchemaHeld,
 )
 from effectgate.store.base import OPERATION_ID_PATTERN
+from effectgate.store.roles import Store
 
 __all__ = ["Gateway", "build_gateway_server", "gateway_app", "run_gateway_stdio"]
 
@@ -83,7 +84,9 @@ class Gateway:
         base_dir: Path | None = None,
         create: bool = False,
         clock: Callable[[], float] = time.time,
+        store: Store | None = None,
     ) -> None:
+        """``store``: an open ledger to use instead of the config's (tests, embedding)."""
         self.cfg = cfg
         self.links = {name: UpstreamLink(spec) for name, spec in cfg.upstreams.items()}
         try:
@@ -104,7 +107,9 @@ class Gateway:
                 )
                 for name, binding in bound.bindings.items()
             }
-            self.service = Service(bound.service, adapters=adapters, create=create, clock=clock)
+            self.service = Service(
+                bound.service, adapters=adapters, create=create, clock=clock, store=store
+            )
         except BaseException:
             for link in self.links.values():
                 link.close()
