@@ -654,3 +654,14 @@ class TestOperatorCommands:
             gw.close()
         assert res.structured_content["outcome"] == "held"
         assert orders(shop) == []
+
+
+class TestOverheadBench:
+    def test_bench_runs_both_sides(self) -> None:
+        """`python -m effectgate.bench.gateway_compare` measures both sides (speed is never
+        asserted; that every gateway call was acknowledged is, inside the bench)."""
+        from effectgate.bench.gateway_compare import run
+
+        out = run(5, None, 1)
+        assert out["calls_per_round"] == 5
+        assert out["direct"]["calls_per_s"] > 0 and out["gateway"]["calls_per_s"] > 0
