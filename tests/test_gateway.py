@@ -30,7 +30,7 @@ from effectgate._gateway import (
     schema_digest,
 )
 from effectgate._service import Principal
-from effectgate.errors import ConfigError
+from effectgate.errors import AdapterError, ConfigError
 from servicekit import AGENT_A, sha, uvicorn_thread
 
 UPSTREAM = str(Path(__file__).with_name("gateway_upstreams.py"))
@@ -245,6 +245,11 @@ class TestToolSurface:
             '[tools.place_order.fields.sku]\npattern = "^[A-Z0-9-]{1,32}$"\n', ""
         )
         with pytest.raises(ConfigError, match=r"sku.*maxLength.*tighten it"):
+            Gateway(parse_gateway(text, "gw.toml"), create=True)
+
+    def test_unreachable_upstream_stops_the_start(self, tmp_path: Path, shop: Path) -> None:
+        text = gateway_toml(tmp_path).replace(sys.executable, "/nonexistent/python", 1)
+        with pytest.raises(AdapterError, match="upstream shop: cannot connect"):
             Gateway(parse_gateway(text, "gw.toml"), create=True)
 
     def test_config_errors_name_key_and_line(self, tmp_path: Path) -> None:

@@ -47,6 +47,7 @@ from effectgate._gateway._config import GatewayConfig, bind, schema_digest
 from effectgate._gateway._upstream import UpstreamLink
 from effectgate._service import Principal, Service
 from effectgate.errors import (
+    AdapterError,
     ConfigError,
     EffectgateError,
     IntentError,
@@ -374,7 +375,14 @@ async def _call(
     registry = gw.service.config.registry
     if name in gw.passthrough:
         link = gw.links[gw.cfg.passthrough()[name]]
-        return await anyio.to_thread.run_sync(lambda: link.call(name, args, link.spec.timeout))
+        try:
+            return await anyio.to_thread.run_sync(lambda: link.call(name, args, link.spec.timeout))
+        except AdapterError:
+            raise
+        except Exception as exc:  # a read: nothing to journal, the model may simply ask again
+            raise AdapterError(
+                f"upstream {link.spec.name}: {name} failed ({type(exc).__name__})"
+            ) from None
     if name in gw.held():
         pin, live = gw.held()[name]
         raise UpstreamSchemaHeld(
