@@ -46,6 +46,7 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   |   +-- PrincipalNotFound     principal_not_found            404
     |   +-- AuditTampered             audit_tampered                 500
     |   +-- ServiceUnavailable        unavailable                    503
+    |   +-- UpstreamSchemaHeld        upstream_schema_held           503
     +-- InternalError                 internal_error                 500  uncertain
 
 The outcome column is inherited unless a class says otherwise. The split that matters most is
@@ -105,6 +106,7 @@ __all__ = [
     "Unauthenticated",
     "UnknownActionClass",
     "UnsupportedMediaType",
+    "UpstreamSchemaHeld",
 ]
 
 
@@ -541,6 +543,15 @@ class ServiceUnavailable(OperatorError):
     """A part of the service is not running (e.g. the MCP endpoint outside the app's lifespan)."""
 
     code = "unavailable"
+    status = 503
+
+
+class UpstreamSchemaHeld(OperatorError):
+    """A gateway tool is held: its upstream's schema no longer matches the pinned digest (or the
+    upstream no longer lists it). Nothing was journalled or sent; an operator must accept the
+    new schema (``effectgate gateway accept``) before the tool is served again."""
+
+    code = "upstream_schema_held"
     status = 503
 
 

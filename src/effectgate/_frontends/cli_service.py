@@ -65,6 +65,10 @@ def load_service_config(config: str) -> ServiceConfig:
     from effectgate._service import load_config
 
     try:
+        from effectgate._gateway._config import is_gateway_config, service_config_of
+
+        if is_gateway_config(config):  # operator commands on a gateway's classes
+            return service_config_of(config)
         return load_config(config)
     except ConfigError as exc:
         _invalid(exc.message)

@@ -92,13 +92,18 @@ _BODY_ERRORS = {
 
 
 def create_app(
-    service: Service, *, mcp_http: bool | None = None, standing_reconciler: bool = False
+    service: Service,
+    *,
+    mcp_http: bool | None = None,
+    standing_reconciler: bool = False,
+    mcp_mount: Any = None,
 ) -> FastAPI:
-    """The ASGI app for ``service``. ``mcp_http`` defaults to the config's ``mcp_http``."""
+    """The ASGI app for ``service``. ``mcp_http`` defaults to the config's ``mcp_http``;
+    ``mcp_mount``: another MCP endpoint at ``/mcp`` (the gateway's)."""
     settings = service.config.service
     want_mcp = settings.mcp_http if mcp_http is None else mcp_http
-    mount = None
-    if want_mcp:
+    mount = mcp_mount
+    if mount is None and want_mcp:
         from effectgate._frontends.mcp import McpHttpMount
 
         mount = McpHttpMount(service)

@@ -238,9 +238,10 @@ class McpHttpMount:
     Stateless with JSON responses, so any worker can answer any request (no session affinity).
     """
 
-    def __init__(self, service: Service) -> None:
+    def __init__(self, service: Service, server: Server[Any] | None = None) -> None:
         self._service = service
-        self._server = build_server(service)
+        # ``server``: another MCP server over the same service (the gateway's).
+        self._server = server if server is not None else build_server(service)
         self._manager: StreamableHTTPSessionManager | None = None
 
     @asynccontextmanager
