@@ -34,6 +34,7 @@ from itertools import groupby
 from effectgate._core.controls import Alert
 from effectgate._core.intent import Registry
 from effectgate._core.states import State, check_transition
+from effectgate._core.venue import ReadView
 from effectgate._execute.adapter import Adapter, VenueRecord, iter_records
 from effectgate._execute.alerts import AlertSink, default_sink, deliver, raise_alert
 from effectgate._execute.maintenance import DIVERGENCE_ALERTS, check_maintenance, divergence_alert
@@ -242,12 +243,26 @@ class Reconciler:
 
     def _absent(self, entry: LedgerEntry, run: _Pass) -> None:
         """A ledger row with no venue record visible now."""
-        horizon = self.registry.get(entry.action).visibility_horizon
+        action_class = self.registry.get(entry.action)
+        horizon = action_class.visibility_horizon
         now = self.clock()
         if entry.state is State.SUBMITTED:
             if entry.submitted_at is not None and (
                 now - entry.submitted_at >= horizon or _bugs.ACTIVE.write_off_inside_horizon
             ):
+                if action_class.venue.read_view is ReadView.NONE:
+                    # Absence at a venue that cannot be read proves nothing: never written
+                    # off as failed, the row goes to the operators' queue (invariant 10).
+                    self._move(
+                        entry,
+                        State.QUARANTINED,
+                        run,
+                        "unsettled-no-read-view",
+                        detail=f"uncertain {horizon:g}s after submission at a venue with no "
+                        "read view: an operator settles it with evidence",
+                        tally=Tally.QUARANTINED,
+                    )
+                    return
                 self._move(
                     entry,
                     State.FAILED,
