@@ -2,12 +2,13 @@
 
 Three key modes, so users can rehearse both incidents of seed 000 before going live:
 
-* ``honest``: validates under the key it is given and keeps that key (and its verdict) for the
-  verdict lifetime; asked again inside it, it answers the same verdict and expiry.
+* ``honest``: validates under the key it is given, every time (each dry run renews the
+  verdict for the lifetime).
 * ``naive``: mints its own key with the attempt counter in it: the given key on the first
   attempt (the happy path, where the keys "match by accident"), ``KEY~aN`` on attempt ``N``.
-* ``evicting``: honest until the lifetime passes, then forgets the verdict and its key; a
-  later dry run of the same operation mints a new key (``KEY~eN`` for generation ``N``).
+* ``evicting``: honest while its verdict lives; once the lifetime passes it forgets the verdict
+  and its key, and a later dry run of the same operation mints a new key (``KEY~eN`` for
+  generation ``N``).
 
 Verdicts: ``DENY`` for an effect the venue would refuse (the same checks as a real submit),
 ``RETRYABLE_TIMEOUT`` for an injected timeout (:meth:`PaperSandbox.time_out_next`), else
@@ -90,15 +91,14 @@ class PaperSandbox:
             cached = self._cache.get(operation_key)
             if cached is not None and cached.expires_at <= now:
                 del self._cache[operation_key]  # evicted: its key is forgotten with it
-                cached = None
                 self._generation[operation_key] = self._generation.get(operation_key, 1) + 1
-            if cached is None or self.mode is SandboxMode.NAIVE:
-                refusal = self.venue.refusal(effect)
-                verdict, reason = ("DENY", refusal) if refusal else ("ALLOW", "venue would accept")
-                cached = _Cached(
-                    verdict, reason, self._key(operation_key, attempt), now + self.lifetime
-                )
-                self._cache[operation_key] = cached
+            # Every dry run validates afresh and renews the verdict; only the key differs by mode.
+            refusal = self.venue.refusal(effect)
+            verdict, reason = ("DENY", refusal) if refusal else ("ALLOW", "venue would accept")
+            cached = _Cached(
+                verdict, reason, self._key(operation_key, attempt), now + self.lifetime
+            )
+            self._cache[operation_key] = cached
             return SandboxAnswer(
                 cached.verdict,
                 cached.reason,
