@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from effectgate.errors import AdapterError
+
 __all__ = [
     "Adapter",
     "DryRun",
@@ -21,6 +23,7 @@ __all__ = [
     "Outcome",
     "Receipt",
     "Speculates",
+    "SpeculationPassThrough",
     "VenueRecord",
     "iter_records",
     "speculator",
@@ -158,3 +161,20 @@ def speculator(adapter: Adapter) -> Speculates | None:
     if isinstance(adapter, Speculates) and getattr(adapter, "can_speculate", True):
         return adapter
     return None
+
+
+class SpeculationPassThrough:
+    """For wrappers that hold the real adapter as ``inner`` (timing, counting): they can
+    speculate exactly when ``inner`` can, and forward the dry run unchanged."""
+
+    inner: Adapter
+
+    @property
+    def can_speculate(self) -> bool:
+        return speculator(self.inner) is not None
+
+    def speculate(self, request: OutboundRequest, *, attempt: int, timeout: float) -> DryRun:
+        inner = speculator(self.inner)
+        if inner is None:
+            raise AdapterError(f"{self.inner.name}: this adapter cannot speculate")
+        return inner.speculate(request, attempt=attempt, timeout=timeout)

@@ -33,6 +33,7 @@ from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._service._auth import Principal, RateLimiter, TokenBook
 from effectgate._service._config import AdapterConfig, ServiceConfig, import_object
 from effectgate._service._metrics import Metrics, TimedAdapter
+from effectgate.adapters._paper_sandbox import PaperSandbox
 from effectgate.adapters.http import HttpVenueAdapter
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import ConfigError, OperationInFlight
@@ -61,7 +62,11 @@ def build_adapter(cfg: AdapterConfig) -> Adapter:
             honour_key=bool(cfg.options.get("honour_key", True)),
             read_lag=float(cfg.options.get("read_lag", 0.0)),
         )
-        return PaperAdapter(venue)
+        mode = cfg.options.get("sandbox")
+        if mode is None:
+            return PaperAdapter(venue)
+        lifetime = float(cfg.options.get("sandbox_lifetime", 60.0))
+        return PaperAdapter(venue, sandbox=PaperSandbox(venue, mode=str(mode), lifetime=lifetime))
     if cfg.factory is None:
         raise ConfigError(f"adapters.{cfg.name}: factory is required")
     made = import_object(cfg.factory)(**dict(cfg.options))
@@ -129,6 +134,7 @@ class Service:
             breakers=config.breakers,
             approvals=config.approvals,
             alerts=self.alerts,
+            in_flight_grace=settings.in_flight_grace,
         )
         self.reconciler = Reconciler(
             store=self.store,
