@@ -7,6 +7,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from decimal import Decimal
 
+import httpx
 import pytest
 
 from effectgate import Gate, KeyNamespaceDivergence, LimitPolicy, PolicySet, SpeculationStalled
@@ -16,6 +17,8 @@ from effectgate._core.states import State
 from effectgate._core.venue import VenueContract
 from effectgate._execute.adapter import DryRun, OutboundRequest
 from effectgate.adapters._paper_sandbox import PaperSandbox, SandboxMode
+from effectgate.adapters._paper_server import PaperVenueServer, serve_paper_venue
+from effectgate.adapters.http import HttpVenueAdapter
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import ConfigError, RegistryError
 from effectgate.examples import EXAMPLE_ORDER, cancel_order_class, submit_order_class
@@ -74,17 +77,18 @@ def make_world(
     return World(store, venue, sandbox, gate, clock)
 
 
-def approve(w: World, op: str) -> None:
-    row = w.store.get("default", op)
+def approve(w: World | tuple[Store, ManualClock], op: str) -> None:
+    store, clock = (w.store, w.clock) if isinstance(w, World) else w
+    row = store.get("default", op)
     assert row is not None
-    w.store.decide_approval(
+    store.decide_approval(
         "default",
         op,
         approver="alice",
         fingerprint=row.fingerprint,
         approve=True,
         reason="ok",
-        now=w.clock(),
+        now=clock(),
     )
 
 
@@ -341,3 +345,64 @@ class TestConfiguration:
         with pytest.raises(RegistryError, match="sandbox_key_persistence"):
             registry(spec, VenueContract(sandbox_key_persistence=30.0))
         registry(spec, VenueContract(sandbox_key_persistence=3600.0))
+
+
+class TestOverHTTP:
+    """The paper venue's dry-run endpoint under a real HTTP server, through the HTTP adapter:
+    the same two incidents rehearsed over the wire."""
+
+    def _world(
+        self, store: Store, mode: SandboxMode
+    ) -> tuple[Gate, PaperVenue, PaperSandbox, ManualClock, PaperVenueServer]:
+        clock = ManualClock()
+        venue = PaperVenue(clock=clock)
+        sandbox = PaperSandbox(venue, mode=mode, lifetime=60.0, clock=clock)
+        server = serve_paper_venue(venue, api_key="k-test", sandbox=sandbox).start()
+        adapter = HttpVenueAdapter(server.url, credential="k-test", speculation=True)
+        gate = Gate(
+            store=store,
+            registry=registry(Speculation(verdict_lifetime=60.0)),
+            adapters={"paper": adapter},
+            policy=PolicySet(
+                {"submit_order": LimitPolicy(Decimal("1000"), approve_above=Decimal("900"))}
+            ),
+            clock=clock,
+        )
+        return gate, venue, sandbox, clock, server
+
+    def test_honest_sandbox_commits_once(self, store: Store) -> None:
+        gate, venue, sandbox, _, server = self._world(store, SandboxMode.HONEST)
+        with server:
+            assert gate.submit("submit_order", "op-1", INTENT).state is State.ACKNOWLEDGED
+        assert venue.effect_count == 1 and sandbox.dry_runs == 1
+
+    def test_evicting_sandbox_quarantines_over_http(self, store: Store) -> None:
+        gate, venue, _, clock, server = self._world(store, SandboxMode.EVICTING)
+        with server:
+            gate.submit("submit_order", "op-1", BIG)
+            clock.advance(3600)
+            approve((store, clock), "op-1")
+            with pytest.raises(KeyNamespaceDivergence) as err:
+                gate.dispatch("op-1")
+        assert err.value.sandbox_key == "default:op-1~e2"
+        assert venue.effect_count == 0
+
+    def test_the_endpoint_refuses_a_malformed_dry_run(self, store: Store) -> None:
+        venue = PaperVenue()
+        with serve_paper_venue(venue, api_key="k", sandbox=PaperSandbox(venue)).start() as srv:
+            headers = {"Authorization": "Bearer k", "Idempotency-Key": "s:o"}
+            bad = httpx.post(f"{srv.url}/v1/dry-runs", json={"action": "x"}, headers=headers)
+            assert bad.status_code == 400
+            nokey = httpx.post(
+                f"{srv.url}/v1/dry-runs",
+                json={"action": "x", "effect": {}, "attempt": 1},
+                headers={"Authorization": "Bearer k"},
+            )
+            assert nokey.status_code == 400
+            wrong = httpx.post(
+                f"{srv.url}/v1/dry-runs",
+                json={"action": "x", "effect": {}, "attempt": 1},
+                headers={**headers, "Authorization": "Bearer nope"},
+            )
+            assert wrong.status_code == 401
+        assert venue.calls == 0

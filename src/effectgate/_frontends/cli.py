@@ -392,8 +392,15 @@ def venue_serve(
         bool, typer.Option("--ignore-key", help="Ignore Idempotency-Key (shows duplicate effects).")
     ] = False,
     read_lag: Annotated[float, typer.Option(help="Seconds before a record becomes visible.")] = 0.0,
+    sandbox: Annotated[
+        str | None, typer.Option(help="Serve dry runs: honest, naive or evicting keys.")
+    ] = None,
+    sandbox_lifetime: Annotated[
+        float, typer.Option(help="Seconds a dry run's verdict lives.", min=0.001)
+    ] = 60.0,
 ) -> None:
     """Run the paper venue as an HTTP server."""
+    from effectgate.adapters._paper_sandbox import PaperSandbox, SandboxMode
     from effectgate.adapters._paper_server import serve_paper_venue
     from effectgate.adapters.paper import PaperVenue
 
@@ -401,12 +408,19 @@ def venue_serve(
     if not key:
         err.print(f"set {api_key_env} to the API key clients must present")
         raise typer.Exit(EXIT_USAGE)
+    if sandbox is not None and sandbox not in {m.value for m in SandboxMode}:
+        err.print(f"--sandbox must be one of {', '.join(m.value for m in SandboxMode)}")
+        raise typer.Exit(EXIT_USAGE)
+    paper = PaperVenue(honour_key=not ignore_key, read_lag=read_lag)
     try:
         server = serve_paper_venue(
-            PaperVenue(honour_key=not ignore_key, read_lag=read_lag),
+            paper,
             host=host,
             port=port,
             api_key=key,
+            sandbox=(
+                PaperSandbox(paper, mode=sandbox, lifetime=sandbox_lifetime) if sandbox else None
+            ),
         )
     except OSError as exc:
         err.print(cli_service.port_problem(host, port, exc), highlight=False)

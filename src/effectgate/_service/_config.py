@@ -385,6 +385,7 @@ def _adapter(name: str, sec: Section) -> AdapterConfig:
             credential_env=env,
             credential_file=cred_file,
             timeout=sec.number("timeout", 5.0),
+            options={"speculation": sec.flag("speculation", False)},
         )
     elif kind == "paper":
         options = {

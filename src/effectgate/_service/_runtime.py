@@ -56,6 +56,7 @@ def build_adapter(cfg: AdapterConfig) -> Adapter:
             credential_env=cfg.credential_env,
             credential_file=cfg.credential_file,
             timeout=cfg.timeout,
+            speculation=bool(cfg.options.get("speculation", False)),
         )
     if cfg.kind == "paper":
         venue = PaperVenue(

@@ -17,6 +17,7 @@ Verdicts: ``DENY`` for an effect the venue would refuse (the same checks as a re
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -25,7 +26,7 @@ from enum import StrEnum
 
 from effectgate.adapters.paper import EffectValue, PaperVenue
 
-__all__ = ["PaperSandbox", "SandboxAnswer", "SandboxMode"]
+__all__ = ["PaperSandbox", "SandboxAnswer", "SandboxMode", "dry_run_reply"]
 
 
 class SandboxMode(StrEnum):
@@ -129,3 +130,35 @@ class PaperSandbox:
         """Test hook: every dry run asked for."""
         with self._lock:
             return self._dry_runs
+
+
+def dry_run_reply(sandbox: PaperSandbox, key: str, body: bytes) -> tuple[int, dict[str, object]]:
+    """``POST /v1/dry-runs``: ``(status, reply)`` for a body ``{"action", "effect", "attempt"}``."""
+    try:
+        doc = json.loads(body, parse_float=_refuse, parse_constant=_refuse)
+    except (ValueError, UnicodeDecodeError):
+        return 400, {"error": "invalid_body"}
+    if not isinstance(doc, dict) or set(doc) != {"action", "effect", "attempt"}:
+        return 400, {"error": "invalid_body"}
+    action, effect, attempt = doc["action"], doc["effect"], doc["attempt"]
+    if (
+        not isinstance(action, str)
+        or not isinstance(effect, dict)
+        or not all(isinstance(v, str | int | bool) for v in effect.values())
+        or isinstance(attempt, bool)
+        or not isinstance(attempt, int)
+        or attempt < 1
+    ):
+        return 400, {"error": "invalid_body"}
+    answer = sandbox.dry_run(key, action, effect, attempt=attempt)
+    return 200, {
+        "verdict": answer.verdict,
+        "reason": answer.reason,
+        "sandbox_key": answer.sandbox_key,
+        "subject": answer.subject,
+        "expires_in": answer.expires_in,
+    }
+
+
+def _refuse(text: str) -> object:
+    raise ValueError(f"not allowed in an effect: {text}")
