@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from contextlib import suppress
+from dataclasses import replace
 from decimal import Decimal
 
 from hypothesis import HealthCheck, settings
@@ -61,8 +62,6 @@ def test_speculation_state_machine(store_factory) -> None:
             self.venue = PaperVenue(clock=self.clock)
             self.sandbox = PaperSandbox(self.venue, lifetime=60.0, clock=self.clock)
             ac = submit_order_class()
-            from dataclasses import replace
-
             registry = Registry(
                 [replace(ac, speculation=Speculation(verdict_lifetime=60.0)), cancel_order_class()]
             )
