@@ -12,7 +12,15 @@ import pytest
 
 from effectgate import Gate, KeyNamespaceDivergence, LimitPolicy, PolicySet, SpeculationStalled
 from effectgate._core.intent import Registry
-from effectgate._core.speculation import KeyStrategy, Speculation, SpeculationMode
+from effectgate._core.speculation import (
+    CommitStep,
+    KeyStrategy,
+    Speculation,
+    SpeculationMode,
+    SpeculationRecord,
+    SpeculationVerdict,
+    decide_commit,
+)
 from effectgate._core.states import State
 from effectgate._core.venue import VenueContract
 from effectgate._execute.adapter import DryRun, OutboundRequest
@@ -406,3 +414,85 @@ class TestOverHTTP:
             )
             assert wrong.status_code == 401
         assert venue.calls == 0
+
+
+def _record(**changes: object) -> SpeculationRecord:
+    base = SpeculationRecord(
+        scope="default",
+        operation_id="op-1",
+        operation_key="default:op-1",
+        fingerprint="f" * 64,
+        sandbox_key="default:op-1",
+        verdict=SpeculationVerdict.ALLOW,
+        reason="ok",
+        expires_at=1000.0,
+        attempt=1,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def _decide(record: SpeculationRecord, **kw: object) -> CommitStep:
+    args: dict[str, object] = {
+        "operation_key": "default:op-1",
+        "fingerprint": "f" * 64,
+        "spec": Speculation(),
+        "mapping": None,
+        "now": 900.0,
+        "horizon": 12.0,
+    }
+    args.update(kw)
+    return decide_commit(record, **args).step  # type: ignore[arg-type]
+
+
+class TestCommitCheckOrder:
+    """The commit check of seed 000, in its order: identity, then verdict and lifetime, then
+    keys (a DENY of another operation is an identity failure, not a refusal)."""
+
+    def test_identity_comes_first(self) -> None:
+        denied_elsewhere = _record(subject="default:op-2", verdict=SpeculationVerdict.DENY)
+        assert _decide(denied_elsewhere) is CommitStep.QUARANTINE
+        changed = _record(fingerprint="0" * 64, verdict=SpeculationVerdict.RETRYABLE_TIMEOUT)
+        assert _decide(changed) is CommitStep.QUARANTINE
+
+    def test_then_the_verdict_and_its_lifetime(self) -> None:
+        assert _decide(_record(verdict=SpeculationVerdict.DENY)) is CommitStep.REJECT
+        timed_out = _record(verdict=SpeculationVerdict.RETRYABLE_TIMEOUT, sandbox_key="x")
+        assert _decide(timed_out) is CommitStep.RESPECULATE
+        assert _decide(_record(expires_at=911.0)) is CommitStep.RESPECULATE  # 11s < 12s
+        assert _decide(_record(expires_at=913.0)) is CommitStep.COMMIT
+        assert _decide(None) is CommitStep.RESPECULATE  # type: ignore[arg-type]
+
+    def test_then_the_keys(self) -> None:
+        other = _record(sandbox_key="sbx-1")
+        assert _decide(other) is CommitStep.QUARANTINE
+        assert _decide(_record(sandbox_key=None)) is CommitStep.QUARANTINE
+        sandbox = Speculation(strategy=KeyStrategy.SANDBOX_AUTHORITATIVE)
+        assert _decide(other, spec=sandbox) is CommitStep.COMMIT
+        assert _decide(other, spec=sandbox, mapping="sbx-1") is CommitStep.COMMIT
+        assert _decide(other, spec=sandbox, mapping="sbx-0") is CommitStep.QUARANTINE
+
+
+class _WrongSubject(PaperAdapter):
+    """A venue fake whose sandbox reports having validated another operation."""
+
+    @property
+    def can_speculate(self) -> bool:
+        return True
+
+    def speculate(self, request: OutboundRequest, *, attempt: int, timeout: float) -> DryRun:
+        return DryRun("ALLOW", "fine", request.operation_key, 120.0, subject="default:op-9")
+
+
+class TestIdentityMismatch:
+    def test_a_speculation_of_another_operation_quarantines(self, store: Store) -> None:
+        venue = PaperVenue()
+        gate = Gate(
+            store=store,
+            registry=registry(Speculation()),
+            adapters={"paper": _WrongSubject(venue)},
+            policy=PolicySet({"submit_order": LimitPolicy(), "cancel_order": LimitPolicy()}),
+        )
+        with pytest.raises(KeyNamespaceDivergence, match="identity mismatch"):
+            gate.submit("submit_order", "op-1", INTENT)
+        row = store.get("default", "op-1")
+        assert row is not None and row.state is State.QUARANTINED and venue.calls == 0

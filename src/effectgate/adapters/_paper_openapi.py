@@ -60,6 +60,19 @@ _EFFECT = {
 
 def openapi() -> dict[str, Any]:
     """The document, as data."""
+    doc = _document()
+    orders = doc["paths"]["/v1/orders"]["post"]
+    dry = doc["paths"]["/v1/dry-runs"]["post"]
+    # The dry run shares the order's effect schema and its refusals of malformed requests.
+    dry["requestBody"]["content"]["application/json"]["schema"]["properties"]["effect"] = orders[
+        "requestBody"
+    ]["content"]["application/json"]["schema"]["properties"]["effect"]
+    for status in ("400", "401", "413"):
+        dry["responses"][status] = orders["responses"][status]
+    return doc
+
+
+def _document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {
@@ -121,6 +134,7 @@ def openapi() -> dict[str, Any]:
                                 "application/json": {
                                     "schema": {
                                         "type": "object",
+                                        "additionalProperties": False,
                                         "required": [
                                             "verdict",
                                             "reason",
@@ -141,9 +155,21 @@ def openapi() -> dict[str, Any]:
                                 }
                             },
                         },
-                        "400": {"description": "Missing key or malformed body."},
-                        "401": {"description": "Missing or wrong API key."},
-                        "404": {"description": "The venue runs without a sandbox."},
+                        "404": {
+                            "description": "The venue runs without a sandbox.",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "required": ["error"],
+                                        "properties": {
+                                            "error": {"type": "string", "enum": ["not_found"]}
+                                        },
+                                        "additionalProperties": False,
+                                    }
+                                }
+                            },
+                        },
                     },
                 }
             },
