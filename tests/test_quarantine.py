@@ -453,3 +453,53 @@ class TestQuarantineCLI:
         )
         assert done.returncode == 0, done.stderr
         assert "acknowledged" in done.stdout
+
+
+class TestReleaseOpensANewRound:
+    """A row released back to awaiting_approval gets a new approval round of its own: its old
+    round may have expired while it waited in the queue (invariant 11), and earlier approvals
+    no longer count."""
+
+    def test_release_after_the_old_round_expired(self, store: Store) -> None:
+        clock = ManualClock()
+        gate = gate_for(store, clock, PaperVenue(clock=clock))
+        big = {**INTENT, "quantity": "9.5"}
+        row = gate.submit("submit_order", "op-1", big)
+        service = QuarantineService(store, clock=clock, approval_ttl=600.0)
+        service.take_over("default", "op-1", by="alice", reason="suspicious")
+        clock.advance(2 * 86400)  # the original round (one day) has long expired
+        released = service.resolve("default", "op-1", attest("released", "checked: fine"))
+        assert released.state is State.AWAITING_APPROVAL
+        request = store.approval_request("default", "op-1")
+        assert request is not None and request.expires_at == clock() + 600.0
+        assert store.expire_approvals(now=clock()) == []
+        out = store.decide_approval(
+            "default",
+            "op-1",
+            approver="bob",
+            fingerprint=row.fingerprint,
+            approve=True,
+            reason=None,
+            now=clock(),
+        )
+        assert out.operation.state is State.VALIDATED
+
+
+class TestQuarantineAgedAlert:
+    """Invariant 11: a row left in the queue past its class's hold bound pages."""
+
+    def test_a_row_waiting_too_long_pages_once(self, store: Store) -> None:
+        from effectgate._execute.maintenance import check_maintenance
+
+        clock = ManualClock()
+        gate = quarantined_row(store, clock, dispatched=True)
+        assert not [
+            a
+            for a in check_maintenance(store, gate.registry, None, now=clock())
+            if a.kind == "quarantine-aged"
+        ]
+        clock.advance(61)  # past the hold bound (the 60s visibility horizon)
+        raised = check_maintenance(store, gate.registry, None, now=clock())
+        assert [a.kind for a in raised].count("quarantine-aged") == 1
+        again = check_maintenance(store, gate.registry, None, now=clock())
+        assert "quarantine-aged" not in [a.kind for a in again]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from effectgate._audit import ChainEntry
+from effectgate._core.controls import ApprovalRules
 from effectgate._core.resolution import Resolution
 from effectgate._core.speculation import SpeculationRecord
 from effectgate._core.states import NON_TERMINAL, State
@@ -69,9 +70,17 @@ class QuarantineView:
 class QuarantineService:
     """The queue: list, show, resolve; and an operator taking over an uncertain row."""
 
-    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        clock: Callable[[], float] = time.time,
+        approval_ttl: float = ApprovalRules().ttl,
+    ) -> None:
         self.store = store
         self.clock = clock
+        #: A row released back to ``awaiting_approval`` gets a new round this long.
+        self.approval_ttl = approval_ttl
 
     def list(self, scope: str | None = None, *, limit: int = 1000) -> list[Operation]:
         """Quarantined rows, the longest-waiting first."""
@@ -109,8 +118,11 @@ class QuarantineService:
 
     def resolve(self, scope: str, operation_id: str, resolution: Resolution) -> Operation:
         """Settle a quarantined row by an operator's resolution (invariant 10): applied or
-        failed with evidence, or released back (never dispatched rows only)."""
-        return self.store.resolve_quarantine(scope, operation_id, resolution, now=self.clock())
+        failed with evidence, or released back (never dispatched rows only; one released to
+        ``awaiting_approval`` gets a new approval round of :attr:`approval_ttl`)."""
+        return self.store.resolve_quarantine(
+            scope, operation_id, resolution, now=self.clock(), approval_ttl=self.approval_ttl
+        )
 
     def take_over(self, scope: str, operation_id: str, *, by: str, reason: str) -> Operation:
         """An operator takes a non-terminal row into the queue (e.g. an uncertain

@@ -54,7 +54,9 @@ class QueueOut(BaseModel):
 
 def quarantine_router(service: Service, operator: Any, errors: dict[int | str, Any]) -> APIRouter:
     router = APIRouter(responses=errors)
-    queue = QuarantineService(service.store, clock=service.operator.clock)
+    queue = QuarantineService(
+        service.store, clock=service.operator.clock, approval_ttl=service.config.approvals.ttl
+    )
     registry = service.config.registry
 
     async def call(fn: Callable[..., T], *args: Any, **kw: Any) -> T:

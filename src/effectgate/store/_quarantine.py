@@ -19,7 +19,7 @@ from typing import Any
 
 from effectgate._core.resolution import Resolution, plan_resolution
 from effectgate._core.states import State
-from effectgate.errors import OperationNotFound, ResolutionRefused, StaleState
+from effectgate.errors import ControlError, OperationNotFound, ResolutionRefused, StaleState
 from effectgate.store import _sql as sql
 from effectgate.store._hooks import Hold, StoreHooks, scoped
 from effectgate.store._journal import move_locked
@@ -75,13 +75,23 @@ class QuarantineRoles(StoreHooks):
         )
 
     def resolve_quarantine(
-        self, scope: str, operation_id: str, resolution: Resolution, *, now: float
+        self,
+        scope: str,
+        operation_id: str,
+        resolution: Resolution,
+        *,
+        now: float,
+        approval_ttl: float | None = None,
     ) -> Operation:
         """Apply an operator's resolution to a quarantined row (see the module docstring).
 
+        A release back to ``awaiting_approval`` opens a new approval round expiring
+        ``approval_ttl`` from now (None: the round it had, whose expiry may have passed).
         :class:`ResolutionRefused` when the row is not quarantined or the resolution may not
         apply to it; nothing is written then.
         """
+        if approval_ttl is not None and not approval_ttl > 0:
+            raise ResolutionRefused("approval_ttl must be positive")
         by = resolution.by
         if (
             not isinstance(by, str)
@@ -102,8 +112,19 @@ class QuarantineRoles(StoreHooks):
                 dispatched=row.submitted_at is not None,
                 resolution=resolution,
             )
-            event = {"by": by, "resolution": resolution.to_dict(), **credential_marker(by)}
+            event: dict[str, object] = {
+                "by": by,
+                "resolution": resolution.to_dict(),
+                **credential_marker(by),
+            }
+            fresh_round = target is State.AWAITING_APPROVAL and approval_ttl is not None
+            if fresh_round and approval_ttl is not None:
+                event["approval_round"] = "new"
+                event["earlier_approvals"] = _earlier_approvals(tx, scope, operation_id)
+                event["expires_at"] = now + approval_ttl
             moved = move_locked(tx, row, target, now, resolution.reason, event)
+            if fresh_round and approval_ttl is not None:
+                _open_round(tx, row, None, now + approval_ttl)
             if resolution.venue_id is not None:
                 tx.write(
                     "UPDATE operations SET venue_id = ? WHERE scope = ? AND operation_id = ?",
@@ -132,17 +153,16 @@ class QuarantineRoles(StoreHooks):
         """``validated -> awaiting_approval``: a new approval round. Earlier approvals no longer
         count (they stay in the audit trail, listed in this round's entry), the same approvers
         may approve again, and the round has its own expiry (``now + ttl``)."""
-        if required < 1 or not ttl > 0:
-            raise ResolutionRefused("a new approval round needs required >= 1 and ttl > 0")
+        if isinstance(required, bool) or not isinstance(required, int) or required < 1:
+            raise ControlError("a new approval round needs required >= 1", field="required")
+        if not ttl > 0:
+            raise ControlError("a new approval round needs ttl > 0", field="ttl")
 
         def work(tx: SharedTx, row: Operation | None) -> Operation:
             row = _found(row, scope, operation_id)
             if row.state is not State.VALIDATED:
                 raise StaleState(f"operation {operation_id!r} is {row.state.value!r}")
-            earlier = tx.rows(
-                "SELECT approver, verdict, at FROM approvals WHERE scope = ? AND operation_id = ?",
-                (scope, operation_id),
-            )
+            earlier = _earlier_approvals(tx, scope, operation_id)
             moved = move_locked(
                 tx,
                 row,
@@ -152,31 +172,11 @@ class QuarantineRoles(StoreHooks):
                 {
                     "by": by,
                     "approval_round": "new",
-                    "earlier_approvals": [
-                        {"approver": str(a), "verdict": str(v), "at": float(t)}
-                        for a, v, t in earlier
-                    ],
+                    "earlier_approvals": earlier,
                     "expires_at": now + ttl,
                 },
             )
-            tx.write(
-                "DELETE FROM approvals WHERE scope = ? AND operation_id = ?", (scope, operation_id)
-            )
-            updated = tx.rows(
-                "UPDATE approval_requests SET required = ?, expires_at = ?, fingerprint = ? "
-                "WHERE scope = ? AND operation_id = ? RETURNING 1",
-                (required, now + ttl, row.fingerprint, scope, operation_id),
-            )
-            if not updated:
-                tx.write(
-                    "INSERT INTO approval_requests (scope, operation_id, fingerprint, required, "
-                    "expires_at, proposers, dispatch_on_approval) VALUES (?,?,?,?,?,?,?)",
-                    (scope, operation_id, row.fingerprint, required, now + ttl, "[]", False),
-                )
-            tx.write(
-                "UPDATE operations SET released_at = NULL WHERE scope = ? AND operation_id = ?",
-                (scope, operation_id),
-            )
+            _open_round(tx, row, required, now + ttl)
             return moved
 
         return self._run(
@@ -233,3 +233,35 @@ def _from_trail(rows: Sequence[Sequence[Any]]) -> State | None:
             except ValueError:
                 return None
     return None
+
+
+def _earlier_approvals(tx: SharedTx, scope: str, operation_id: str) -> list[dict[str, object]]:
+    return [
+        {"approver": str(a), "verdict": str(v), "at": float(t)}
+        for a, v, t in tx.rows(
+            "SELECT approver, verdict, at FROM approvals WHERE scope = ? AND operation_id = ?",
+            (scope, operation_id),
+        )
+    ]
+
+
+def _open_round(tx: SharedTx, row: Operation, required: int | None, expires_at: float) -> None:
+    """A new approval round for ``row``: earlier approvals void, its own expiry; ``required``
+    None keeps the round's count."""
+    scope, operation_id = row.scope, row.operation_id
+    tx.write("DELETE FROM approvals WHERE scope = ? AND operation_id = ?", (scope, operation_id))
+    updated = tx.rows(
+        "UPDATE approval_requests SET required = coalesce(?, required), expires_at = ?, "
+        "fingerprint = ? WHERE scope = ? AND operation_id = ? RETURNING 1",
+        (required, expires_at, row.fingerprint, scope, operation_id),
+    )
+    if not updated:
+        tx.write(
+            "INSERT INTO approval_requests (scope, operation_id, fingerprint, required, "
+            "expires_at, proposers, dispatch_on_approval) VALUES (?,?,?,?,?,?,?)",
+            (scope, operation_id, row.fingerprint, required or 1, expires_at, "[]", False),
+        )
+    tx.write(
+        "UPDATE operations SET released_at = NULL WHERE scope = ? AND operation_id = ?",
+        (scope, operation_id),
+    )

@@ -442,9 +442,16 @@ class Quarantine(Protocol):
         """``expected -> quarantined`` with the full record in its audit entry."""
 
     def resolve_quarantine(
-        self, scope: str, operation_id: str, resolution: Resolution, *, now: float
+        self,
+        scope: str,
+        operation_id: str,
+        resolution: Resolution,
+        *,
+        now: float,
+        approval_ttl: float | None = None,
     ) -> Operation:
-        """Apply an operator's resolution (invariant 10); ResolutionRefused otherwise."""
+        """Apply an operator's resolution (invariant 10); ResolutionRefused otherwise. A
+        release to ``awaiting_approval`` opens a new round of ``approval_ttl`` when given."""
 
     def reopen_approval(
         self,
