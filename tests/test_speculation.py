@@ -187,6 +187,7 @@ class TestIncidentTwoEvictedVerdict:
         assert record["ledger_key"] == "default:op-1"
         assert record["sandbox_key"] == "default:op-1~e2"
         assert len(record["speculations"]) == 2
+        assert record["strategy"] == "refuse" and record["attempt"] == 1
         alerts = [a.kind for a in w.store.list_alerts()]
         assert "key-namespace-divergence" in alerts
 
@@ -202,6 +203,17 @@ class TestIncidentTwoEvictedVerdict:
         records = w.store.speculations("default", "op-1")
         assert [r.sandbox_key for r in records] == ["default:op-1", "default:op-1"]
         assert w.venue.effect_count == 1
+        # The commit record carries both keys (seed 000's operational effect).
+        commit = [
+            e.detail
+            for e in w.store.audit_entries(scope="default", operation_id="op-1")
+            if e.kind == "transition" and e.detail.get("state") == "submitted"
+        ]
+        assert len(commit) == 1
+        assert commit[0]["speculation"]["ledger_key"] == "default:op-1"
+        assert commit[0]["speculation"]["sandbox_key"] == "default:op-1"
+        assert commit[0]["speculation"]["seq"] == 2
+        assert commit[0]["speculation"]["strategy"] == "refuse"
 
 
 class TestVerdicts:

@@ -222,15 +222,18 @@ class Gate:
         if row.state is not State.VALIDATED:
             return self._explain(row), None
         action_class = self.registry.get(row.action)
+        commit: dict[str, object] | None = None
         if action_class.speculation is not None:
             spec = active_speculation(self, action_class)
-            stopped = before_dispatch(self, row, spec) if spec is not None else None
-            if stopped is not None:
-                return self._explain(stopped), None
+            if spec is not None:
+                # The commit check; the dispatch's audit entry then carries both keys.
+                stopped, commit = before_dispatch(self, row, spec)
+                if stopped is not None:
+                    return self._explain(stopped), None
         guard = self._guard(action_class, row.effect, correlation_id)
         now = self.clock()
         try:
-            done = self.store.dispatch(scope, operation_id, now=now, guard=guard)
+            done = self.store.dispatch(scope, operation_id, now=now, guard=guard, audit=commit)
         except StaleState:
             # Another process won the compare-and-set; it alone dispatches (invariant 1).
             return self.get(operation_id, scope=scope), None

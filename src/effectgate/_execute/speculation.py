@@ -137,10 +137,16 @@ def speculate(gate: Gate, row: Operation, attempt: int) -> tuple[SpeculationReco
     return stored, moved if moved is not None else row
 
 
-def before_dispatch(gate: Gate, row: Operation, spec: Speculation) -> Operation | None:
-    """The commit check of a ``validated`` row: None to dispatch it now, else the row as the
-    check left it (rejected, or no longer validated). Raises :class:`KeyNamespaceDivergence`
-    (row quarantined) or :class:`SpeculationStalled` (row still validated, with detail)."""
+def before_dispatch(
+    gate: Gate, row: Operation, spec: Speculation
+) -> tuple[Operation | None, dict[str, object] | None]:
+    """The commit check of a ``validated`` row.
+
+    ``(None, commit)`` to dispatch it now, ``commit`` being the dual-key record the dispatch's
+    audit entry carries (both keys, the mapping, the strategy, the speculation it commits, the
+    attempt); ``(row, None)`` for the row as the check left it (rejected, or no longer
+    validated). Raises :class:`KeyNamespaceDivergence` (row quarantined) or
+    :class:`SpeculationStalled` (row still validated, with detail)."""
     store = gate.store
     arrivals, mapping = store.speculation_state(row.scope, row.operation_id)
     attempt = max(arrivals, 1)
@@ -174,7 +180,18 @@ def before_dispatch(gate: Gate, row: Operation, spec: Speculation) -> Operation 
                 attempt,
                 decision.reason,
             )
-            return None
+            return None, {
+                "speculation": {
+                    "ledger_key": row.op_key,
+                    "sandbox_key": record.sandbox_key if record else None,
+                    "declared_mapping": mapping,
+                    "strategy": spec.strategy.value,
+                    "seq": record.seq if record else None,
+                    "verdict_expires_at": record.expires_at if record else None,
+                    "attempt": attempt,
+                    "check": decision.reason,
+                }
+            }
         if decision.step is CommitStep.REJECT:
             log.warning(
                 "speculative commit of %s refused: %s; ledger key %s, sandbox key %s",
@@ -183,7 +200,7 @@ def before_dispatch(gate: Gate, row: Operation, spec: Speculation) -> Operation 
                 row.op_key,
                 record.sandbox_key if record else None,
             )
-            return store.transition(
+            rejected = store.transition(
                 row.scope,
                 row.operation_id,
                 State.VALIDATED,
@@ -197,6 +214,7 @@ def before_dispatch(gate: Gate, row: Operation, spec: Speculation) -> Operation 
                     "seq": record.seq if record else None,
                 },
             )
+            return rejected, None
         if decision.step is CommitStep.QUARANTINE:
             _diverge(gate, row, record, attempt, mapping, decision.reason)
         # Re-speculate, within the bound of tries and time.
@@ -205,12 +223,12 @@ def before_dispatch(gate: Gate, row: Operation, spec: Speculation) -> Operation 
         # Condition 4: consult the ledger before speculating again under the same key.
         current = store.get(row.scope, row.operation_id)
         if current is None or current.state is not State.VALIDATED:
-            return current if current is not None else row
+            return (current if current is not None else row), None
         row = current
         tries += 1
         record, row = speculate(gate, row, attempt)
         if row.state is not State.VALIDATED:
-            return row
+            return row, None
 
 
 def _diverge(
@@ -223,11 +241,14 @@ def _diverge(
 ) -> None:
     sandbox_key = record.sandbox_key if record else None
     now = gate.clock()
+    spec = gate.registry.get(row.action).speculation
+    strategy = spec.strategy.value if spec else None
     full: dict[str, object] = {
         "operation_id": row.operation_id,
         "ledger_key": row.op_key,
         "sandbox_key": sandbox_key,
         "declared_mapping": mapping,
+        "strategy": strategy,
         "attempt": attempt,
         "fingerprint": row.fingerprint,
         "reason": reason,
