@@ -503,3 +503,18 @@ class TestQuarantineAgedAlert:
         assert [a.kind for a in raised].count("quarantine-aged") == 1
         again = check_maintenance(store, gate.registry, None, now=clock())
         assert "quarantine-aged" not in [a.kind for a in again]
+
+
+class TestQueueMetrics:
+    def test_the_queue_size_and_age_are_scraped(self, service: Service) -> None:
+        with TestClient(create_app(service, mcp_http=False)) as client:
+            client.post(
+                "/v1/actions/submit_order",
+                content=json.dumps(ORDER).encode(),
+                headers=bearer(
+                    AGENT_A, **{"Idempotency-Key": "op-1", "Content-Type": "application/json"}
+                ),
+            )
+            text = client.get("/metrics", headers=bearer(OPERATOR)).text
+        assert "effectgate_quarantine_size 1.0" in text
+        assert "effectgate_quarantine_oldest_age_seconds" in text

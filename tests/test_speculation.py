@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from pathlib import Path
 
 import httpx
 import pytest
@@ -24,6 +25,7 @@ from effectgate._core.speculation import (
 from effectgate._core.states import State
 from effectgate._core.venue import VenueContract
 from effectgate._execute.adapter import DryRun, OutboundRequest
+from effectgate._service import Service, parse_config
 from effectgate.adapters._paper_sandbox import PaperSandbox, SandboxMode
 from effectgate.adapters._paper_server import PaperVenueServer, serve_paper_venue
 from effectgate.adapters.http import HttpVenueAdapter
@@ -32,6 +34,7 @@ from effectgate.errors import ConfigError, RegistryError
 from effectgate.examples import EXAMPLE_ORDER, cancel_order_class, submit_order_class
 from effectgate.store.roles import Store
 from effectgate.testing import ManualClock
+from servicekit import config_text
 
 INTENT = dict(EXAMPLE_ORDER)  # notional 400
 BIG = {**INTENT, "quantity": "9.5"}  # notional 950: needs an approval
@@ -508,3 +511,39 @@ class TestIdentityMismatch:
             gate.submit("submit_order", "op-1", INTENT)
         row = store.get("default", "op-1")
         assert row is not None and row.state is State.QUARANTINED and venue.calls == 0
+
+
+class TestConfigFile:
+    """``[classes.NAME.speculation]`` in the service's config file; condition 3 at load."""
+
+    def _text(self, tmp_path: Path, speculation: str, adapter: str = 'kind = "paper"') -> str:
+        text = config_text(store_url=f"sqlite:///{tmp_path}/l.db")
+        text = text.replace('[adapters.venue]\nkind = "paper"', f"[adapters.venue]\n{adapter}")
+        return text + "\n[classes.submit_order.speculation]\n" + speculation
+
+    def test_a_lifetime_inside_the_retry_horizon_is_refused_at_load(self, tmp_path: Path) -> None:
+        with pytest.raises(ConfigError, match=r"classes\.submit_order\.speculation.*retry horizon"):
+            parse_config(self._text(tmp_path, "verdict_lifetime = 5\n"), "test.toml")
+
+    def test_an_unknown_strategy_is_refused(self, tmp_path: Path) -> None:
+        text = self._text(tmp_path, 'verdict_lifetime = 60\nstrategy = "guess"\n')
+        with pytest.raises(ConfigError, match="strategy"):
+            parse_config(text, "test.toml")
+
+    def test_the_paper_sandbox_from_the_config_speculates(self, tmp_path: Path) -> None:
+        adapter = 'kind = "paper"\nsandbox = "honest"\nsandbox_lifetime = 120'
+        cfg = parse_config(self._text(tmp_path, "verdict_lifetime = 60\n", adapter), "t.toml")
+        spec = cfg.registry.get("submit_order").speculation
+        assert spec is not None and spec.mode is SpeculationMode.REQUIRED
+        service = Service(cfg)
+        try:
+            row = service.gate.submit("submit_order", "op-1", INTENT, scope="alpha")
+            assert row.state is State.ACKNOWLEDGED
+            assert len(service.store.speculations("alpha", "op-1")) == 1
+        finally:
+            service.close()
+
+    def test_required_speculation_without_a_sandbox_refuses_to_start(self, tmp_path: Path) -> None:
+        cfg = parse_config(self._text(tmp_path, "verdict_lifetime = 60\n"), "t.toml")
+        with pytest.raises(ConfigError, match="cannot speculate"):
+            Service(cfg)
