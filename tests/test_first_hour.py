@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 
 from effectgate._frontends.cli import app
 from effectgate._service import Service, load_config, parse_config
+from effectgate.adapters._paper_sandbox import PaperSandbox
 from effectgate.adapters._paper_server import serve_paper_venue
 from effectgate.adapters.paper import PaperVenue
 from effectgate.errors import ConfigError
@@ -632,11 +633,13 @@ class TestPaperVenueProtocolDocument:
             status_code_conformance,
         )
 
-        with serve_paper_venue(PaperVenue(), api_key="k") as server:
+        venue = PaperVenue()
+        with serve_paper_venue(venue, api_key="k", sandbox=PaperSandbox(venue)) as server:
             schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
             operations = [result.ok() for result in schema.get_all_operations()]
             # (schemathesis leaves out the document's own path, /openapi.json)
             assert {(op.method.upper(), op.path) for op in operations} == {
+                ("POST", "/v1/dry-runs"),
                 ("POST", "/v1/orders"),
                 ("GET", "/v1/orders"),
                 ("GET", "/v1/records"),

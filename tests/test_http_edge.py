@@ -50,6 +50,13 @@ BODY_ROUTES = [
         OPERATOR,
     ),
     ("POST", "/v1/admin/tokens", {"name": "n", "role": "agent", "scope": "alpha"}, OPERATOR),
+    (
+        "POST",
+        "/v1/admin/quarantine/alpha/op-1/resolve",
+        {"outcome": "failed", "proof": {"kind": "venue_refusal"}, "reason": "r"},
+        OPERATOR,
+    ),
+    ("POST", "/v1/admin/quarantine/alpha/op-1/take-over", {"reason": "r"}, OPERATOR),
 ]
 ROUTE_IDS = [f"{m} {p}" for m, p, _, _ in BODY_ROUTES]
 

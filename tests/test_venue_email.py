@@ -79,20 +79,31 @@ class TestNoReadView:
     def test_uncertain_row_never_written_off_past_the_horizon(
         self, store: Store, box: Mailbox
     ) -> None:
-        """Invariant 4 with no read view: absence proves nothing, so the row stays uncertain
-        (issue 12's queue takes it to an operator) instead of being written off as failed."""
+        """Invariant 4 with no read view: absence proves nothing, so the row is never written off
+        as failed; past its horizon it goes to the operators' quarantine queue (invariant 10)."""
         r = rig(store, adapter(box.port), CLS)
         with crash_at("after_venue_call"), pytest.raises(SimulatedCrash):
             r.gate.submit("send_email", "mail-crash", MAIL)
         assert box.count("default:mail-crash") == 1  # it was delivered...
         r.clock.advance(3600)
         report = r.rec.run_once()
-        # ...and reading cannot tell: nothing confirmed, nothing written off; the sweep saw
-        # the row and left it uncertain (noted, so an operator's queue can take it).
+        # ...and reading cannot tell: nothing confirmed, nothing written off; the row goes to
+        # the operators' queue, where a resolution with evidence settles it.
         assert report.written_off == 0 and report.confirmed == 0
-        assert report.still_uncertain == 1
-        assert ("default:mail-crash", "uncertain-no-read-view") in report.repaired
-        assert r.gate.get("mail-crash").state is State.SUBMITTED
+        assert report.quarantined == 1
+        assert ("default:mail-crash", "unsettled-no-read-view") in report.repaired
+        assert r.gate.get("mail-crash").state is State.QUARANTINED
+
+    def test_inside_the_horizon_the_row_stays_uncertain(self, store: Store, box: Mailbox) -> None:
+        """Invariant 4: before its horizon a no-read-view row is noted, neither moved nor
+        written off."""
+        r = rig(store, adapter(box.port), CLS)
+        with crash_at("after_venue_call"), pytest.raises(SimulatedCrash):
+            r.gate.submit("send_email", "mail-young", MAIL)
+        report = r.rec.run_once()
+        assert report.still_uncertain == 1 and report.quarantined == 0
+        assert ("default:mail-young", "uncertain-no-read-view") in report.repaired
+        assert r.gate.get("mail-young").state is State.SUBMITTED
 
     def test_misdeclared_read_view_still_never_written_off(
         self, store: Store, box: Mailbox

@@ -30,12 +30,29 @@ from effectgate._core.intent import (
 )
 from effectgate._core.policy import Decision, LimitPolicy, Policy, PolicySet
 from effectgate._core.principals import Principal, PrincipalRecord, Role
+from effectgate._core.resolution import EvidenceKind, Proof, Resolution, ResolutionOutcome
+from effectgate._core.speculation import (
+    KeyStrategy,
+    Speculation,
+    SpeculationMode,
+    SpeculationRecord,
+    SpeculationVerdict,
+)
 from effectgate._core.states import State
-from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
+from effectgate._execute.adapter import (
+    Adapter,
+    DryRun,
+    OutboundRequest,
+    Outcome,
+    Receipt,
+    Speculates,
+    VenueRecord,
+)
 from effectgate._execute.alerts import AlertSink, LogAlertSink, WebhookAlertSink, default_sink
 from effectgate._execute.dispatcher import Dispatcher, DispatchReport
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import BlastRadius, Operator, ShadowReport
+from effectgate._execute.quarantine import QuarantineService, QuarantineView
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._execute.shadow import ShadowGroup
 from effectgate.errors import (
@@ -51,6 +68,7 @@ from effectgate.errors import (
     IdempotencyConflict,
     IntentError,
     InvalidTransition,
+    KeyNamespaceDivergence,
     LedgerNotFound,
     ModelOutcome,
     OperationError,
@@ -63,6 +81,8 @@ from effectgate.errors import (
     RateLimited,
     RegistryError,
     RequestError,
+    ResolutionRefused,
+    SpeculationStalled,
     StaleState,
     StoreError,
     Unauthenticated,
@@ -96,15 +116,19 @@ __all__ = [
     "Decision",
     "DispatchReport",
     "Dispatcher",
+    "DryRun",
     "EffectClass",
     "EffectgateError",
     "Envelope",
+    "EvidenceKind",
     "Gate",
     "IdempotencyConflict",
     "Intent",
     "IntentBase",
     "IntentError",
     "InvalidTransition",
+    "KeyNamespaceDivergence",
+    "KeyStrategy",
     "LedgerNotFound",
     "LimitPolicy",
     "LogAlertSink",
@@ -125,6 +149,9 @@ __all__ = [
     "PositiveDecimal",
     "Principal",
     "PrincipalRecord",
+    "Proof",
+    "QuarantineService",
+    "QuarantineView",
     "RateLimited",
     "Receipt",
     "ReconcileReport",
@@ -132,10 +159,19 @@ __all__ = [
     "Registry",
     "RegistryError",
     "RequestError",
+    "Resolution",
+    "ResolutionOutcome",
+    "ResolutionRefused",
     "Role",
     "SQLiteStore",
     "ShadowGroup",
     "ShadowReport",
+    "Speculates",
+    "Speculation",
+    "SpeculationMode",
+    "SpeculationRecord",
+    "SpeculationStalled",
+    "SpeculationVerdict",
     "StaleState",
     "State",
     "Store",

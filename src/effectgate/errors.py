@@ -32,6 +32,9 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |       +-- DuplicateApprover     duplicate_approver             409
     |       +-- InvalidApprover       invalid_approver               400
     |       +-- ApprovalExpired       approval_expired               409
+    |   +-- KeyNamespaceDivergence    key_namespace_divergence       409  held
+    |   +-- SpeculationStalled        speculation_stalled            503  held
+    |   +-- ResolutionRefused         resolution_refused             409
     +-- StoreError                    store_error                    503  refused
     +-- OutcomeUnknown                outcome_unknown                503  uncertain
     |   +-- CommitOutcomeUnknown      indeterminate_commit           503
@@ -82,6 +85,7 @@ __all__ = [
     "InvalidApprover",
     "InvalidIdempotencyKey",
     "InvalidTransition",
+    "KeyNamespaceDivergence",
     "LedgerNotFound",
     "MethodNotAllowed",
     "ModelOutcome",
@@ -98,9 +102,11 @@ __all__ = [
     "RateLimited",
     "RegistryError",
     "RequestError",
+    "ResolutionRefused",
     "RouteNotFound",
     "SelfApproval",
     "ServiceUnavailable",
+    "SpeculationStalled",
     "StaleState",
     "StoreError",
     "Unauthenticated",
@@ -396,6 +402,66 @@ class ApprovalExpired(ApprovalError):
 
     code = "approval_expired"
     reason = "expired"
+
+
+class KeyNamespaceDivergence(OperationError):
+    """The sandbox's key and the ledger's key for one operation disagree, or the speculation
+    record's identity is not the row's (seed 000): the row is quarantined, never retried.
+
+    Carries both keys, the attempt (how many times the proposal arrived) and the operation id.
+    """
+
+    code = "key_namespace_divergence"
+    # Nothing was sent under this commit, and nothing will be until an operator resolves it.
+    outcome = ModelOutcome.HELD
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        operation_id: str,
+        ledger_key: str,
+        sandbox_key: str | None,
+        attempt: int,
+    ) -> None:
+        super().__init__(message)
+        self.operation_id = operation_id
+        self.ledger_key = ledger_key
+        self.sandbox_key = sandbox_key
+        self.attempt = attempt
+
+    def details(self) -> dict[str, object]:
+        return {
+            "operation_id": self.operation_id,
+            "ledger_key": self.ledger_key,
+            "sandbox_key": self.sandbox_key,
+            "attempt": self.attempt,
+        }
+
+
+class SpeculationStalled(OperationError):
+    """No committable verdict within the class's bound of tries and time (invariant 11): the
+    row stays ``validated`` with this detail and an alert fires; nothing was sent."""
+
+    code = "speculation_stalled"
+    status = 503
+    outcome = ModelOutcome.HELD
+
+    def __init__(self, message: str, *, operation_id: str, attempt: int) -> None:
+        super().__init__(message)
+        self.operation_id = operation_id
+        self.attempt = attempt
+
+    def details(self) -> dict[str, object]:
+        return {"operation_id": self.operation_id, "attempt": self.attempt}
+
+
+class ResolutionRefused(OperationError):
+    """An operator's resolution of a quarantined row was refused: the row is not quarantined,
+    the evidence does not prove the outcome claimed, or a release of a row that may have been
+    dispatched (invariant 10). Nothing was changed."""
+
+    code = "resolution_refused"
 
 
 # --- store errors: the ledger failed in a way known to have changed nothing -------------------

@@ -34,7 +34,13 @@ from effectgate._conformance import (
     read_report,
     run_conformance,
 )
-from effectgate._execute.adapter import Adapter, OutboundRequest, Receipt, VenueRecord
+from effectgate._execute.adapter import (
+    Adapter,
+    OutboundRequest,
+    Receipt,
+    SpeculationPassThrough,
+    VenueRecord,
+)
 from effectgate._execute.crashpoints import (
     CRASH_POINTS,
     CrashMode,
@@ -104,7 +110,7 @@ class ManualClock:
         self.now += seconds
 
 
-class CountingAdapter(Adapter):
+class CountingAdapter(SpeculationPassThrough, Adapter):
     """Delegates to ``inner``; counts calls and keeps every :class:`OutboundRequest` it saw.
 
     A request is recorded before it is forwarded, so a call that raises still counts.

@@ -34,6 +34,7 @@ from pydantic_core import PydanticCustomError, core_schema
 from effectgate._core.canonical import MAX_SAFE_INT, canonical_decimal, fingerprint, nfc
 from effectgate._core.jsonparse import copy_object, load_document, refuse_floats, show
 from effectgate._core.messages import intent_error
+from effectgate._core.speculation import Speculation
 from effectgate._core.venue import VenueContract
 from effectgate.errors import IntentError, RegistryError, UnknownActionClass
 
@@ -243,6 +244,8 @@ class ActionClass:
     hold_bound: float | None = None
     #: What the venue promises (key, read view, sandbox): :mod:`effectgate._core.venue`.
     venue: VenueContract = field(default_factory=VenueContract)
+    #: Speculative pre-execution (seed 000): :mod:`effectgate._core.speculation`; None: off.
+    speculation: Speculation | None = None
     _effect_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _decimals: tuple[tuple[str, bool], ...] = field(init=False, repr=False, compare=False)
 
@@ -264,6 +267,13 @@ class ActionClass:
             raise RegistryError(f"{self.name}: {exc}") from None
         if not isinstance(self.venue, VenueContract):
             raise RegistryError(f"{self.name}: venue must be a VenueContract")
+        if self.speculation is not None:
+            if not isinstance(self.speculation, Speculation):
+                raise RegistryError(f"{self.name}: speculation must be a Speculation")
+            try:
+                self.speculation.check_venue(self.venue)
+            except RegistryError as exc:
+                raise RegistryError(f"{self.name}: {exc.message}") from None
         self._check_times()
         versions = frozenset(self.schema_versions)
         if not versions or not all(isinstance(v, str) and v for v in versions):

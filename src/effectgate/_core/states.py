@@ -9,7 +9,15 @@ from enum import StrEnum
 
 from effectgate.errors import InvalidTransition
 
-__all__ = ["NON_TERMINAL", "TERMINAL", "TRANSITIONS", "State", "check_transition", "is_terminal"]
+__all__ = [
+    "NON_TERMINAL",
+    "RELEASABLE",
+    "TERMINAL",
+    "TRANSITIONS",
+    "State",
+    "check_transition",
+    "is_terminal",
+]
 
 
 class State(StrEnum):
@@ -26,28 +34,35 @@ class State(StrEnum):
 
 
 TERMINAL: frozenset[State] = frozenset(
-    {
-        State.REJECTED,
-        State.DENIED,
-        State.SHADOWED,
-        State.ACKNOWLEDGED,
-        State.FAILED,
-        State.QUARANTINED,
-    }
+    {State.REJECTED, State.DENIED, State.SHADOWED, State.ACKNOWLEDGED, State.FAILED}
 )
 NON_TERMINAL: frozenset[State] = frozenset(State) - TERMINAL
 
 # from-state -> allowed to-states. `failed` is terminal for dispatch but stays under the sweep:
 # the reconciler reports a late appearance as a divergence rather than moving the row.
+# `validated -> rejected` is a refusal just before dispatch (a sandbox's DENY verdict, later a
+# revoked grant or an exhausted budget) and `validated -> awaiting_approval` a new approval
+# round: both are the pre-dispatch pipeline's only two ways back.
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.PROPOSED: frozenset({State.REJECTED, State.AWAITING_APPROVAL, State.VALIDATED}),
     State.AWAITING_APPROVAL: frozenset({State.VALIDATED, State.DENIED}),
-    State.VALIDATED: frozenset({State.SHADOWED, State.SUBMITTED}),
+    State.VALIDATED: frozenset(
+        {State.SHADOWED, State.SUBMITTED, State.REJECTED, State.AWAITING_APPROVAL}
+    ),
     State.SUBMITTED: frozenset({State.ACKNOWLEDGED, State.FAILED}),
 }
-for _state in NON_TERMINAL:
+for _state in NON_TERMINAL - {State.QUARANTINED}:
     TRANSITIONS[_state] = TRANSITIONS.get(_state, frozenset()) | {State.QUARANTINED}
 del _state
+#: Where a quarantined row may go, and only by an operator's resolution
+#: (:mod:`effectgate._core.resolution` decides which): applied, failed, or released back to a
+#: state it can only have come from if it was never dispatched. Never ``submitted``: a row that
+#: may have been dispatched is never dispatched again (invariant 10).
+TRANSITIONS[State.QUARANTINED] = frozenset(
+    {State.ACKNOWLEDGED, State.FAILED, State.PROPOSED, State.AWAITING_APPROVAL, State.VALIDATED}
+)
+#: The states a quarantined row may be released back to (never dispatched).
+RELEASABLE: frozenset[State] = frozenset({State.PROPOSED, State.AWAITING_APPROVAL, State.VALIDATED})
 
 
 def is_terminal(state: State | str) -> bool:

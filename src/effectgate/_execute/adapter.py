@@ -12,15 +12,22 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+from effectgate.errors import AdapterError
 
 __all__ = [
     "Adapter",
+    "DryRun",
     "Listing",
     "OutboundRequest",
     "Outcome",
     "Receipt",
+    "Speculates",
+    "SpeculationPassThrough",
     "VenueRecord",
     "iter_records",
+    "speculator",
     "unkeyed",
 ]
 
@@ -150,3 +157,66 @@ def iter_records(adapter: Adapter, page_size: int = 1000) -> Iterator[VenueRecor
         if len(page) < page_size:
             return
         after = page[-1]
+
+
+# --- the optional capability to speculate (seed 000) --------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DryRun:
+    """A sandbox's verdict on one request, without any effect.
+
+    ``verdict``: ``ALLOW``, ``DENY`` or ``RETRYABLE_TIMEOUT``; ``reason`` says why.
+    ``sandbox_key``: the idempotency key the sandbox says it used (None: it did not say).
+    ``subject``: the operation key the sandbox says it validated (None: the one it was given).
+    ``expires_in``: seconds from when the dry run was asked for that the verdict may be
+    committed (the executor turns it into an expiry on its own clock, from before the call).
+    """
+
+    verdict: str
+    reason: str
+    sandbox_key: str | None
+    expires_in: float
+    subject: str | None = None
+    evidence: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.verdict not in ("ALLOW", "DENY", "RETRYABLE_TIMEOUT"):
+            raise ValueError(f"verdict {self.verdict!r} is not ALLOW, DENY or RETRYABLE_TIMEOUT")
+
+
+@runtime_checkable
+class Speculates(Protocol):
+    """An adapter that can dry-run a request at its venue's sandbox.
+
+    ``request.operation_key`` is the ledger key: a sandbox that honours it uses it as its own.
+    ``attempt`` is how many times the proposal arrived, for the sandbox's audit only. The call
+    must have no effect at the venue; raising means no verdict (treated as a timeout).
+    """
+
+    def speculate(self, request: OutboundRequest, *, attempt: int, timeout: float) -> DryRun: ...
+
+
+def speculator(adapter: Adapter) -> Speculates | None:
+    """The adapter as a speculator, or None when it cannot speculate (an adapter may say so
+    at run time with a false ``can_speculate``)."""
+    if isinstance(adapter, Speculates) and getattr(adapter, "can_speculate", True):
+        return adapter
+    return None
+
+
+class SpeculationPassThrough:
+    """For wrappers that hold the real adapter as ``inner`` (timing, counting): they can
+    speculate exactly when ``inner`` can, and forward the dry run unchanged."""
+
+    inner: Adapter
+
+    @property
+    def can_speculate(self) -> bool:
+        return speculator(self.inner) is not None
+
+    def speculate(self, request: OutboundRequest, *, attempt: int, timeout: float) -> DryRun:
+        inner = speculator(self.inner)
+        if inner is None:
+            raise AdapterError(f"{self.inner.name}: this adapter cannot speculate")
+        return inner.speculate(request, attempt=attempt, timeout=timeout)

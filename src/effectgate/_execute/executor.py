@@ -22,6 +22,12 @@ from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt
 from effectgate._execute.alerts import AlertSink, deliver
 from effectgate._execute.crashpoints import crashpoint
+from effectgate._execute.speculation import (
+    active_speculation,
+    before_dispatch,
+    check_speculation,
+    speculate,
+)
 from effectgate._sim import _bugs
 from effectgate.errors import (
     CommitOutcomeUnknown,
@@ -69,6 +75,7 @@ class Gate:
         breakers: Mapping[str, BreakerConfig] | None = None,
         approvals: ApprovalRules | None = None,
         alerts: AlertSink | None = None,
+        in_flight_grace: float = 2.0,
     ) -> None:
         missing = sorted({registry.get(n).adapter for n in registry.names()} - set(adapters))
         if missing:
@@ -88,6 +95,16 @@ class Gate:
             registry.get(name)
         self.approvals = approvals or ApprovalRules()
         self.alerts = alerts
+        # Speculation (seed 000): the retry horizon is the dispatch timeout plus this grace.
+        self.in_flight_grace = in_flight_grace
+        check_speculation(
+            {n: registry.get(n) for n in registry.names()}, self.adapters, self.horizon
+        )
+
+    @property
+    def horizon(self) -> float:
+        """The retry horizon: from the last speculation to the end of a dispatch."""
+        return self.dispatch_timeout + self.in_flight_grace
 
     # --- the front door -------------------------------------------------------------------
 
@@ -127,7 +144,9 @@ class Gate:
             )
         action_class = self.registry.get(action)
         decision = self.policy.decide(action_class, parsed)
-        path = _path_for(decision, dispatch)
+        spec = active_speculation(self, action_class) if action_class.speculation else None
+        # A speculating class stops at validated: the dry run comes before any dispatch.
+        path = _path_for(decision, dispatch and spec is None)
         new = NewOperation(
             scope=scope,
             operation_id=operation_id,
@@ -162,6 +181,8 @@ class Gate:
                     operation_id,
                 )
         row = done.row
+        if spec is not None:
+            return self._speculative(done, guard.action, now, dispatch, correlation_id)
         if not done.created:
             if _bugs.ACTIVE.redispatch_uncertain and row.state is State.SUBMITTED:  # test only
                 return self._call(row)
@@ -200,10 +221,19 @@ class Gate:
         row = self._row(scope, operation_id)
         if row.state is not State.VALIDATED:
             return self._explain(row), None
-        guard = self._guard(self.registry.get(row.action), row.effect, correlation_id)
+        action_class = self.registry.get(row.action)
+        commit: dict[str, object] | None = None
+        if action_class.speculation is not None:
+            spec = active_speculation(self, action_class)
+            if spec is not None:
+                # The commit check; the dispatch's audit entry then carries both keys.
+                stopped, commit = before_dispatch(self, row, spec)
+                if stopped is not None:
+                    return self._explain(stopped), None
+        guard = self._guard(action_class, row.effect, correlation_id)
         now = self.clock()
         try:
-            done = self.store.dispatch(scope, operation_id, now=now, guard=guard)
+            done = self.store.dispatch(scope, operation_id, now=now, guard=guard, audit=commit)
         except StaleState:
             # Another process won the compare-and-set; it alone dispatches (invariant 1).
             return self.get(operation_id, scope=scope), None
@@ -214,6 +244,26 @@ class Gate:
         if row.state is not State.SUBMITTED:
             return row, done.verdict
         return self._call(row), done.verdict
+
+    def _speculative(
+        self, done: Journal, action: str, now: float, dispatch: bool, correlation_id: str | None
+    ) -> Operation:
+        """After journalling a speculating class's row: count the arrival (the attempt), dry-run
+        a new row at proposal, and dispatch it (the commit check runs in :meth:`_dispatch`)."""
+        row = done.row
+        attempt = self.store.note_arrival(row.scope, row.operation_id, now=now)
+        if not done.created:
+            if row.state is State.VALIDATED and dispatch:
+                return _replayed(
+                    self.dispatch(row.operation_id, scope=row.scope, correlation_id=correlation_id)
+                )
+            return _replayed(self._explain(row))
+        self._after_guard(action, done, now)
+        if row.state in (State.VALIDATED, State.AWAITING_APPROVAL):
+            row = speculate(self, row, attempt)[1]
+        if row.state is State.VALIDATED and dispatch:
+            return self.dispatch(row.operation_id, scope=row.scope, correlation_id=correlation_id)
+        return row
 
     def get(self, operation_id: str, *, scope: str = "default") -> Operation:
         """The row as stored; a ``submitted`` one with ``cause`` read from its audit trail."""

@@ -10,6 +10,8 @@
 - ``hold-aged``: a row held by a control (``validated``, ``detail`` ``held: ...``) for longer
   than its class's hold bound (:attr:`~effectgate.ActionClass.hold_limit`): an action the agent
   decided on goes stale as it waits, and a release would still send it (invariant 11).
+- ``quarantine-aged``: a row waiting in the quarantine queue for longer than its class's hold
+  bound: an operator's resolution is overdue (invariants 10 and 11).
 
 Alerts are stored once per subject, so running the checks every pass pages once.
 """
@@ -124,6 +126,23 @@ def check_maintenance(
                     f"{row.op_key} has been held for {now - since:.0f}s, past the {bound:g}s "
                     f"hold bound ({row.detail}); a release would still send it",
                     {"held_since": since, "bound": bound, "detail": row.detail},
+                    now,
+                )
+            )
+    for row in store.list_quarantined(limit=limit):
+        if row.action not in registry:
+            continue
+        bound = registry.get(row.action).hold_limit
+        if now - row.updated_at > bound:
+            emit(
+                Alert(
+                    "quarantine-aged",
+                    f"{row.op_key}@{row.updated_at!r}",
+                    row.action,
+                    f"{row.op_key} has waited {now - row.updated_at:.0f}s in the quarantine "
+                    f"queue, past the {bound:g}s bound ({row.detail}); it needs an operator's "
+                    "resolution",
+                    {"quarantined_at": row.updated_at, "bound": bound, "detail": row.detail},
                     now,
                 )
             )

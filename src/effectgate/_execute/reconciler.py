@@ -280,17 +280,24 @@ class Reconciler:
         action = self.registry.get(entry.action)
         horizon = action.visibility_horizon
         now = self.clock()
-        if action.venue.read_view is ReadView.NONE:
-            # No read view: absence proves nothing, ever. The row stays uncertain (an operator
-            # settles it; past its settlement window the uncertain-aged alert pages).
-            if entry.state is State.SUBMITTED:
-                run.report.still_uncertain += 1
-                self._note(run, entry.op_key, "uncertain-no-read-view")
-            return
+        no_read_view = action.venue.read_view is ReadView.NONE
         if entry.state is State.SUBMITTED:
             if entry.submitted_at is not None and (
                 now - entry.submitted_at >= horizon or _bugs.ACTIVE.write_off_inside_horizon
             ):
+                if no_read_view:
+                    # Absence at a venue that cannot be read proves nothing: never written
+                    # off as failed, the row goes to the operators' queue (invariant 10).
+                    self._move(
+                        entry,
+                        State.QUARANTINED,
+                        run,
+                        "unsettled-no-read-view",
+                        detail=f"uncertain {horizon:g}s after submission at a venue with no "
+                        "read view: an operator settles it with evidence",
+                        tally=Tally.QUARANTINED,
+                    )
+                    return
                 self._move(
                     entry,
                     State.FAILED,
@@ -301,7 +308,13 @@ class Reconciler:
                 )
             else:
                 run.report.still_uncertain += 1
-                self._note(run, entry.op_key, "still-uncertain-inside-horizon")
+                self._note(
+                    run,
+                    entry.op_key,
+                    "uncertain-no-read-view" if no_read_view else "still-uncertain-inside-horizon",
+                )
+        elif no_read_view:
+            return  # an acknowledged row is never "missing" where nothing can be read
         elif entry.state is State.ACKNOWLEDGED and now - entry.updated_at >= horizon:
             self._diverge("missing-at-venue", entry.op_key, [], entry.state.value, run)
 

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from effectgate._core.states import State
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
-from effectgate._frontends import cli_controls, cli_gateway, cli_service, cli_tokens
+from effectgate._frontends import cli_controls, cli_gateway, cli_quarantine, cli_service, cli_tokens
 from effectgate._frontends._tables import print_table
 from effectgate._frontends.cli_service import ConfigOpt, LogFormat, LogFormatOpt, open_ledger
 from effectgate._sim.cli import register as register_simulate
@@ -47,6 +47,7 @@ register_simulate(app)
 cli_controls.register(app)
 cli_tokens.register(app)
 cli_gateway.register(app)
+cli_quarantine.register(app)
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)
@@ -399,8 +400,15 @@ def venue_serve(
         bool, typer.Option("--ignore-key", help="Ignore Idempotency-Key (shows duplicate effects).")
     ] = False,
     read_lag: Annotated[float, typer.Option(help="Seconds before a record becomes visible.")] = 0.0,
+    sandbox: Annotated[
+        str | None, typer.Option(help="Serve dry runs: honest, naive or evicting keys.")
+    ] = None,
+    sandbox_lifetime: Annotated[
+        float, typer.Option(help="Seconds a dry run's verdict lives.", min=0.001)
+    ] = 60.0,
 ) -> None:
     """Run the paper venue as an HTTP server."""
+    from effectgate.adapters._paper_sandbox import PaperSandbox, SandboxMode
     from effectgate.adapters._paper_server import serve_paper_venue
     from effectgate.adapters.paper import PaperVenue
 
@@ -408,12 +416,19 @@ def venue_serve(
     if not key:
         err.print(f"set {api_key_env} to the API key clients must present")
         raise typer.Exit(EXIT_USAGE)
+    if sandbox is not None and sandbox not in {m.value for m in SandboxMode}:
+        err.print(f"--sandbox must be one of {', '.join(m.value for m in SandboxMode)}")
+        raise typer.Exit(EXIT_USAGE)
+    paper = PaperVenue(honour_key=not ignore_key, read_lag=read_lag)
     try:
         server = serve_paper_venue(
-            PaperVenue(honour_key=not ignore_key, read_lag=read_lag),
+            paper,
             host=host,
             port=port,
             api_key=key,
+            sandbox=(
+                PaperSandbox(paper, mode=sandbox, lifetime=sandbox_lifetime) if sandbox else None
+            ),
         )
     except OSError as exc:
         err.print(cli_service.port_problem(host, port, exc), highlight=False)

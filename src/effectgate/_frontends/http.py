@@ -40,6 +40,7 @@ from effectgate import __version__
 from effectgate._core.principals import Capability
 from effectgate._frontends._http_admin import admin_router
 from effectgate._frontends._http_body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, refuse_deep
+from effectgate._frontends._http_quarantine import quarantine_router
 from effectgate._frontends._models import OperationOut, Problem, operation_out, problem_for
 from effectgate._service import Principal, Service
 from effectgate._service._metrics import CONTENT_TYPE
@@ -238,6 +239,9 @@ def create_app(
 
     app.include_router(
         admin_router(service, operator, approver, _ERRORS), prefix="/v1/admin", tags=["operator"]
+    )
+    app.include_router(
+        quarantine_router(service, operator, _ERRORS), prefix="/v1/admin", tags=["operator"]
     )
     if mount is not None:
         app.router.routes.append(Route("/mcp", endpoint=mount, include_in_schema=False))

@@ -40,6 +40,7 @@ from effectgate._service._controls_config import (
 )
 from effectgate._service._jsonschema import model_from_json_schema
 from effectgate._service._logging import LOG_FORMATS
+from effectgate._service._speculation_config import check_horizons, speculation_section
 from effectgate._service._toml import Section
 from effectgate.errors import ConfigError, EffectgateError
 from effectgate.store.base import SCOPE_PATTERN, parse_store_url
@@ -184,6 +185,9 @@ def parse_config(
         registry.register(_action_class(name, sec, adapters))
     if not len(registry):
         top.fail("classes", "declare at least one action class ([classes.NAME])")
+    check_horizons(
+        registry, dispatch_timeout=service.dispatch_timeout, in_flight_grace=service.in_flight_grace
+    )
     policy = PolicySet()
     policy_names: set[str] = set()
     for name, sec in top.tables("policies"):
@@ -381,6 +385,7 @@ def _adapter(name: str, sec: Section) -> AdapterConfig:
             credential_env=env,
             credential_file=cred_file,
             timeout=sec.number("timeout", 5.0),
+            options={"speculation": sec.flag("speculation", False)},
         )
     elif kind in ("stripe", "aws", "email"):
         given = {k: sec.text(k) for k in ("credential_env", "credential_file", "credential_hook")}
@@ -412,6 +417,9 @@ def _adapter(name: str, sec: Section) -> AdapterConfig:
         options = {
             "honour_key": sec.flag("honour_key", True),
             "read_lag": sec.number("read_lag", 0.0, exclusive=False),
+            # The dry-run sandbox (seed 000): absent means the paper venue cannot speculate.
+            "sandbox": sec.text("sandbox", None, choices=["honest", "naive", "evicting"]),
+            "sandbox_lifetime": sec.number("sandbox_lifetime", 60.0),
         }
         cfg = AdapterConfig(name, kind, options=options)
     else:
@@ -473,6 +481,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     settlement = sec.number("settlement_window", 1.0) if sec.has("settlement_window") else None
     hold_bound = sec.number("hold_bound", 1.0) if sec.has("hold_bound") else None
     venue = _venue_contract(sec.table("venue"))
+    speculation = speculation_section(sec.table("speculation"))
     try:
         ac = ActionClass(
             name=name,
@@ -488,6 +497,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             settlement_window=settlement,
             hold_bound=hold_bound,
             venue=venue,
+            speculation=speculation,
         )
     except EffectgateError as exc:
         # "submit_order: visibility_horizon ...": locate the key the message is about.

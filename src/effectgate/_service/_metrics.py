@@ -17,7 +17,13 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from effectgate._execute.adapter import Adapter, OutboundRequest, Receipt, VenueRecord
+from effectgate._execute.adapter import (
+    Adapter,
+    OutboundRequest,
+    Receipt,
+    SpeculationPassThrough,
+    VenueRecord,
+)
 
 if TYPE_CHECKING:
     from effectgate.store.roles import Store
@@ -27,7 +33,7 @@ __all__ = ["CONTENT_TYPE", "Metrics", "TimedAdapter"]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class TimedAdapter(Adapter):
+class TimedAdapter(SpeculationPassThrough, Adapter):
     """Delegates to ``inner`` and observes how long each outbound call took."""
 
     def __init__(self, inner: Adapter, adapter_name: str, histogram: Histogram) -> None:
@@ -106,6 +112,18 @@ class _LedgerCollector(Collector):
         )
         dups.add_metric([], kinds["duplicate-effect"])
         yield dups
+        count, entered = self._store.quarantine_summary()
+        queue = GaugeMetricFamily(
+            "effectgate_quarantine_size", "Rows in the operators' quarantine queue"
+        )
+        queue.add_metric([], count)
+        yield queue
+        waited = GaugeMetricFamily(
+            "effectgate_quarantine_oldest_age_seconds",
+            "How long the oldest quarantined row has waited for an operator; 0 when none",
+        )
+        waited.add_metric([], max(0.0, self._clock() - entered) if entered is not None else 0.0)
+        yield waited
         yield from self._controls()
 
     def _controls(self) -> Iterator[Metric]:

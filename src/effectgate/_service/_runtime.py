@@ -39,6 +39,7 @@ from effectgate._service._venues import (
     build_venue_adapter,
     config_claims,
 )
+from effectgate.adapters._paper_sandbox import PaperSandbox
 from effectgate.adapters.http import HttpVenueAdapter
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import ConfigError, OperationInFlight
@@ -61,6 +62,7 @@ def build_adapter(cfg: AdapterConfig) -> Adapter:
             credential_env=cfg.credential_env,
             credential_file=cfg.credential_file,
             timeout=cfg.timeout,
+            speculation=bool(cfg.options.get("speculation", False)),
         )
     if cfg.kind in VENUE_KINDS:
         # For these kinds ``factory`` holds the credential hook's name (never a secret).
@@ -81,7 +83,11 @@ def build_adapter(cfg: AdapterConfig) -> Adapter:
             honour_key=bool(cfg.options.get("honour_key", True)),
             read_lag=float(cfg.options.get("read_lag", 0.0)),
         )
-        return PaperAdapter(venue)
+        mode = cfg.options.get("sandbox")
+        if mode is None:
+            return PaperAdapter(venue)
+        lifetime = float(cfg.options.get("sandbox_lifetime", 60.0))
+        return PaperAdapter(venue, sandbox=PaperSandbox(venue, mode=str(mode), lifetime=lifetime))
     if cfg.factory is None:
         raise ConfigError(f"adapters.{cfg.name}: factory is required")
     made = import_object(cfg.factory)(**dict(cfg.options))
@@ -150,6 +156,7 @@ class Service:
             breakers=config.breakers,
             approvals=config.approvals,
             alerts=self.alerts,
+            in_flight_grace=settings.in_flight_grace,
         )
         self.reconciler = Reconciler(
             store=self.store,

@@ -60,6 +60,19 @@ _EFFECT = {
 
 def openapi() -> dict[str, Any]:
     """The document, as data."""
+    doc = _document()
+    orders = doc["paths"]["/v1/orders"]["post"]
+    dry = doc["paths"]["/v1/dry-runs"]["post"]
+    # The dry run shares the order's effect schema and its refusals of malformed requests.
+    dry["requestBody"]["content"]["application/json"]["schema"]["properties"]["effect"] = orders[
+        "requestBody"
+    ]["content"]["application/json"]["schema"]["properties"]["effect"]
+    for status in ("400", "401", "413"):
+        dry["responses"][status] = orders["responses"][status]
+    return doc
+
+
+def _document() -> dict[str, Any]:
     return {
         "openapi": "3.1.0",
         "info": {
@@ -78,6 +91,88 @@ def openapi() -> dict[str, Any]:
         "components": {"securitySchemes": {"apiKey": {"type": "http", "scheme": "bearer"}}},
         "security": [{"apiKey": []}],
         "paths": {
+            "/v1/dry-runs": {
+                "post": {
+                    "operationId": "dryRun",
+                    "summary": "Validate an effect without applying it (only with a sandbox).",
+                    "description": (
+                        "Served when the venue runs with a sandbox (`--sandbox`). Key modes: "
+                        "`honest` uses the key it is given; `naive` mints `KEY~aN` on attempt "
+                        "N > 1; `evicting` forgets a verdict past its lifetime and then mints "
+                        "`KEY~eN`. A verdict is `ALLOW`, `DENY` (the venue would refuse it) or "
+                        "`RETRYABLE_TIMEOUT`."
+                    ),
+                    "parameters": [
+                        {
+                            "name": "Idempotency-Key",
+                            "in": "header",
+                            "required": True,
+                            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                        }
+                    ],
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["action", "effect", "attempt"],
+                                    "properties": {
+                                        "action": {"type": "string", "minLength": 1},
+                                        "effect": {"type": "object"},
+                                        "attempt": {"type": "integer", "minimum": 1},
+                                    },
+                                }
+                            }
+                        },
+                    },
+                    "responses": {
+                        "200": {
+                            "description": "The verdict; nothing was applied.",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "additionalProperties": False,
+                                        "required": [
+                                            "verdict",
+                                            "reason",
+                                            "sandbox_key",
+                                            "subject",
+                                            "expires_in",
+                                        ],
+                                        "properties": {
+                                            "verdict": {
+                                                "enum": ["ALLOW", "DENY", "RETRYABLE_TIMEOUT"]
+                                            },
+                                            "reason": {"type": "string"},
+                                            "sandbox_key": {"type": "string"},
+                                            "subject": {"type": "string"},
+                                            "expires_in": {"type": "number", "minimum": 0},
+                                        },
+                                    }
+                                }
+                            },
+                        },
+                        "404": {
+                            "description": "The venue runs without a sandbox.",
+                            "content": {
+                                "application/json": {
+                                    "schema": {
+                                        "type": "object",
+                                        "required": ["error"],
+                                        "properties": {
+                                            "error": {"type": "string", "enum": ["not_found"]}
+                                        },
+                                        "additionalProperties": False,
+                                    }
+                                }
+                            },
+                        },
+                    },
+                }
+            },
             "/v1/orders": {
                 "post": {
                     "operationId": "submitOrder",

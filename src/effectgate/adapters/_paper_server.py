@@ -8,6 +8,9 @@ Endpoints (JSON bodies; every ``/v1/orders`` and ``/v1/records`` call needs
   An injected fault (:meth:`PaperVenue.fail_next`) drops the connection without a reply.
 - ``GET /v1/orders?key=K``: 200 ``{"venue_ids": [...]}`` (visible records only).
 - ``GET /v1/records?after_key=&after_id=&limit=N``: 200 ``{"records": [...]}`` sorted by key, id.
+- ``POST /v1/dry-runs`` with ``Idempotency-Key`` (only with a sandbox), body ``{"action",
+  "effect", "attempt"}``: 200 ``{"verdict", "reason", "sandbox_key", "subject", "expires_in"}``;
+  nothing is applied (:mod:`effectgate.adapters._paper_sandbox`).
 - ``GET /v1/health``: 200 ``{"status": "ok"}`` (no credential needed, reveals nothing).
 - ``GET /openapi.json``: this protocol as OpenAPI 3.1 (:mod:`effectgate.adapters._paper_openapi`;
   also ``docs/paper-venue.openapi.json``, explained in ``docs/paper-venue.md``).
@@ -30,6 +33,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from effectgate._execute.adapter import VenueRecord
 from effectgate.adapters._paper_openapi import openapi
+from effectgate.adapters._paper_sandbox import PaperSandbox, dry_run_reply
 from effectgate.adapters.paper import PaperVenue, VenueRejection
 
 __all__ = ["MAX_BODY_BYTES", "PaperVenueServer", "serve_paper_venue"]
@@ -44,8 +48,15 @@ _MAX_KEY_CHARS = 255
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, address: tuple[str, int], venue: PaperVenue, api_key: str) -> None:
+    def __init__(
+        self,
+        address: tuple[str, int],
+        venue: PaperVenue,
+        api_key: str,
+        sandbox: PaperSandbox | None = None,
+    ) -> None:
         self.venue = venue
+        self.sandbox = sandbox
         self.api_key = api_key.encode("utf-8")
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
@@ -87,6 +98,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         path = urlsplit(self.path).path
+        if path == "/v1/dry-runs" and self.server.sandbox is not None:
+            self._dry_run(self.server.sandbox)
+            return
         if path != "/v1/orders":
             self._drain_or_close()
             self._send(HTTPStatus.NOT_FOUND, {"error": "not_found"})
@@ -117,6 +131,17 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             return
         self._send(HTTPStatus.CREATED, {"venue_id": venue_id, "created": created})
+
+    def _dry_run(self, sandbox: PaperSandbox) -> None:
+        body = self._read_body()
+        if body is None or not self._authorised():
+            return
+        key = self.headers.get("Idempotency-Key", "")
+        if not key or len(key) > _MAX_KEY_CHARS:
+            self._send(HTTPStatus.BAD_REQUEST, {"error": "idempotency_key_required"})
+            return
+        status, reply = dry_run_reply(sandbox, key, body)
+        self._send(HTTPStatus(status), reply)
 
     def do_GET(self) -> None:
         parts = urlsplit(self.path)
@@ -252,10 +277,18 @@ def _refuse(text: str) -> Any:
 class PaperVenueServer:
     """A running (or ready) HTTP front for a :class:`PaperVenue`. Bound at construction."""
 
-    def __init__(self, venue: PaperVenue, *, host: str, port: int, api_key: str) -> None:
+    def __init__(
+        self,
+        venue: PaperVenue,
+        *,
+        host: str,
+        port: int,
+        api_key: str,
+        sandbox: PaperSandbox | None = None,
+    ) -> None:
         if not api_key:
             raise ValueError("api_key must not be empty")
-        self._server = _Server((host, port), venue, api_key)
+        self._server = _Server((host, port), venue, api_key, sandbox)
         self._thread: threading.Thread | None = None
         self._serving = False
         self._state_lock = threading.Lock()
@@ -318,7 +351,14 @@ class PaperVenueServer:
 
 
 def serve_paper_venue(
-    venue: PaperVenue, *, host: str = "127.0.0.1", port: int = 0, api_key: str
+    venue: PaperVenue,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    api_key: str,
+    sandbox: PaperSandbox | None = None,
 ) -> PaperVenueServer:
-    """Bind an HTTP server for ``venue`` (port 0 picks a free port). Call ``start()`` to serve."""
-    return PaperVenueServer(venue, host=host, port=port, api_key=api_key)
+    """Bind an HTTP server for ``venue`` (port 0 picks a free port). Call ``start()`` to serve.
+
+    ``sandbox``: serve its dry runs at ``POST /v1/dry-runs`` too."""
+    return PaperVenueServer(venue, host=host, port=port, api_key=api_key, sandbox=sandbox)

@@ -14,13 +14,21 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
+from effectgate._execute.adapter import (
+    Adapter,
+    DryRun,
+    OutboundRequest,
+    Outcome,
+    Receipt,
+    VenueRecord,
+)
 from effectgate.errors import AdapterError, ConfigError
 
 __all__ = ["HttpVenueAdapter"]
 
 _ORDERS = "/v1/orders"
 _RECORDS = "/v1/records"
+_DRY_RUNS = "/v1/dry-runs"
 
 
 class _Secret:
@@ -57,8 +65,10 @@ class HttpVenueAdapter(Adapter):
         credential_file: str | None = None,
         credential: str | None = None,
         timeout: float = 5.0,
+        speculation: bool = False,
     ) -> None:
         self._endpoint = _check_endpoint(endpoint)
+        self._speculation = speculation
         self._secret = _Secret(_load_credential(credential_env, credential_file, credential))
         if not timeout > 0:
             raise ConfigError("timeout must be positive")
@@ -105,6 +115,44 @@ class HttpVenueAdapter(Adapter):
             if doc.get("error") == "rejected" and isinstance(reason, str) and reason:
                 return Receipt(Outcome.NOT_APPLIED, proof=f"venue rejected: {reason}")
         raise _status_error("POST", _ORDERS, response)
+
+    @property
+    def can_speculate(self) -> bool:
+        """Whether the venue was declared to serve dry runs (``POST /v1/dry-runs``)."""
+        return self._speculation
+
+    def speculate(self, request: OutboundRequest, *, attempt: int, timeout: float) -> DryRun:
+        """Dry-run the effect under the operation key; the venue applies nothing. Anything but
+        a well-formed 200 raises :class:`AdapterError` (the gate treats it as a timeout)."""
+        if not self._speculation:
+            raise AdapterError("this venue was not declared to serve dry runs")
+        _check_header_value(request.operation_key, "operation key")
+        body = {"action": request.action, "effect": dict(request.effect), "attempt": attempt}
+        headers = {"Idempotency-Key": request.operation_key, **self._auth()}
+        budget = min(timeout, self._timeout)
+        response = self._call("POST", _DRY_RUNS, budget, json=body, headers=headers)
+        if response.status_code != 200:
+            raise _status_error("POST", _DRY_RUNS, response)
+        doc = _json(response, "POST", _DRY_RUNS)
+        verdict, reason, key = doc.get("verdict"), doc.get("reason"), doc.get("sandbox_key")
+        expires_in, subject = doc.get("expires_in"), doc.get("subject")
+        if (
+            verdict not in ("ALLOW", "DENY", "RETRYABLE_TIMEOUT")
+            or not isinstance(reason, str)
+            or not (key is None or isinstance(key, str))
+            or not (subject is None or isinstance(subject, str))
+            or isinstance(expires_in, bool)
+            or not isinstance(expires_in, int | float)
+        ):
+            raise AdapterError(f"POST {_DRY_RUNS}: malformed verdict")
+        return DryRun(
+            str(verdict),
+            reason,
+            key,
+            float(expires_in),
+            subject=subject,
+            evidence={"sandbox": self._endpoint},
+        )
 
     def probe(self, operation_key: str) -> list[str]:
         """Venue ids visible under ``operation_key``."""

@@ -15,9 +15,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
+from effectgate._execute.adapter import (
+    Adapter,
+    DryRun,
+    OutboundRequest,
+    Outcome,
+    Receipt,
+    VenueRecord,
+)
 from effectgate.errors import AdapterError
+
+if TYPE_CHECKING:
+    from effectgate.adapters._paper_sandbox import PaperSandbox
 
 __all__ = ["PaperAdapter", "PaperRecord", "PaperVenue", "VenueRejection"]
 
@@ -106,6 +117,14 @@ class PaperVenue:
             if fault:
                 raise ConnectionError("paper venue: connection lost before the reply")
             return result
+
+    def refusal(self, effect: Mapping[str, EffectValue]) -> str | None:
+        """Why the venue would refuse ``effect`` (None: it would accept it). Applies nothing."""
+        try:
+            self._check(effect)
+        except VenueRejection as exc:
+            return exc.reason
+        return None
 
     def visible_records(self) -> list[PaperRecord]:
         """Records the read view shows now, in creation order."""
@@ -269,8 +288,30 @@ class PaperAdapter(Adapter):
 
     name = "paper"
 
-    def __init__(self, venue: PaperVenue) -> None:
+    def __init__(self, venue: PaperVenue, *, sandbox: PaperSandbox | None = None) -> None:
         self.venue = venue
+        self.sandbox = sandbox
+
+    @property
+    def can_speculate(self) -> bool:
+        """Whether this adapter has a sandbox to dry-run against."""
+        return self.sandbox is not None
+
+    def speculate(self, request: OutboundRequest, *, attempt: int, timeout: float) -> DryRun:
+        """Dry-run ``request`` at the sandbox under the key it carries; applies nothing."""
+        if self.sandbox is None:
+            raise AdapterError("this paper adapter has no sandbox to speculate against")
+        answer = self.sandbox.dry_run(
+            request.operation_key, request.action, request.effect, attempt=attempt
+        )
+        return DryRun(
+            answer.verdict,
+            answer.reason,
+            answer.sandbox_key,
+            answer.expires_in,
+            subject=answer.subject,
+            evidence={"sandbox": "paper", "mode": self.sandbox.mode.value},
+        )
 
     def execute(self, request: OutboundRequest, *, timeout: float) -> Receipt:
         """Submit once; a refusal is ``not_applied`` with proof, any other failure is unknown.

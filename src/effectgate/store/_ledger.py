@@ -28,7 +28,9 @@ from effectgate.store import _sql as sql
 from effectgate.store._controls import ControlRoles
 from effectgate.store._hooks import Hold, Work, scoped
 from effectgate.store._principals import PrincipalRoles
+from effectgate.store._quarantine import QuarantineRoles
 from effectgate.store._releases import ReleaseRoles
+from effectgate.store._speculation import SpeculationRoles
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import (
     AuditEvent,
@@ -52,7 +54,7 @@ __all__ = ["SQLStore", "Work"]
 _AUDIT_PAGE = 1000
 
 
-class SQLStore(ControlRoles, PrincipalRoles, ReleaseRoles):
+class SQLStore(ControlRoles, PrincipalRoles, ReleaseRoles, SpeculationRoles, QuarantineRoles):
     """Every store role over the dialect hooks (see the module docstring)."""
 
     # --- the hot path: a dialect's own ----------------------------------------------------

@@ -25,6 +25,7 @@ __all__ = [
     "release_columns",
     "shadow_columns",
     "shared_migrations",
+    "speculation_tables",
 ]
 
 
@@ -195,7 +196,33 @@ def shared_migrations(t: Types) -> list[str]:
         principals_tables(t),  # principals and their tokens (store/_principals.py)
         release_columns(t),  # rows a control released, for the standing dispatcher
         shadow_columns(t),  # what the shadow report compares and groups by
+        speculation_tables(t),  # dual-key speculation records (store/_speculation.py)
     ]
+
+
+def speculation_tables(t: Types) -> str:
+    """The speculation role's tables (store/_speculation.py, seed 000).
+
+    ``speculations``: one row per dry run of an operation, both keys side by side (the ledger key
+    it was given, the key the sandbox says it used), the identity it validated, its verdict and
+    expiry, and the attempt (how many times the proposal had arrived; audit only).
+    ``speculation_state``: per operation, how many times its proposal arrived and the sandbox
+    key a sandbox-authoritative class declared as its mapping (set once).
+    """
+    return """
+CREATE TABLE speculations (
+    scope {text} NOT NULL, operation_id {text} NOT NULL, seq {int} NOT NULL,
+    ledger_key {key} NOT NULL, sandbox_key {text}, subject {text},
+    fingerprint {text} NOT NULL, verdict {text} NOT NULL, reason {text} NOT NULL,
+    expires_at {real} NOT NULL, attempt {int} NOT NULL, evidence {text} NOT NULL,
+    at {real} NOT NULL, PRIMARY KEY (scope, operation_id, seq)
+){clustered};
+CREATE TABLE speculation_state (
+    scope {text} NOT NULL, operation_id {text} NOT NULL, arrivals {int} NOT NULL,
+    updated_at {real} NOT NULL, key_mapping {text}, mapped_at {real},
+    PRIMARY KEY (scope, operation_id)
+){clustered}
+""".format(**asdict(t))
 
 
 def backfill_chain(execute: Callable[..., Any], set_head: str) -> None:

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
         ShadowPair,
     )
     from effectgate._core.principals import IssuedToken, Principal, PrincipalRecord
+    from effectgate._core.resolution import Resolution
+    from effectgate._core.speculation import SpeculationRecord
 
 __all__ = [
     "Alerts",
@@ -47,7 +49,9 @@ __all__ = [
     "LedgerReads",
     "LedgerWrites",
     "Principals",
+    "Quarantine",
     "Releases",
+    "Speculations",
     "Store",
     "Sweep",
 ]
@@ -389,6 +393,90 @@ class Principals(Protocol):
 
 
 @runtime_checkable
+class Speculations(Protocol):
+    """Dual-key speculation records, proposal arrivals, declared key mappings (seed 000)."""
+
+    def note_arrival(self, scope: str, operation_id: str, *, now: float) -> int:
+        """One more arrival of the proposal under this id; the new count (the attempt)."""
+
+    def record_speculation(
+        self, record: SpeculationRecord, *, now: float, reject: bool = False
+    ) -> tuple[SpeculationRecord, Operation | None]:
+        """Store a speculation (``seq`` assigned); ``reject``: the validated row to
+        ``rejected`` (a DENY verdict) in the same transaction."""
+
+    def mark_speculation_stalled(
+        self, scope: str, operation_id: str, detail: str, *, now: float
+    ) -> Operation | None:
+        """That detail on the still ``validated`` row, audited (None: no longer validated)."""
+
+    def speculations(self, scope: str, operation_id: str) -> list[SpeculationRecord]: ...
+
+    def latest_speculation(self, scope: str, operation_id: str) -> SpeculationRecord | None: ...
+
+    def speculation_state(self, scope: str, operation_id: str) -> tuple[int, str | None]:
+        """``(arrivals, declared sandbox key mapping or None)``."""
+
+    def declare_key_mapping(
+        self, scope: str, operation_id: str, ledger_key: str, sandbox_key: str, *, now: float
+    ) -> str:
+        """Declare the mapping once; the mapping stored (an earlier one stands)."""
+
+
+@runtime_checkable
+class Quarantine(Protocol):
+    """The operators' queue: entering it, leaving it by resolution; a new approval round."""
+
+    def quarantine(
+        self,
+        scope: str,
+        operation_id: str,
+        expected: State,
+        *,
+        kind: str,
+        reason: str,
+        record: Mapping[str, object],
+        by: str,
+        now: float,
+    ) -> Operation:
+        """``expected -> quarantined`` with the full record in its audit entry."""
+
+    def resolve_quarantine(
+        self,
+        scope: str,
+        operation_id: str,
+        resolution: Resolution,
+        *,
+        now: float,
+        approval_ttl: float | None = None,
+    ) -> Operation:
+        """Apply an operator's resolution (invariant 10); ResolutionRefused otherwise. A
+        release to ``awaiting_approval`` opens a new round of ``approval_ttl`` when given."""
+
+    def reopen_approval(
+        self,
+        scope: str,
+        operation_id: str,
+        *,
+        reason: str,
+        required: int,
+        ttl: float,
+        by: str,
+        now: float,
+    ) -> Operation:
+        """``validated -> awaiting_approval``: a new approval round, earlier approvals void."""
+
+    def list_quarantined(
+        self, scope: str | None = None, *, limit: int = 1000
+    ) -> list[Operation]: ...
+
+    def quarantine_summary(self) -> tuple[int, float | None]:
+        """``(rows in the queue, when the oldest entered it)``."""
+
+    def quarantined_from(self, scope: str, operation_id: str) -> State | None: ...
+
+
+@runtime_checkable
 class Store(
     LedgerWrites,
     LedgerReads,
@@ -399,6 +487,8 @@ class Store(
     AuditLog,
     Alerts,
     Principals,
+    Speculations,
+    Quarantine,
     Protocol,
 ):
     """Every role: what :func:`effectgate.store.open_store` returns."""
