@@ -30,13 +30,33 @@ from effectgate._core.intent import (
 )
 from effectgate._core.policy import Decision, LimitPolicy, Policy, PolicySet
 from effectgate._core.principals import Principal, PrincipalRecord, Role
+from effectgate._core.run_snapshot import verify as verify_run_snapshot
+from effectgate._core.runs import (
+    ProviderOutcome,
+    ProviderReceipt,
+    RunCall,
+    RunCallKind,
+    RunCallRecord,
+    RunCallRef,
+    RunCompletion,
+    RunSeal,
+    RunSummary,
+)
 from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
 from effectgate._execute.alerts import AlertSink, LogAlertSink, WebhookAlertSink, default_sink
 from effectgate._execute.dispatcher import Dispatcher, DispatchReport
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import BlastRadius, Operator, ShadowReport
+from effectgate._execute.provider_recovery import ProviderPage, ProviderReconciler
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
+from effectgate._execute.runs import (
+    RunJournal,
+    RunSealer,
+    SealRequest,
+    current_run_call,
+    run_call_context,
+)
 from effectgate._execute.shadow import ShadowGroup
 from effectgate.errors import (
     AccessError,
@@ -125,6 +145,10 @@ __all__ = [
     "PositiveDecimal",
     "Principal",
     "PrincipalRecord",
+    "ProviderOutcome",
+    "ProviderPage",
+    "ProviderReceipt",
+    "ProviderReconciler",
     "RateLimited",
     "Receipt",
     "ReconcileReport",
@@ -133,7 +157,17 @@ __all__ = [
     "RegistryError",
     "RequestError",
     "Role",
+    "RunCall",
+    "RunCallKind",
+    "RunCallRecord",
+    "RunCallRef",
+    "RunCompletion",
+    "RunJournal",
+    "RunSeal",
+    "RunSealer",
+    "RunSummary",
     "SQLiteStore",
+    "SealRequest",
     "ShadowGroup",
     "ShadowReport",
     "StaleState",
@@ -147,9 +181,12 @@ __all__ = [
     "VerifyResult",
     "WebhookAlertSink",
     "__version__",
+    "current_run_call",
     "default_sink",
     "identifier",
     "open_store",
+    "run_call_context",
     "verify_bundle",
     "verify_entries",
+    "verify_run_snapshot",
 ]

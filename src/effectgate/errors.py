@@ -14,6 +14,7 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   +-- UnknownActionClass        unknown_action_class           404
     |   +-- RouteNotFound             not_found                      404
     |   +-- MethodNotAllowed          method_not_allowed             405
+    |   +-- InvalidRunCall            invalid_run_call               400
     +-- AccessError                   access_refused                 403  refused
     |   +-- Unauthenticated           unauthenticated                401
     |   +-- PermissionDenied          forbidden                      403
@@ -32,6 +33,15 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |       +-- DuplicateApprover     duplicate_approver             409
     |       +-- InvalidApprover       invalid_approver               400
     |       +-- ApprovalExpired       approval_expired               409
+    |   +-- RunError                  run_refused                    409
+    |       +-- RunNotFound           run_not_found                  404
+    |       +-- RunCallNotFound       run_call_not_found             404
+    |       +-- RunCallConflict       run_call_conflict              409
+    |       +-- RunCallNotOpen        run_call_not_open              409
+    |       +-- RunSealed             run_sealed                     409
+    |       +-- RunNotSealed          run_not_sealed                 409
+    |       +-- RunSnapshotTooLarge   run_snapshot_too_large         413
+    |       +-- RunSealDeadline       run_seal_deadline              504
     +-- StoreError                    store_error                    503  refused
     +-- OutcomeUnknown                outcome_unknown                503  uncertain
     |   +-- CommitOutcomeUnknown      indeterminate_commit           503
@@ -45,6 +55,7 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   |   +-- PrincipalExists       principal_exists               409
     |   |   +-- PrincipalNotFound     principal_not_found            404
     |   +-- AuditTampered             audit_tampered                 500
+    |   +-- RunSnapshotInvalid        run_snapshot_invalid           500
     |   +-- ServiceUnavailable        unavailable                    503
     +-- InternalError                 internal_error                 500  uncertain
 
@@ -80,6 +91,7 @@ __all__ = [
     "InternalError",
     "InvalidApprover",
     "InvalidIdempotencyKey",
+    "InvalidRunCall",
     "InvalidTransition",
     "LedgerNotFound",
     "MethodNotAllowed",
@@ -98,6 +110,16 @@ __all__ = [
     "RegistryError",
     "RequestError",
     "RouteNotFound",
+    "RunCallConflict",
+    "RunCallNotFound",
+    "RunCallNotOpen",
+    "RunError",
+    "RunNotFound",
+    "RunNotSealed",
+    "RunSealDeadline",
+    "RunSealed",
+    "RunSnapshotInvalid",
+    "RunSnapshotTooLarge",
     "SelfApproval",
     "ServiceUnavailable",
     "StaleState",
@@ -216,6 +238,19 @@ class UnknownActionClass(RequestError):
 
     code = "unknown_action_class"
     status = 404
+
+
+class InvalidRunCall(RequestError):
+    """A run-call record, reference, seal or listing that is malformed; names the field."""
+
+    code = "invalid_run_call"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+
+    def details(self) -> dict[str, object]:
+        return {"field": self.field}
 
 
 class RouteNotFound(RequestError):
@@ -396,6 +431,78 @@ class ApprovalExpired(ApprovalError):
     reason = "expired"
 
 
+class RunError(OperationError):
+    """A run's journal or seal refuses the request (docs/runs.md); nothing was changed."""
+
+    code = "run_refused"
+
+
+class RunNotFound(RunError):
+    """No run of that id in the scope (nothing was ever recorded or sealed under it)."""
+
+    code = "run_not_found"
+    status = 404
+
+
+class RunCallNotFound(RunError):
+    """No journalled call in that run and slot, or not with that invocation id."""
+
+    code = "run_call_not_found"
+    status = 404
+
+
+class RunCallConflict(RunError):
+    """The slot holds another call, a different completion, or the operation is bound to
+    another call: a changed attempt is never a replay."""
+
+    code = "run_call_conflict"
+
+
+class RunCallNotOpen(RunError):
+    """The named call cannot admit an effect: it finished, its deadline passed, or it is a
+    model call. Effects are proposed from an unfinished tool call only."""
+
+    code = "run_call_not_open"
+
+
+class RunSealed(RunError):
+    """The run is sealed (invariant 13): nothing more is admitted or recorded, replays
+    included. ``row`` is the stored operation when a bound replay found one, so a recovering
+    harness still learns its outcome; nothing was dispatched."""
+
+    code = "run_sealed"
+
+    def __init__(self, message: str, *, row: object | None = None) -> None:
+        super().__init__(message)
+        self.row = row
+
+    def details(self) -> dict[str, object]:
+        to_dict = getattr(self.row, "to_dict", None)
+        return {"operation": to_dict() if callable(to_dict) else None}
+
+
+class RunNotSealed(RunError):
+    """A recovery snapshot or provider reconciliation needs a sealed run."""
+
+    code = "run_not_sealed"
+
+
+class RunSnapshotTooLarge(RunError):
+    """The sealed journal exceeds a snapshot bound (entries or bytes): no truncated snapshot
+    is ever produced."""
+
+    code = "run_snapshot_too_large"
+    status = 413
+
+
+class RunSealDeadline(RunError):
+    """The seal's deadline passed before it could be written (authorisation or the fence took
+    too long); nothing was sealed, and sealing again is safe."""
+
+    code = "run_seal_deadline"
+    status = 504
+
+
 # --- store errors: the ledger failed in a way known to have changed nothing -------------------
 # Later: a migration the store refuses, a lease lost before any write. An error that may have
 # written something never goes here: it is an OutcomeUnknown.
@@ -535,6 +642,12 @@ class AuditTampered(OperatorError):
 
     def details(self) -> dict[str, object]:
         return {"seq": self.seq, "lane": self.lane}
+
+
+class RunSnapshotInvalid(OperatorError):
+    """A recovery snapshot file does not verify: its digest, shape or order is wrong."""
+
+    code = "run_snapshot_invalid"
 
 
 class ServiceUnavailable(OperatorError):

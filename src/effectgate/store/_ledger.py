@@ -29,6 +29,8 @@ from effectgate.store._controls import ControlRoles
 from effectgate.store._hooks import Hold, Work, scoped
 from effectgate.store._principals import PrincipalRoles
 from effectgate.store._releases import ReleaseRoles
+from effectgate.store._run_snapshots import RunSnapshotRoles
+from effectgate.store._runs import RunRoles
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import (
     AuditEvent,
@@ -52,7 +54,7 @@ __all__ = ["SQLStore", "Work"]
 _AUDIT_PAGE = 1000
 
 
-class SQLStore(ControlRoles, PrincipalRoles, ReleaseRoles):
+class SQLStore(ControlRoles, PrincipalRoles, ReleaseRoles, RunRoles, RunSnapshotRoles):
     """Every store role over the dialect hooks (see the module docstring)."""
 
     # --- the hot path: a dialect's own ----------------------------------------------------
