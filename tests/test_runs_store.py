@@ -8,12 +8,7 @@ from typing import Any
 
 import pytest
 
-from effectgate import (
-    IdempotencyConflict,
-    RunCallRef,
-    State,
-    verify_entries,
-)
+from effectgate import IdempotencyConflict, RunCallRef, State, verify_entries
 from effectgate.errors import (
     InvalidRunCall,
     RunCallConflict,
@@ -142,9 +137,7 @@ class TestSeal:
         seal, new = store.seal_run(SCOPE, "never-started", actor="ops-1", reason="x", now=1.0)
         assert new
         with pytest.raises(RunSealed):
-            store.record_run_call(
-                SCOPE, tool_call("a", run="never-started"), now=2.0, actor=H
-            )
+            store.record_run_call(SCOPE, tool_call("a", run="never-started"), now=2.0, actor=H)
 
     def test_no_call_is_recorded_after_the_seal_replays_included(self, store: Store) -> None:
         call = tool_call("a")
@@ -241,7 +234,9 @@ class TestBoundAdmission:
         store.record_run_call(SCOPE, call, now=1.0, actor=H)
         gate, adapter = gate_for(store)
         # Proposed only: the row waits validated, as a harness's effect may wait for approval.
-        first = gate.submit("submit_order", "op-1", EXAMPLE_ORDER, run_call=call.ref, dispatch=False)
+        first = gate.submit(
+            "submit_order", "op-1", EXAMPLE_ORDER, run_call=call.ref, dispatch=False
+        )
         assert first.state is State.VALIDATED
         store.seal_run(SCOPE, RUN, actor="ops-1", reason="done", now=2.0)
         with pytest.raises(RunSealed) as e:
@@ -250,9 +245,7 @@ class TestBoundAdmission:
         assert e.value.to_dict()["operation"]["operation_id"] == "op-1"
         assert adapter.execute_calls == 0
 
-    def test_an_admitted_effect_may_still_be_dispatched_after_the_seal(
-        self, store: Store
-    ) -> None:
+    def test_an_admitted_effect_may_still_be_dispatched_after_the_seal(self, store: Store) -> None:
         call = tool_call("t-1")
         store.record_run_call(SCOPE, call, now=1.0, actor=H)
         gate, adapter = gate_for(store)
@@ -298,9 +291,7 @@ class TestBoundAdmission:
         assert store.run_binding(SCOPE, "op-ctx") == call.ref
         assert store.run_binding(SCOPE, "op-free") is None
 
-    def test_every_change_and_refusal_is_in_the_chain_and_it_verifies(
-        self, store: Store
-    ) -> None:
+    def test_every_change_and_refusal_is_in_the_chain_and_it_verifies(self, store: Store) -> None:
         call = tool_call("t-1")
         store.record_run_call(SCOPE, call, now=1.0, actor=H)
         self.submit(store, "op-1", call.ref)
@@ -318,9 +309,9 @@ class TestProviderReceipts:
         call = model_call("m-1")
         store.record_run_call(SCOPE, call, now=1.0, actor=H)
         assert store.put_provider_receipt(SCOPE, RUN, "m-1", receipt(call), now=2.0, actor=H)
-        assert not store.put_provider_receipt(
-            SCOPE, RUN, "m-1", receipt(call), now=3.0, actor=H
-        ), "the same receipt is kept once"
+        assert not store.put_provider_receipt(SCOPE, RUN, "m-1", receipt(call), now=3.0, actor=H), (
+            "the same receipt is kept once"
+        )
         other = receipt(call, "failed", proof="proof-2")
         assert store.put_provider_receipt(SCOPE, RUN, "m-1", other, now=4.0, actor=H)
         kept = [r.outcome.value for _, r in store.provider_receipts(SCOPE, RUN)]

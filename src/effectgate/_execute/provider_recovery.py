@@ -187,16 +187,16 @@ class ProviderReconciler:
         queued = time.monotonic()
         deadline = queued + self.timeout
 
-        def one(record: RunCallRecord) -> str | ProviderReceipt | None:
+        def one(record: RunCallRecord) -> tuple[str | ProviderReceipt | None, float]:
             if time.monotonic() > deadline:
-                return f"timed out after {self.timeout:g}s waiting for a worker"
+                return f"timed out after {self.timeout:g}s waiting for a worker", 0.0
             try:
                 found = self.lookup(scope, record)
             except Exception as exc:  # the hook's failure is this call's error, not the page's
-                return f"lookup failed: {type(exc).__name__}: {exc}"
+                return f"lookup failed: {type(exc).__name__}: {exc}", 0.0
             if found is not None and not isinstance(found, ProviderReceipt):
-                return "lookup returned something that is not a ProviderReceipt"
-            return found
+                return "lookup returned something that is not a ProviderReceipt", 0.0
+            return found, time.monotonic()
 
         futures = [(r, pool.submit(one, r)) for r in records]
         out: list[tuple[RunCallRecord, str | ProviderReceipt | None]] = []
@@ -204,11 +204,11 @@ class ProviderReconciler:
             for record, future in futures:
                 left = deadline - time.monotonic()
                 try:
-                    result = future.result(timeout=max(left, 0.0))
+                    result, answered = future.result(timeout=max(left, 0.0))
                 except cf.TimeoutError:
                     future.cancel()
-                    result = f"timed out after {self.timeout:g}s"
-                if not isinstance(result, str) and time.monotonic() > deadline:
+                    result, answered = f"timed out after {self.timeout:g}s", 0.0
+                if not isinstance(result, str) and answered > deadline:
                     result = f"answered after the {self.timeout:g}s deadline; not adopted"
                 out.append((record, result))
         finally:
