@@ -281,7 +281,7 @@ class TestCrashMidRunThenRecovery:
             store, lookup=provider.lookup, authenticate=accept
         ).reconcile_page(RUN)
         assert page.terminal == 1 and page.unresolved == 0
-        document, digest, _ = store.snapshot_run(SCOPE, RUN, now=10.0, actor="ops-1")
+        document, _, _ = store.snapshot_run(SCOPE, RUN, now=10.0, actor="ops-1")
         summary = verify_run_snapshot(document)
         assert summary["provider_receipts"] == 1 and summary["effects"] == 1
         # The effect's replay after the seal says where it stands and sends nothing.

@@ -33,7 +33,8 @@ from effectgate.store import open_store
 
 args = json.loads(sys.argv[1])
 store = open_store(args["url"], create=True)
-gate = Gate(store=store, registry=default_registry(), adapters={"paper": PaperAdapter(PaperVenue())},
+gate = Gate(store=store, registry=default_registry(),
+            adapters={"paper": PaperAdapter(PaperVenue())},
             policy=PolicySet({"submit_order": LimitPolicy(Decimal("100000")),
                               "cancel_order": LimitPolicy(Decimal("1"))}))
 ref = RunCallRef(*args["ref"])
@@ -89,7 +90,7 @@ class TestAdmissionsRaceASeal:
         # Let the children admit for a while, then seal while they keep going.
         time.sleep(max(0.0, start_at - time.time()) + 0.8)
         sealer = open_store(url)
-        seal, _ = sealer.seal_run(SCOPE, RUN, actor="ops-1", reason="race", now=time.time())
+        sealer.seal_run(SCOPE, RUN, actor="ops-1", reason="race", now=time.time())
         sealed_returned = time.time()
         # The journal as it stood when the seal's commit returned, children still running: an
         # admission that committed after the seal would be missing from it.

@@ -53,7 +53,7 @@ class TestRecordingACall:
 
     def test_the_journal_keeps_digests_and_sizes_never_bytes(self, store: Store) -> None:
         store.record_run_call(SCOPE, model_call("m-1"), now=1.0, actor=H)
-        entry = [e for e in store.iter_audit() if e.kind == "run_call_recorded"][0]
+        entry = next(e for e in store.iter_audit() if e.kind == "run_call_recorded")
         assert set(entry.detail) >= {"request_digest", "request_bytes", "record_digest"}
         assert "prompt" not in json.dumps(entry.detail)
 
@@ -134,7 +134,7 @@ class TestSeal:
         assert audit_kinds(store).count("run_sealed") == 1
 
     def test_sealing_an_empty_journal_is_valid(self, store: Store) -> None:
-        seal, new = store.seal_run(SCOPE, "never-started", actor="ops-1", reason="x", now=1.0)
+        _, new = store.seal_run(SCOPE, "never-started", actor="ops-1", reason="x", now=1.0)
         assert new
         with pytest.raises(RunSealed):
             store.record_run_call(SCOPE, tool_call("a", run="never-started"), now=2.0, actor=H)
@@ -180,7 +180,7 @@ class TestBoundAdmission:
         assert store.run_binding(SCOPE, "op-1") == call.ref
         stored = store.get_run_call(SCOPE, RUN, "t-1")
         assert stored is not None and stored.effects == 1
-        journal = [e for e in store.iter_audit() if e.operation_id == "op-1"][0]
+        journal = next(e for e in store.iter_audit() if e.operation_id == "op-1")
         assert journal.detail["run_call"] == call.ref.to_dict()
 
     @pytest.mark.parametrize(
