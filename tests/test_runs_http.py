@@ -194,3 +194,18 @@ class TestOperatorRoutesUnderARealServer:
                 assert denied.status_code == 403, "seals need an operator"
         finally:
             svc.close()
+
+
+class TestMetrics:
+    def test_open_runs_and_unresolved_provider_calls(
+        self, client: TestClient, harness: str
+    ) -> None:
+        client.post("/v1/runs/run-1/calls", json=call_body("m-1", "model"), headers=bearer(harness))
+        client.post("/v1/runs/run-2/calls", json=call_body("t-1"), headers=bearer(harness))
+        text = client.get("/metrics", headers=bearer(OPERATOR)).text
+        assert "\neffectgate_runs_open 2.0" in text
+        assert "\neffectgate_provider_calls_unresolved 1.0" in text
+        client.post(
+            f"/v1/admin/runs/{SCOPE}/run-2/seal", json={"reason": "end"}, headers=bearer(OPERATOR)
+        )
+        assert "\neffectgate_runs_open 1.0" in client.get("/metrics", headers=bearer(OPERATOR)).text
