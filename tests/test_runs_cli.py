@@ -33,7 +33,7 @@ class TestRunsCommands:
     def test_list_show_seal_snapshot_verify(
         self, ledger: tuple[str, Store], tmp_path: Path
     ) -> None:
-        url, store = ledger
+        url, _ = ledger
         listed = cli("runs", "list", "--store", url, "--json")
         assert listed.exit_code == 0, listed.output
         assert [r["run_id"] for r in json.loads(listed.output)] == [RUN]
