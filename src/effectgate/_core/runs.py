@@ -364,13 +364,13 @@ def check_run_id(run_id: object) -> str:
     return _id(run_id, "run_id")
 
 
-def check_cursor(after: object, limit: object, *, most: int) -> tuple[str | None, int]:
+def check_cursor(after: str | None, limit: int, *, most: int) -> tuple[str | None, int]:
     """A listing's cursor (a slot, or None to start) and its bound (1 to ``most``)."""
     if after is not None:
         _id(after, "after")
     if type(limit) is not int or not 1 <= limit <= most:
         raise InvalidRunCall(f"limit must be an integer from 1 to {most}", field="limit")
-    return after, limit  # type: ignore[return-value]
+    return after, limit
 
 
 @dataclass(frozen=True, slots=True)

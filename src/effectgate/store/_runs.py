@@ -19,7 +19,6 @@ from typing import Any, TypeVar
 
 from effectgate._core.controls import DispatchGuard
 from effectgate._core.runs import (
-    ProviderReceipt,
     RunCall,
     RunCallKind,
     RunCallRecord,
@@ -55,20 +54,29 @@ from effectgate.store.base import (
     dumps,
 )
 
-__all__ = ["MAX_LIST", "RunRoles", "call_record", "run_lane", "summary_from_row"]
+__all__ = [
+    "CALL_COLUMNS",
+    "LOCK_RUN",
+    "MAX_LIST",
+    "RunRoles",
+    "call_record",
+    "refusing",
+    "run_lane",
+    "summary_from_row",
+]
 
 T = TypeVar("T")
 
 #: The most rows one listing page returns.
 MAX_LIST = 1000
 
-_CALL_COLUMNS = "scope, request, started_at, completion, completed_at, effects"
+CALL_COLUMNS = "scope, request, started_at, completion, completed_at, effects"
 _RUN_COLUMNS = (
     "r.scope, r.run_id, r.created_at, r.calls, r.effects, r.sealed_at, r.sealed_by, "
     "r.seal_reason, (SELECT count(*) FROM run_calls c WHERE c.scope = r.scope "
     "AND c.run_id = r.run_id AND c.completed_at IS NULL)"
 )
-_LOCK_RUN = (
+LOCK_RUN = (
     "UPDATE runs SET calls = calls WHERE scope = ? AND run_id = ? "
     "RETURNING sealed_at, sealed_by, seal_reason"
 )
@@ -115,31 +123,12 @@ def summary_from_row(r: Sequence[Any]) -> RunSummary:
 
 
 class RunRoles(StoreHooks):
-    """Run calls, seals, bound admissions, provider receipts and snapshots (roles.Runs)."""
-
-    # --- refusals -------------------------------------------------------------------------
+    """Run calls, seals and bound admissions (roles.Runs; receipts: store/_run_receipts.py)."""
 
     def _refusing(
         self, work: Callable[[], T], *, now: float, scope: str, what: Mapping[str, object]
     ) -> T:
-        """Run ``work``; a refusal it raises is audited in its own transaction, then raised."""
-        try:
-            return work()
-        except (RunError, IdempotencyConflict) as exc:
-            error = exc.to_dict()
-            op = what.get("operation_id")
-            self._run(
-                lambda tx, _: tx.audit(
-                    "run_refused",
-                    {**what, "error": error},
-                    now,
-                    scope,
-                    op if isinstance(op, str) else None,
-                ),
-                "audit a run refusal",
-                Hold(key=(scope, op if isinstance(op, str) else None)),
-            )
-            raise
+        return refusing(self, work, now=now, scope=scope, what=what)
 
     # --- the journal ----------------------------------------------------------------------
 
@@ -152,7 +141,7 @@ class RunRoles(StoreHooks):
 
         def work(tx: SharedTx, _: Operation | None) -> tuple[RunCallRecord, bool]:
             tx.write(_ENSURE_RUN, (scope, call.run_id, now))
-            run = tx.one(_LOCK_RUN, (scope, call.run_id))
+            run = tx.one(LOCK_RUN, (scope, call.run_id))
             if run[0] is not None:
                 raise RunSealed(
                     f"run {call.run_id!r} was sealed by {run[1]}: no call is recorded in it"
@@ -186,7 +175,7 @@ class RunRoles(StoreHooks):
                 )
                 return RunCallRecord(scope, call, now, None, None, 0), True
             old = tx.one(
-                f"SELECT record_digest, {_CALL_COLUMNS} FROM run_calls "
+                f"SELECT record_digest, {CALL_COLUMNS} FROM run_calls "
                 "WHERE scope = ? AND run_id = ? AND slot = ?",
                 (scope, call.run_id, call.slot),
             )
@@ -213,10 +202,10 @@ class RunRoles(StoreHooks):
         def work(tx: SharedTx, _: Operation | None) -> tuple[RunCallRecord, bool]:
             # A late return is still written after a seal: a seal closes admission only. The
             # run's row orders it with admissions and snapshots of the run.
-            tx.rows(_LOCK_RUN, (scope, ref.run_id))
+            tx.rows(LOCK_RUN, (scope, ref.run_id))
             found = tx.rows(
                 f"UPDATE run_calls SET effects = effects WHERE scope = ? AND run_id = ? "
-                f"AND slot = ? RETURNING call_id, completion_digest, {_CALL_COLUMNS}",
+                f"AND slot = ? RETURNING call_id, completion_digest, {CALL_COLUMNS}",
                 (scope, ref.run_id, ref.slot),
             )
             if not found or found[0][0] != ref.call_id:
@@ -259,7 +248,7 @@ class RunRoles(StoreHooks):
 
     def get_run_call(self, scope: str, run_id: str, slot: str) -> RunCallRecord | None:
         rows = self._rows(
-            f"SELECT {_CALL_COLUMNS} FROM run_calls WHERE scope = ? AND run_id = ? AND slot = ?",
+            f"SELECT {CALL_COLUMNS} FROM run_calls WHERE scope = ? AND run_id = ? AND slot = ?",
             (check_scope(scope), check_run_id(run_id), slot),
             "get_run_call",
         )
@@ -270,7 +259,7 @@ class RunRoles(StoreHooks):
     ) -> list[RunCallRecord]:
         after, limit = check_cursor(after, limit, most=MAX_LIST)
         rows = self._rows(
-            f"SELECT {_CALL_COLUMNS} FROM run_calls WHERE scope = ? AND run_id = ? "
+            f"SELECT {CALL_COLUMNS} FROM run_calls WHERE scope = ? AND run_id = ? "
             "AND slot > ? ORDER BY slot LIMIT ?",
             (check_scope(scope), check_run_id(run_id), after or "", limit),
             "list_run_calls",
@@ -286,7 +275,7 @@ class RunRoles(StoreHooks):
 
         def work(tx: SharedTx, _: Operation | None) -> tuple[RunSeal, bool]:
             tx.write(_ENSURE_RUN, (scope, run_id, now))
-            existing = _seal(scope, run_id, tx.one(_LOCK_RUN, (scope, run_id)))
+            existing = _seal(scope, run_id, tx.one(LOCK_RUN, (scope, run_id)))
             if existing is not None:  # there is no reopen; sealing again changes nothing
                 return existing, False
             tx.write(
@@ -369,7 +358,7 @@ class RunRoles(StoreHooks):
         scope = new.scope
 
         def work(tx: SharedTx, _: Operation | None) -> Journal:
-            run = tx.rows(_LOCK_RUN, (scope, ref.run_id))
+            run = tx.rows(LOCK_RUN, (scope, ref.run_id))
             if not run:
                 raise RunCallNotFound(f"no run {ref.run_id!r} in scope {scope!r}")
             sealed = run[0][0] is not None
@@ -447,84 +436,6 @@ class RunRoles(StoreHooks):
         )
         return RunCallRef(*rows[0]) if rows else None
 
-    # --- provider receipts ----------------------------------------------------------------
-
-    def put_provider_receipt(
-        self,
-        scope: str,
-        run_id: str,
-        slot: str,
-        receipt: ProviderReceipt,
-        *,
-        now: float,
-        actor: str,
-    ) -> bool:
-        """Keep an authenticated receipt about the model call in ``slot`` (True: new).
-
-        Refused (:class:`RunCallConflict`) when it contradicts the call as journalled now.
-        A receipt that disagrees with one kept before is kept beside it, never over it.
-        """
-        scope = check_scope(scope)
-        digest = receipt.digest()
-
-        def work(tx: SharedTx, _: Operation | None) -> bool:
-            tx.rows(_LOCK_RUN, (scope, run_id))  # ordered with snapshots of the run
-            found = tx.rows(
-                f"UPDATE run_calls SET effects = effects WHERE scope = ? AND run_id = ? "
-                f"AND slot = ? RETURNING {_CALL_COLUMNS}",
-                (scope, run_id, slot),
-            )
-            if not found:
-                raise RunCallNotFound(f"no call in slot {slot!r} of run {run_id!r}")
-            why = receipt.contradiction(call_record(found[0]))
-            if why is not None:
-                raise RunCallConflict(f"the receipt contradicts the journal: {why}")
-            stored = tx.rows(
-                "INSERT INTO provider_receipts (scope, run_id, slot, receipt_digest, receipt, "
-                "recorded_at, recorded_by) VALUES (?,?,?,?,?,?,?) "
-                "ON CONFLICT DO NOTHING RETURNING 1",
-                (scope, run_id, slot, digest, dumps(receipt.to_dict()), now, actor),
-            )
-            if stored:
-                tx.audit(
-                    "provider_receipt_recorded",
-                    {
-                        "run_id": run_id,
-                        "slot": slot,
-                        "receipt_digest": digest,
-                        **receipt.to_dict(),
-                        "by": actor,
-                    },
-                    now,
-                    scope,
-                )
-            return bool(stored)
-
-        return self._refusing(
-            lambda: self._run(work, f"provider receipt {run_id}", run_lane(scope, run_id)),
-            now=now,
-            scope=scope,
-            what={"action": "provider_receipt", "run_id": run_id, "slot": slot, "by": actor},
-        )
-
-    def provider_receipts(
-        self, scope: str, run_id: str, slot: str | None = None
-    ) -> list[tuple[str, ProviderReceipt]]:
-        """``(slot, receipt)`` pairs of a run (of one slot), in slot and digest order."""
-        extra, args = ("AND slot = ? ", (slot,)) if slot is not None else ("", ())
-        rows = self._rows(
-            "SELECT slot, receipt FROM provider_receipts WHERE scope = ? AND run_id = ? "
-            f"{extra}ORDER BY slot, receipt_digest",
-            (scope, run_id, *args),
-            "provider_receipts",
-        )
-        return [(str(r[0]), _receipt(json.loads(r[1]))) for r in rows]
-
-
-def _receipt(d: dict[str, Any]) -> ProviderReceipt:
-    d["observed_at"] = float(d["observed_at"])
-    return ProviderReceipt(**d)
-
 
 def _named(ref: RunCallRef) -> str:
     return f"call {ref.call_id!r} (slot {ref.slot!r} of run {ref.run_id!r})"
@@ -532,3 +443,26 @@ def _named(ref: RunCallRef) -> str:
 
 def _no_call(ref: RunCallRef) -> str:
     return f"no {_named(ref)} is journalled"
+
+
+def refusing(
+    hooks: StoreHooks, work: Callable[[], T], *, now: float, scope: str, what: Mapping[str, object]
+) -> T:
+    """Run ``work``; a refusal it raises is audited in its own transaction, then raised."""
+    try:
+        return work()
+    except (RunError, IdempotencyConflict) as exc:
+        error = exc.to_dict()
+        op = what.get("operation_id")
+        hooks._run(
+            lambda tx, _: tx.audit(
+                "run_refused",
+                {**what, "error": error},
+                now,
+                scope,
+                op if isinstance(op, str) else None,
+            ),
+            "audit a run refusal",
+            Hold(key=(scope, op if isinstance(op, str) else None)),
+        )
+        raise
