@@ -121,3 +121,71 @@ class TestAdmissionsRaceASeal:
         first = store.snapshot_run(SCOPE, RUN, now=time.time(), actor="ops-1")
         second = store.snapshot_run(SCOPE, RUN, now=time.time(), actor="ops-1")
         assert first[1] == second[1] == at_seal[1] and not second[2]
+
+
+HARNESS = r"""
+import hashlib, json, os, signal, sys
+from decimal import Decimal
+from effectgate import (Gate, LimitPolicy, PolicySet, RunCall, RunCompletion, RunJournal)
+from effectgate.adapters.paper import PaperAdapter, PaperVenue
+from effectgate.examples import EXAMPLE_ORDER, default_registry
+from effectgate.store import open_store
+
+sha = lambda text: hashlib.sha256(text.encode()).hexdigest()
+store = open_store(sys.argv[1], create=True)
+policy = PolicySet({"submit_order": LimitPolicy(Decimal("1000"), approve_above=Decimal("1")),
+                    "cancel_order": LimitPolicy()})
+gate = Gate(store=store, registry=default_registry(),
+            adapters={"paper": PaperAdapter(PaperVenue())}, policy=policy)
+journal = RunJournal(store, actor="harness-a")
+plan = RunCall("run-1", "a-model", "c1", "model", sha("p1"), 2, provider="acme-llm", model="m")
+journal.record(plan)
+journal.complete(plan.ref, RunCompletion(sha("plan"), 4, 10))
+tool = RunCall("run-1", "b-tool", "c2", "tool", sha("args"), 4, tool="place_order")
+journal.record(tool)
+with journal.call_context(tool.ref):
+    row = gate.submit("submit_order", "op-1", EXAMPLE_ORDER)  # over 1: waits for approval
+print(row.state.value, flush=True)
+journal.record(RunCall("run-1", "c-model", "c3", "model", sha("p2"), 2, provider="acme-llm",
+                       model="m"))
+os.kill(os.getpid(), signal.SIGKILL)  # dies during the provider call
+"""
+
+
+class TestHarnessKilledMidRun:
+    """A harness process SIGKILLed during a provider call; another recovers from the store."""
+
+    def test_recovery_after_a_kill(self, store_factory) -> None:
+        from effectgate import ProviderReconciler, RunJournal, RunSealer, verify_run_snapshot
+        from runkit import digest, receipt
+
+        url = store_factory.url
+        proc = subprocess.run(
+            [sys.executable, "-c", HARNESS, url], capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == -9, proc.stderr[-2000:]
+        assert proc.stdout.split() == ["awaiting_approval"]
+        store = store_factory()
+        survivor = RunJournal(store, actor="harness-b")
+        open_calls = [r.call.slot for r in survivor.calls(RUN) if not r.finished]
+        assert open_calls == ["b-tool", "c-model"]
+        RunSealer(store, authorize=lambda r: None).seal(RUN, actor="ops-1", reason="killed")
+        lost = store.get_run_call(SCOPE, RUN, "c-model")
+        assert lost is not None
+        answer = receipt(lost.call, result="late answer")
+
+        def lookup(scope: str, record: object) -> object:
+            return answer
+
+        page = ProviderReconciler(
+            store,
+            lookup=lookup,
+            authenticate=lambda rec, r: None,  # type: ignore[arg-type]
+        ).reconcile_page(RUN)
+        assert (page.terminal, page.returned, page.tool_calls) == (1, 1, 1)
+        document, _, _ = store.snapshot_run(SCOPE, RUN, now=time.time(), actor="ops-1")
+        summary = verify_run_snapshot(document)
+        assert summary["effects"] == 1 and summary["unfinished_calls"] == 2
+        doc = json.loads(document)
+        assert doc["effects"][0]["state"] == "awaiting_approval"
+        assert doc["provider_receipts"][0]["result_digest"] == digest("late answer")

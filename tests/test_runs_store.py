@@ -161,6 +161,8 @@ class TestSeal:
             store.seal_run(SCOPE, RUN, actor="ops-1", reason="  ", now=1.0)
         with pytest.raises(InvalidRunCall):
             store.seal_run(SCOPE, RUN, actor="bad actor", reason="x", now=1.0)
+        with pytest.raises(InvalidRunCall):
+            store.seal_run(SCOPE, RUN, actor="ops-1", reason="line\x00two", now=1.0)
         assert store.get_run(SCOPE, RUN) is None
 
 

@@ -352,6 +352,8 @@ def check_seal_request(scope: object, run_id: object, actor: object, reason: obj
         raise InvalidRunCall(
             f"a seal needs a reason of 1 to {MAX_REASON_CHARS} characters", field="reason"
         )
+    if not reason.isprintable():
+        raise InvalidRunCall("a seal's reason is one line of printable text", field="reason")
 
 
 def check_scope(scope: object) -> str:
