@@ -261,6 +261,13 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
                 json_schema_extra={"pattern": _KEY_PATTERN},
             ),
         ] = None,
+        run_call_header: Annotated[
+            str | None,
+            Header(
+                alias=RUN_CALL_HEADER,
+                description="RUN/SLOT/CALL: the harness's run call proposing it (docs/runs.md)",
+            ),
+        ] = None,
     ) -> JSONResponse:
         if len(request.headers.getlist("idempotency-key")) > 1:
             # One request is one operation: picking one of several ids would be a guess.
@@ -280,7 +287,7 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
             )
         if len(request.headers.getlist(RUN_CALL_HEADER)) > 1:
             raise BadRequest(f"send at most one {RUN_CALL_HEADER} header")
-        run_call = parse_run_call(request.headers.get(RUN_CALL_HEADER))
+        run_call = parse_run_call(run_call_header)
         raw = await request.body()  # authenticated, JSON-typed and capped by BodyGate
         refuse_deep(raw, settings.max_depth)
         op = await run_in_threadpool(service.propose, who, name, key, raw, run_call)
