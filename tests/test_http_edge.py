@@ -57,6 +57,26 @@ BODY_ROUTES = [
         OPERATOR,
     ),
     ("POST", "/v1/admin/quarantine/alpha/op-1/take-over", {"reason": "r"}, OPERATOR),
+    (
+        "POST",
+        "/v1/runs/run-1/calls",
+        {
+            "slot": "t-1",
+            "call_id": "c",
+            "kind": "tool",
+            "tool": "t",
+            "request_digest": "0" * 64,
+            "request_bytes": 1,
+        },
+        AGENT_A,  # a harness's route; the edge checks the body before the role (and a config
+    ),  # file's tokens are agents or operators only)
+    (
+        "PUT",
+        "/v1/runs/run-1/calls/t-1/completion",
+        {"call_id": "c", "result_digest": "0" * 64, "result_bytes": 1},
+        AGENT_A,
+    ),
+    ("POST", "/v1/admin/runs/alpha/run-1/seal", {"reason": "r"}, OPERATOR),
 ]
 ROUTE_IDS = [f"{m} {p}" for m, p, _, _ in BODY_ROUTES]
 

@@ -31,6 +31,18 @@ from effectgate._core.intent import (
 from effectgate._core.policy import Decision, LimitPolicy, Policy, PolicySet
 from effectgate._core.principals import Principal, PrincipalRecord, Role
 from effectgate._core.resolution import EvidenceKind, Proof, Resolution, ResolutionOutcome
+from effectgate._core.run_snapshot import verify as verify_run_snapshot
+from effectgate._core.runs import (
+    ProviderOutcome,
+    ProviderReceipt,
+    RunCall,
+    RunCallKind,
+    RunCallRecord,
+    RunCallRef,
+    RunCompletion,
+    RunSeal,
+    RunSummary,
+)
 from effectgate._core.speculation import (
     KeyStrategy,
     Speculation,
@@ -52,8 +64,16 @@ from effectgate._execute.alerts import AlertSink, LogAlertSink, WebhookAlertSink
 from effectgate._execute.dispatcher import Dispatcher, DispatchReport
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import BlastRadius, Operator, ShadowReport
+from effectgate._execute.provider_recovery import ProviderPage, ProviderReconciler
 from effectgate._execute.quarantine import QuarantineService, QuarantineView
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
+from effectgate._execute.runs import (
+    RunJournal,
+    RunSealer,
+    SealRequest,
+    current_run_call,
+    run_call_context,
+)
 from effectgate._execute.shadow import ShadowGroup
 from effectgate.errors import (
     AccessError,
@@ -150,6 +170,10 @@ __all__ = [
     "Principal",
     "PrincipalRecord",
     "Proof",
+    "ProviderOutcome",
+    "ProviderPage",
+    "ProviderReceipt",
+    "ProviderReconciler",
     "QuarantineService",
     "QuarantineView",
     "RateLimited",
@@ -163,7 +187,17 @@ __all__ = [
     "ResolutionOutcome",
     "ResolutionRefused",
     "Role",
+    "RunCall",
+    "RunCallKind",
+    "RunCallRecord",
+    "RunCallRef",
+    "RunCompletion",
+    "RunJournal",
+    "RunSeal",
+    "RunSealer",
+    "RunSummary",
     "SQLiteStore",
+    "SealRequest",
     "ShadowGroup",
     "ShadowReport",
     "Speculates",
@@ -183,9 +217,12 @@ __all__ = [
     "VerifyResult",
     "WebhookAlertSink",
     "__version__",
+    "current_run_call",
     "default_sink",
     "identifier",
     "open_store",
+    "run_call_context",
     "verify_bundle",
     "verify_entries",
+    "verify_run_snapshot",
 ]

@@ -14,6 +14,7 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   +-- UnknownActionClass        unknown_action_class           404
     |   +-- RouteNotFound             not_found                      404
     |   +-- MethodNotAllowed          method_not_allowed             405
+    |   +-- InvalidRunCall            invalid_run_call               400
     +-- AccessError                   access_refused                 403  refused
     |   +-- Unauthenticated           unauthenticated                401
     |   +-- PermissionDenied          forbidden                      403
@@ -35,6 +36,15 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   +-- KeyNamespaceDivergence    key_namespace_divergence       409  held
     |   +-- SpeculationStalled        speculation_stalled            503  held
     |   +-- ResolutionRefused         resolution_refused             409
+    |   +-- RunError                  run_refused                    409
+    |       +-- RunNotFound           run_not_found                  404
+    |       +-- RunCallNotFound       run_call_not_found             404
+    |       +-- RunCallConflict       run_call_conflict              409
+    |       +-- RunCallNotOpen        run_call_not_open              409
+    |       +-- RunSealed             run_sealed                     409
+    |       +-- RunNotSealed          run_not_sealed                 409
+    |       +-- RunSnapshotTooLarge   run_snapshot_too_large         413
+    |       +-- RunSealDeadline       run_seal_deadline              504
     +-- StoreError                    store_error                    503  refused
     +-- OutcomeUnknown                outcome_unknown                503  uncertain
     |   +-- CommitOutcomeUnknown      indeterminate_commit           503
@@ -48,6 +58,7 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   |   +-- PrincipalExists       principal_exists               409
     |   |   +-- PrincipalNotFound     principal_not_found            404
     |   +-- AuditTampered             audit_tampered                 500
+    |   +-- RunSnapshotInvalid        run_snapshot_invalid           500
     |   +-- ServiceUnavailable        unavailable                    503
     |   +-- UpstreamSchemaHeld        upstream_schema_held           503
     +-- InternalError                 internal_error                 500  uncertain
@@ -84,6 +95,7 @@ __all__ = [
     "InternalError",
     "InvalidApprover",
     "InvalidIdempotencyKey",
+    "InvalidRunCall",
     "InvalidTransition",
     "KeyNamespaceDivergence",
     "LedgerNotFound",
@@ -104,6 +116,16 @@ __all__ = [
     "RequestError",
     "ResolutionRefused",
     "RouteNotFound",
+    "RunCallConflict",
+    "RunCallNotFound",
+    "RunCallNotOpen",
+    "RunError",
+    "RunNotFound",
+    "RunNotSealed",
+    "RunSealDeadline",
+    "RunSealed",
+    "RunSnapshotInvalid",
+    "RunSnapshotTooLarge",
     "SelfApproval",
     "ServiceUnavailable",
     "SpeculationStalled",
@@ -226,6 +248,19 @@ class UnknownActionClass(RequestError):
     status = 404
 
 
+class InvalidRunCall(RequestError):
+    """A run-call record, reference, seal or listing that is malformed; names the field."""
+
+    code = "invalid_run_call"
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+
+    def details(self) -> dict[str, object]:
+        return {"field": self.field}
+
+
 class RouteNotFound(RequestError):
     """No such HTTP route."""
 
@@ -277,9 +312,8 @@ class RateLimited(AccessError):
 
 
 # --- operation errors: the request is well formed, the operation's state or history refuses it -
-# Later, each a class here: a sealed run (`RunSealed`, invariant 13), a refused continuation
-# without proof (`ContinuationRefused`, invariant 9), an operation in quarantine
-# (`OperationQuarantined`), an exhausted budget or reservation at admission (`BudgetExhausted`,
+# Later, each a class here: a refused continuation without proof (`ContinuationRefused`,
+# invariant 9), an exhausted budget or reservation at admission (`BudgetExhausted`,
 # outcome refused; invariant 12). A budget refusal just before dispatch is no exception: the row
 # ends `rejected` with its reason.
 
@@ -464,6 +498,78 @@ class ResolutionRefused(OperationError):
     code = "resolution_refused"
 
 
+class RunError(OperationError):
+    """A run's journal or seal refuses the request (docs/runs.md); nothing was changed."""
+
+    code = "run_refused"
+
+
+class RunNotFound(RunError):
+    """No run of that id in the scope (nothing was ever recorded or sealed under it)."""
+
+    code = "run_not_found"
+    status = 404
+
+
+class RunCallNotFound(RunError):
+    """No journalled call in that run and slot, or not with that invocation id."""
+
+    code = "run_call_not_found"
+    status = 404
+
+
+class RunCallConflict(RunError):
+    """The slot holds another call, a different completion, or the operation is bound to
+    another call: a changed attempt is never a replay."""
+
+    code = "run_call_conflict"
+
+
+class RunCallNotOpen(RunError):
+    """The named call cannot admit an effect: it finished, its deadline passed, or it is a
+    model call. Effects are proposed from an unfinished tool call only."""
+
+    code = "run_call_not_open"
+
+
+class RunSealed(RunError):
+    """The run is sealed (invariant 13): nothing more is admitted or recorded, replays
+    included. ``row`` is the stored operation when a bound replay found one, so a recovering
+    harness still learns its outcome; nothing was dispatched."""
+
+    code = "run_sealed"
+
+    def __init__(self, message: str, *, row: object | None = None) -> None:
+        super().__init__(message)
+        self.row = row
+
+    def details(self) -> dict[str, object]:
+        to_dict = getattr(self.row, "to_dict", None)
+        return {"operation": to_dict() if callable(to_dict) else None}
+
+
+class RunNotSealed(RunError):
+    """A recovery snapshot or provider reconciliation needs a sealed run."""
+
+    code = "run_not_sealed"
+
+
+class RunSnapshotTooLarge(RunError):
+    """The sealed journal exceeds a snapshot bound (entries or bytes): no truncated snapshot
+    is ever produced."""
+
+    code = "run_snapshot_too_large"
+    status = 413
+
+
+class RunSealDeadline(RunError):
+    """The seal's deadline passed before it could be written (authorisation or the fence took
+    too long); nothing was sealed, and sealing again is safe."""
+
+    code = "run_seal_deadline"
+    status = 504
+
+
 # --- store errors: the ledger failed in a way known to have changed nothing -------------------
 # Later: a migration the store refuses, a lease lost before any write. An error that may have
 # written something never goes here: it is an OutcomeUnknown.
@@ -481,8 +587,7 @@ class StoreError(EffectgateError):
 
 
 # --- outcome unknown: the write or the action may or may not have taken effect ---------------
-# Later: `KeyNamespaceDivergence` (seed 000: the sandbox and ledger keys disagree, the row is
-# quarantined and which key the venue saw is not known), a provider call whose result was lost.
+# Later: a provider call whose result was lost (run journals keep it as an uncertain call).
 
 
 class OutcomeUnknown(EffectgateError):
@@ -508,7 +613,8 @@ class CommitOutcomeUnknown(OutcomeUnknown):
 
 
 # --- adapter errors: a venue call went wrong; what happened there is unknown -----------------
-# Later: each real venue's errors (stripe, aws, email) subclass AdapterError.
+# The real venues (stripe, aws, email) raise AdapterError itself, with the venue's own error
+# class named in the message and never its credential.
 
 
 class AdapterError(EffectgateError):
@@ -603,6 +709,12 @@ class AuditTampered(OperatorError):
 
     def details(self) -> dict[str, object]:
         return {"seq": self.seq, "lane": self.lane}
+
+
+class RunSnapshotInvalid(OperatorError):
+    """A recovery snapshot file does not verify: its digest, shape or order is wrong."""
+
+    code = "run_snapshot_invalid"
 
 
 class ServiceUnavailable(OperatorError):

@@ -24,8 +24,8 @@ class Role(StrEnum):
 
     #: Proposes actions and reads its own scope's operations.
     AGENT = "agent"
-    #: Trusted code that runs an agent (it will record run calls); for now it may do what an
-    #: agent does, and is listed apart so that its tokens can be told from agents'.
+    #: Trusted code that runs an agent: it records run calls (docs/runs.md) and may do what
+    #: an agent does; listed apart so that its tokens can be told from agents'.
     HARNESS = "harness"
     #: Runs the controls, the admin API, approvals and principals; never proposes.
     OPERATOR = "operator"
@@ -37,11 +37,12 @@ class Capability(StrEnum):
     PROPOSE = "propose"
     OPERATE = "operate"
     APPROVE = "approve"
+    RECORD_RUNS = "record_runs"
 
 
 _GRANTS: dict[Role, frozenset[Capability]] = {
     Role.AGENT: frozenset({Capability.PROPOSE}),
-    Role.HARNESS: frozenset({Capability.PROPOSE}),
+    Role.HARNESS: frozenset({Capability.PROPOSE, Capability.RECORD_RUNS}),
     Role.OPERATOR: frozenset({Capability.OPERATE, Capability.APPROVE}),
     Role.APPROVER: frozenset({Capability.APPROVE}),
 }
@@ -50,6 +51,7 @@ _WHAT = {
     Capability.PROPOSE: "propose actions or read agent operations",
     Capability.OPERATE: "use the operator API",
     Capability.APPROVE: "answer approvals",
+    Capability.RECORD_RUNS: "record run calls (harness tokens only)",
 }
 
 

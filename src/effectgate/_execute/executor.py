@@ -22,6 +22,7 @@ from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt
 from effectgate._execute.alerts import AlertSink, deliver
 from effectgate._execute.crashpoints import crashpoint
+from effectgate._execute.runs import current_run_call, journal_for
 from effectgate._execute.speculation import (
     active_speculation,
     before_dispatch,
@@ -52,6 +53,7 @@ from effectgate.store.roles import Store
 
 if TYPE_CHECKING:
     from effectgate._audit import ChainEntry
+    from effectgate._core.runs import RunCallRef
 
 __all__ = ["Gate", "uncertain_cause"]
 
@@ -118,6 +120,7 @@ class Gate:
         dispatch: bool = True,
         principal: str | None = None,
         correlation_id: str | None = None,
+        run_call: RunCallRef | None = None,
     ) -> Operation:
         """Propose an action under ``operation_id`` and, if policy allows it automatically, run it.
 
@@ -131,7 +134,13 @@ class Gate:
         the operation id). A row a control holds comes back ``validated`` with ``detail``
         saying why; one in shadow mode comes back ``shadowed``. A ``submitted`` row comes
         back with ``cause`` saying why its outcome is unknown.
+
+        ``run_call`` (default: the harness's :func:`~effectgate.run_call_context`, if any): the
+        run call proposing it. The row is then admitted only against that exact, unfinished
+        tool call of an unsealed run, in the journal's transaction (docs/runs.md); a replay
+        after the seal raises :class:`~effectgate.errors.RunSealed` carrying the row.
         """
+        journal = journal_for(self.store, run_call or current_run_call())
         parsed = self._parse(action, operation_id, intent, scope)
         if principal is not None and (
             not IDENTITY_PATTERN.fullmatch(principal) or principal.startswith(SYSTEM_PREFIX)
@@ -165,7 +174,7 @@ class Gate:
             guard.proposers = (principal,) if principal else ()
             now = self.clock()
             try:
-                done = self.store.journal(
+                done = journal(
                     new, path, now=now, guard=guard, audit=_provenance(parsed, decision, principal)
                 )
                 break

@@ -10,6 +10,7 @@ its own. Sections:
 * controls (kill switches, breakers, approvals, envelope steps, shadow mode, audit, alerts):
   :mod:`effectgate._frontends._http_controls`
 * principals and their tokens: :mod:`effectgate._frontends._http_tokens`
+* runs: list, seal, snapshots: :mod:`effectgate._frontends._http_runs`
 """
 
 import time
@@ -23,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from effectgate._core.states import State
 from effectgate._execute.executor import uncertain_cause
 from effectgate._frontends._http_controls import controls_router, visible_scope
+from effectgate._frontends._http_runs import operator_runs_router
 from effectgate._frontends._http_tokens import tokens_router
 from effectgate._frontends._models import OperationOut, operation_dict
 from effectgate._service import Service, report_dict
@@ -179,4 +181,5 @@ def admin_router(
 
     router.include_router(controls_router(service, operator, approver, errors))
     router.include_router(tokens_router(service, operator, errors))
+    router.include_router(operator_runs_router(service, operator, errors))
     return router

@@ -20,7 +20,14 @@ from rich.table import Table
 
 from effectgate._core.states import State
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
-from effectgate._frontends import cli_controls, cli_gateway, cli_quarantine, cli_service, cli_tokens
+from effectgate._frontends import (
+    cli_controls,
+    cli_gateway,
+    cli_quarantine,
+    cli_runs,
+    cli_service,
+    cli_tokens,
+)
 from effectgate._frontends._tables import print_table
 from effectgate._frontends.cli_service import ConfigOpt, LogFormat, LogFormatOpt, open_ledger
 from effectgate._sim.cli import register as register_simulate
@@ -48,6 +55,7 @@ cli_controls.register(app)
 cli_tokens.register(app)
 cli_gateway.register(app)
 cli_quarantine.register(app)
+cli_runs.register(app)
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)

@@ -41,7 +41,9 @@ from effectgate._core.principals import Capability
 from effectgate._frontends._http_admin import admin_router
 from effectgate._frontends._http_body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, refuse_deep
 from effectgate._frontends._http_quarantine import quarantine_router
+from effectgate._frontends._http_runs import harness_runs_router
 from effectgate._frontends._models import OperationOut, Problem, operation_out, problem_for
+from effectgate._frontends._run_wire import RUN_CALL_HEADER, parse_run_call
 from effectgate._service import Principal, Service
 from effectgate._service._metrics import CONTENT_TYPE
 from effectgate.errors import (
@@ -160,6 +162,7 @@ def create_app(
     agent = Annotated[Principal, Depends(principal(Capability.PROPOSE))]
     operator = Annotated[Principal, Depends(principal(Capability.OPERATE))]
     approver = Annotated[Principal, Depends(principal(Capability.APPROVE))]
+    harness = Annotated[Principal, Depends(principal(Capability.RECORD_RUNS))]
 
     for name in service.config.registry.names():
         _add_action_route(app, service, name, agent)
@@ -243,6 +246,9 @@ def create_app(
     app.include_router(
         quarantine_router(service, operator, _ERRORS), prefix="/v1/admin", tags=["operator"]
     )
+    app.include_router(
+        harness_runs_router(service, harness, _ERRORS), prefix="/v1", tags=["harness"]
+    )
     if mount is not None:
         app.router.routes.append(Route("/mcp", endpoint=mount, include_in_schema=False))
     app.openapi = lambda: _openapi(app, service)  # type: ignore[method-assign]
@@ -264,6 +270,13 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
                 json_schema_extra={"pattern": _KEY_PATTERN},
             ),
         ] = None,
+        run_call_header: Annotated[
+            str | None,
+            Header(
+                alias=RUN_CALL_HEADER,
+                description="RUN/SLOT/CALL: the harness's run call proposing it (docs/runs.md)",
+            ),
+        ] = None,
     ) -> JSONResponse:
         if len(request.headers.getlist("idempotency-key")) > 1:
             # One request is one operation: picking one of several ids would be a guess.
@@ -281,9 +294,12 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
             raise InvalidIdempotencyKey(
                 f"Idempotency-Key must match {OPERATION_ID_PATTERN.pattern}"
             )
+        if len(request.headers.getlist(RUN_CALL_HEADER)) > 1:
+            raise BadRequest(f"send at most one {RUN_CALL_HEADER} header")
+        run_call = parse_run_call(run_call_header)
         raw = await request.body()  # authenticated, JSON-typed and capped by BodyGate
         refuse_deep(raw, settings.max_depth)
-        op = await run_in_threadpool(service.propose, who, name, key, raw)
+        op = await run_in_threadpool(service.propose, who, name, key, raw, run_call)
         return _operation_response(op, 200 if op.replayed else 201, service)
 
     app.add_api_route(

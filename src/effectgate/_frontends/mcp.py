@@ -14,7 +14,9 @@ model that re-runs and re-derives the same intent finds and reuses it; the serve
 it (a lost reply would then turn a retry into a second action) and never derives it from the
 payload (two deliberate identical actions would merge). A harness that wants to pin the id
 outside the model's control sends it in the request ``_meta`` under
-``io.effectgate/operation_id``; an argument that differs from the pinned id is refused.
+``io.effectgate/operation_id``; an argument that differs from the pinned id is refused. It
+binds the action to a run call the same way: ``io.effectgate/run_call`` (``{"run_id", "slot",
+"call_id"}``, docs/runs.md); the model cannot set ``_meta``, and no tool records a call.
 
 Transports: stdio (``effectgate mcp``; the agent token comes from an environment variable and is
 checked against the ledger on every tool call) and streamable HTTP at ``/mcp`` in the HTTP
@@ -44,6 +46,7 @@ from effectgate import __version__
 from effectgate._core.principals import Capability
 from effectgate._frontends._mcp_screen import REFUSED_META, ScreenedLines, screen
 from effectgate._frontends._models import OperationOut, operation_out, problem_for
+from effectgate._frontends._run_wire import RUN_CALL_META_KEY, parse_run_call
 from effectgate._service import Principal, Service
 from effectgate.errors import (
     EffectgateError,
@@ -212,7 +215,10 @@ async def _call(
             )
         op = await anyio.to_thread.run_sync(service.lookup, who, op_id)
     elif params.name in service.config.registry:
-        op = await anyio.to_thread.run_sync(service.propose, who, params.name, op_id, args)
+        run_call = parse_run_call((params.meta or {}).get(RUN_CALL_META_KEY))
+        op = await anyio.to_thread.run_sync(
+            service.propose, who, params.name, op_id, args, run_call
+        )
     else:
         raise UnknownActionClass(f"no tool named {params.name!r}")
     out = operation_out(op, service.config.registry).model_dump(mode="json")

@@ -125,6 +125,7 @@ class _LedgerCollector(Collector):
         waited.add_metric([], max(0.0, self._clock() - entered) if entered is not None else 0.0)
         yield waited
         yield from self._controls()
+        yield from _runs(self._store)
 
     def _controls(self) -> Iterator[Metric]:
         stored = {c.action: c for c in self._store.list_controls()}
@@ -178,3 +179,16 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _runs(store: Store) -> Iterator[Metric]:
+    """Open (unsealed) runs and model-provider calls with neither a return nor a receipt."""
+    open_runs = GaugeMetricFamily("effectgate_runs_open", "Runs not sealed yet")
+    open_runs.add_metric([], store.count_open_runs())
+    yield open_runs
+    unresolved = GaugeMetricFamily(
+        "effectgate_provider_calls_unresolved",
+        "Model-provider calls with no local return and no provider receipt",
+    )
+    unresolved.add_metric([], store.count_unresolved_provider_calls())
+    yield unresolved

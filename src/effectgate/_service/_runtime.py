@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from effectgate._core.principals import Capability
+from effectgate._core.runs import RunCallRef
 from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter
 from effectgate._execute.alerts import AlertSink, MultiSink, WebhookAlertSink, default_sink
@@ -203,8 +204,10 @@ class Service:
         action: str,
         operation_id: str,
         body: bytes | Mapping[str, object],
+        run_call: RunCallRef | None = None,
     ) -> Operation:
-        """Submit an intent under ``operation_id`` in the principal's scope (see module doc)."""
+        """Submit an intent under ``operation_id`` in the principal's scope (see module doc);
+        ``run_call``: the run call it is proposed from (docs/runs.md)."""
         principal.require(Capability.PROPOSE)
         key = (principal.scope, operation_id)
         with self._lock:
@@ -218,7 +221,12 @@ class Service:
         try:
             # The token's name is recorded as the proposer: it may never approve this action.
             op = self.gate.submit(
-                action, operation_id, body, scope=principal.scope, principal=principal.name
+                action,
+                operation_id,
+                body,
+                scope=principal.scope,
+                principal=principal.name,
+                run_call=run_call,
             )
         finally:
             with self._lock:

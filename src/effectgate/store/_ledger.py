@@ -30,6 +30,9 @@ from effectgate.store._hooks import Hold, Work, scoped
 from effectgate.store._principals import PrincipalRoles
 from effectgate.store._quarantine import QuarantineRoles
 from effectgate.store._releases import ReleaseRoles
+from effectgate.store._run_receipts import ProviderReceiptRoles
+from effectgate.store._run_snapshots import RunSnapshotRoles
+from effectgate.store._runs import RunRoles
 from effectgate.store._speculation import SpeculationRoles
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import (
@@ -54,7 +57,16 @@ __all__ = ["SQLStore", "Work"]
 _AUDIT_PAGE = 1000
 
 
-class SQLStore(ControlRoles, PrincipalRoles, ReleaseRoles, SpeculationRoles, QuarantineRoles):
+class SQLStore(
+    ControlRoles,
+    PrincipalRoles,
+    ReleaseRoles,
+    SpeculationRoles,
+    QuarantineRoles,
+    RunRoles,
+    ProviderReceiptRoles,
+    RunSnapshotRoles,
+):
     """Every store role over the dialect hooks (see the module docstring)."""
 
     # --- the hot path: a dialect's own ----------------------------------------------------

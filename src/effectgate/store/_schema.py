@@ -23,6 +23,7 @@ __all__ = [
     "ledger_tables",
     "principals_tables",
     "release_columns",
+    "runs_tables",
     "shadow_columns",
     "shared_migrations",
     "speculation_tables",
@@ -187,6 +188,53 @@ ALTER TABLE shadow_records ADD COLUMN harness_version {text}
 """.format(**asdict(t))
 
 
+def runs_tables(t: Types) -> str:
+    """The runs role's tables (store/_runs.py): digests and sizes, never prompts or results.
+
+    ``runs``: one row per run, the row every admission and the seal lock (so none is admitted
+    after a seal commits); ``run_calls``: one per (run, slot), immutable once completed;
+    ``run_effects``: which call each bound operation was admitted against;
+    ``provider_receipts`` and ``run_snapshots``: keyed by their digest, so records that
+    disagree are kept side by side.
+    """
+    return """
+CREATE TABLE runs (
+    scope {text} NOT NULL, run_id {text} NOT NULL, created_at {real} NOT NULL,
+    calls {bigint} NOT NULL DEFAULT 0, effects {bigint} NOT NULL DEFAULT 0,
+    sealed_at {real}, sealed_by {text}, seal_reason {text},
+    PRIMARY KEY (scope, run_id)
+){clustered};
+CREATE INDEX runs_open ON runs (created_at) WHERE sealed_at IS NULL;
+CREATE TABLE run_calls (
+    scope {text} NOT NULL, run_id {text} NOT NULL, slot {key} NOT NULL, call_id {text} NOT NULL,
+    kind {text} NOT NULL, request {text} NOT NULL, record_digest {text} NOT NULL,
+    deadline {real}, started_at {real} NOT NULL,
+    completion {text}, completion_digest {text}, completed_at {real},
+    effects {bigint} NOT NULL DEFAULT 0,
+    PRIMARY KEY (scope, run_id, slot)
+){clustered};
+CREATE INDEX run_calls_open ON run_calls (kind) WHERE completed_at IS NULL;
+CREATE TABLE run_effects (
+    scope {text} NOT NULL, operation_id {text} NOT NULL, run_id {text} NOT NULL,
+    slot {key} NOT NULL, call_id {text} NOT NULL, admitted_at {real} NOT NULL,
+    PRIMARY KEY (scope, operation_id)
+){clustered};
+CREATE INDEX run_effects_run ON run_effects (scope, run_id, operation_id);
+CREATE TABLE provider_receipts (
+    scope {text} NOT NULL, run_id {text} NOT NULL, slot {key} NOT NULL,
+    receipt_digest {text} NOT NULL, receipt {text} NOT NULL, recorded_at {real} NOT NULL,
+    recorded_by {text} NOT NULL,
+    PRIMARY KEY (scope, run_id, slot, receipt_digest)
+){clustered};
+CREATE TABLE run_snapshots (
+    scope {text} NOT NULL, run_id {text} NOT NULL, digest {text} NOT NULL,
+    document {text} NOT NULL, entries {bigint} NOT NULL, size_bytes {bigint} NOT NULL,
+    created_at {real} NOT NULL, created_by {text} NOT NULL,
+    PRIMARY KEY (scope, run_id, digest)
+){clustered}
+""".format(**asdict(t))
+
+
 def shared_migrations(t: Types) -> list[str]:
     """The migrations both dialects run in the same order after their own (append only).
 
@@ -197,6 +245,7 @@ def shared_migrations(t: Types) -> list[str]:
         release_columns(t),  # rows a control released, for the standing dispatcher
         shadow_columns(t),  # what the shadow report compares and groups by
         speculation_tables(t),  # dual-key speculation records (store/_speculation.py)
+        runs_tables(t),  # run-call journals, seals, bindings, receipts, snapshots (_runs.py)
     ]
 
 

@@ -39,6 +39,15 @@ if TYPE_CHECKING:
     )
     from effectgate._core.principals import IssuedToken, Principal, PrincipalRecord
     from effectgate._core.resolution import Resolution
+    from effectgate._core.runs import (
+        ProviderReceipt,
+        RunCall,
+        RunCallRecord,
+        RunCallRef,
+        RunCompletion,
+        RunSeal,
+        RunSummary,
+    )
     from effectgate._core.speculation import SpeculationRecord
 
 __all__ = [
@@ -51,6 +60,8 @@ __all__ = [
     "Principals",
     "Quarantine",
     "Releases",
+    "RunSnapshots",
+    "Runs",
     "Speculations",
     "Store",
     "Sweep",
@@ -476,6 +487,100 @@ class Quarantine(Protocol):
     def quarantined_from(self, scope: str, operation_id: str) -> State | None: ...
 
 
+class Runs(Protocol):
+    """Run-call journals, seals and effects bound to run calls (docs/runs.md).
+
+    The journal keeps digests and sizes, never prompts, arguments or results. A run's row
+    orders every admission, recorded call, return, receipt and snapshot with its seal: none is
+    admitted or recorded after a seal commits (invariant 13). A refusal writes only an audit
+    line.
+    """
+
+    def record_run_call(
+        self, scope: str, call: RunCall, *, now: float, actor: str
+    ) -> tuple[RunCallRecord, bool]:
+        """Journal an invocation before it is made: ``(record, True)`` the first time, the
+        stored record and False for an identical replay; :class:`RunCallConflict` for another
+        call in the slot; :class:`RunSealed` once the run is sealed, replays included."""
+
+    def complete_run_call(
+        self, scope: str, ref: RunCallRef, completion: RunCompletion, *, now: float, actor: str
+    ) -> tuple[RunCallRecord, bool]:
+        """Record the call's local return, once: the identical return again is False, another
+        one :class:`RunCallConflict`. Allowed after a seal (late returns)."""
+
+    def get_run_call(self, scope: str, run_id: str, slot: str) -> RunCallRecord | None: ...
+
+    def list_run_calls(
+        self, scope: str, run_id: str, *, after: str | None = None, limit: int = 100
+    ) -> list[RunCallRecord]:
+        """Calls with ``slot > after`` in slot order, at most ``limit`` (1 to 1000)."""
+
+    def seal_run(
+        self, scope: str, run_id: str, *, actor: str, reason: str, now: float
+    ) -> tuple[RunSeal, bool]:
+        """Seal the run for good (an empty or unknown run too): ``(seal, True)`` the first
+        time, the stored seal and False after."""
+
+    def get_run(self, scope: str, run_id: str) -> RunSummary | None: ...
+
+    def list_runs(
+        self, scope: str | None = None, *, sealed: bool | None = None, limit: int = 100
+    ) -> list[RunSummary]: ...
+
+    def count_open_runs(self) -> int: ...
+
+    def count_unresolved_provider_calls(self) -> int:
+        """Model calls with neither a local return nor a provider receipt."""
+
+    def journal_bound(
+        self,
+        new: NewOperation,
+        path: Sequence[State],
+        ref: RunCallRef,
+        *,
+        now: float,
+        audit: Mapping[str, object] | None = None,
+        guard: DispatchGuard | None = None,
+    ) -> Journal:
+        """:meth:`LedgerWrites.journal`, admitted against the exact unfinished tool call
+        ``ref`` in the same transaction (see :mod:`effectgate.store._runs`)."""
+
+    def run_binding(self, scope: str, operation_id: str) -> RunCallRef | None: ...
+
+    def put_provider_receipt(
+        self,
+        scope: str,
+        run_id: str,
+        slot: str,
+        receipt: ProviderReceipt,
+        *,
+        now: float,
+        actor: str,
+    ) -> bool:
+        """Keep an authenticated provider receipt (True: new); disagreeing ones side by side."""
+
+    def provider_receipts(
+        self, scope: str, run_id: str, slot: str | None = None
+    ) -> list[tuple[str, ProviderReceipt]]: ...
+
+
+@runtime_checkable
+class RunSnapshots(Protocol):
+    """Recovery snapshots of sealed runs, kept by digest (disagreeing ones side by side)."""
+
+    def snapshot_run(
+        self, scope: str, run_id: str, *, now: float, actor: str
+    ) -> tuple[bytes, str, bool]:
+        """``(document, digest, stored_now)``; refused when unsealed or over a bound."""
+
+    def list_run_snapshots(
+        self, scope: str, run_id: str
+    ) -> list[tuple[str, int, int, float, str]]: ...
+
+    def get_run_snapshot(self, scope: str, run_id: str, digest: str) -> bytes | None: ...
+
+
 @runtime_checkable
 class Store(
     LedgerWrites,
@@ -489,6 +594,8 @@ class Store(
     Principals,
     Speculations,
     Quarantine,
+    Runs,
+    RunSnapshots,
     Protocol,
 ):
     """Every role: what :func:`effectgate.store.open_store` returns."""
