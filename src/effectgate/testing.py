@@ -9,6 +9,9 @@
 - **Crashes**: :func:`crash_at` arms a crash point for a block: the process is SIGKILLed there
   (``mode="kill"``, for a child process) or :class:`SimulatedCrash` is raised (``mode="raise"``,
   in process).
+- **A whole service**: :func:`paper_service` serves the HTTP API on the paper venue on a loopback
+  port, with a harness, an approver and an operator token (:class:`PaperService`): for agents
+  built with the framework integrations (``examples/``) and their tests. Needs the server extra.
 - **The guarantees**: :func:`assert_invariants` and the checkers it runs, each naming the
   invariant it checks (at most one dispatch per operation, every duplicate reported, nothing
   written off inside its horizon, the audit chain verifies, a terminal row never changes, every
@@ -47,6 +50,7 @@ from effectgate._invariants import (
     uncertain_rows_settled,
 )
 from effectgate.adapters.paper import PaperAdapter, PaperVenue, VenueRejection
+from effectgate.integrations._paper import PaperService, paper_service
 from effectgate.store import open_store
 from effectgate.store.base import with_schema
 from effectgate.store.roles import Store
@@ -58,6 +62,7 @@ __all__ = [
     "InvariantViolation",
     "ManualClock",
     "PaperAdapter",
+    "PaperService",
     "PaperVenue",
     "SimulatedCrash",
     "VenueRejection",
@@ -69,6 +74,7 @@ __all__ = [
     "duplicates_reported",
     "no_dispatch_while_held",
     "no_write_off_inside_horizon",
+    "paper_service",
     "temporary_store",
     "terminal_rows_unchanged",
     "uncertain_rows_settled",
