@@ -49,7 +49,6 @@ class State(TypedDict):
     messages: Annotated[list[AnyMessage], add_messages]
 
 
-
 def langgraph_app(client: EffectgateClient, args: dict[str, Any], call_id: str = "call_1") -> Any:
     model = FakeMessagesListChatModel(
         responses=[

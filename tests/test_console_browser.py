@@ -13,8 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service as DriverService
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
 
-from agentkit import BIG, ORDER
+from agentkit import BIG
 from effectgate.integrations import EffectgateClient
 from effectgate.testing import PaperService, paper_service
 
@@ -27,13 +33,6 @@ if not (CHROMIUM and DRIVER):
         raise RuntimeError("CI=true: chromium and chromium-driver must be installed (.ci/run)")
     pytest.skip("chromium or chromedriver not installed", allow_module_level=True)
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service as DriverService
-from selenium.webdriver.common.by import By
-from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support import expected_conditions as ec
-from selenium.webdriver.support.ui import WebDriverWait
-
 
 @pytest.fixture(scope="module")
 def ps() -> Iterator[PaperService]:
@@ -45,8 +44,15 @@ def ps() -> Iterator[PaperService]:
 def browser() -> Iterator[WebDriver]:
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1280,900", "--disable-extensions", "--no-first-run"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        "--disable-extensions",
+        "--no-first-run",
+    ):
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=DriverService(str(DRIVER)), options=opts)
     driver.set_page_load_timeout(30)

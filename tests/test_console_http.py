@@ -65,9 +65,7 @@ class TestLoginExchange:
         b = browser(ps)
         pre = csrf_of(b.get("/console/login"))
         got = b.post(
-            "/console/login",
-            data={"csrf": pre, "token": ps.operator_token},
-            follow_redirects=False,
+            "/console/login", data={"csrf": pre, "token": ps.operator_token}, follow_redirects=False
         )
         assert got.status_code == 303
         cookie = next(c for c in got.headers.get_list("set-cookie") if c.startswith("eg_console="))

@@ -7,9 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-pytest.importorskip("langgraph")  # the [test] extra installs it; CI has it
-
 from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.types import Command
 
@@ -35,7 +32,9 @@ def tool_message(state: Any) -> ToolMessage:
 
 
 class TestCrashAfterTheToolCall:
-    def test_a_resumed_step_replays_the_operation_and_makes_one_effect(self, ps: PaperService) -> None:
+    def test_a_resumed_step_replays_the_operation_and_makes_one_effect(
+        self, ps: PaperService
+    ) -> None:
         """Invariant 1 (at most one dispatch per operation id): the step died after effectgate
         sent the order; resuming the thread from its checkpoint sends the same operation id,
         which replays."""

@@ -8,10 +8,7 @@ from typing import Any
 
 import anyio
 import pytest
-
-pytest.importorskip("agents")  # the [test] extra installs it; CI has it
-
-from agents import Agent, RunConfig, Runner, RunState, set_tracing_disabled
+from agents import Agent, Runner, RunState, set_tracing_disabled
 
 from agentkit import BIG, HUGE, ORDER, agents_model
 from effectgate.integrations import EffectgateClient, operation_id_for

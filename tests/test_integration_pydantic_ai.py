@@ -7,9 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-pytest.importorskip("pydantic_ai")  # the [test] extra installs it; CI has it
-
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults, ToolApproved
 
 from agentkit import BIG, HUGE, ORDER, pydantic_model

@@ -16,11 +16,6 @@ Each framework has its own module and optional extra (``pip install 'effectgate[
 - :class:`ToolResult`: an operation, or a refusal, as text a model can act on.
 """
 
-from effectgate.integrations._client import (
-    EffectgateClient,
-    ToolResult,
-    ToolSpec,
-    operation_id_for,
-)
+from effectgate.integrations._client import EffectgateClient, ToolResult, ToolSpec, operation_id_for
 
 __all__ = ["EffectgateClient", "ToolResult", "ToolSpec", "operation_id_for"]

@@ -118,16 +118,22 @@ def paper_service(venue: PaperVenue | None = None) -> Iterator[PaperService]:
     try:
         issued = {
             role: service.store.create_principal(
-                f"paper-{role}", role, "*" if role == "operator" else "default",
-                created_by="paper_service", now=time.time(),
+                f"paper-{role}",
+                role,
+                "*" if role == "operator" else "default",
+                created_by="paper_service",
+                now=time.time(),
             ).token
             for role in ("harness", "approver", "operator")
         }
         port = _free_port()
         server = uvicorn.Server(
             uvicorn.Config(
-                create_app(service, mcp_http=False), host="127.0.0.1", port=port,
-                log_level="warning", lifespan="on",
+                create_app(service, mcp_http=False),
+                host="127.0.0.1",
+                port=port,
+                log_level="warning",
+                lifespan="on",
             )
         )
         thread = threading.Thread(target=server.run, daemon=True)

@@ -41,7 +41,9 @@ def effectgate_tools(
     client: EffectgateClient, actions: Sequence[str] | None = None, *, namespace: str = "agents"
 ) -> list[FunctionTool]:
     """One ``FunctionTool`` per action class (``actions``: only these)."""
-    return [_tool(client, spec, namespace) for spec in client.tools(list(actions) if actions else None)]
+    return [
+        _tool(client, spec, namespace) for spec in client.tools(list(actions) if actions else None)
+    ]
 
 
 def _namespace(ctx: RunContextWrapper[Any], default: str) -> str:
@@ -53,7 +55,9 @@ def _namespace(ctx: RunContextWrapper[Any], default: str) -> str:
 
 def _tool(client: EffectgateClient, spec: ToolSpec, namespace: str) -> FunctionTool:
     def propose(ctx: RunContextWrapper[Any], call_id: str, args: Mapping[str, Any]) -> ToolResult:
-        return client.propose(spec.name, operation_id_for(_namespace(ctx, namespace), call_id), args)
+        return client.propose(
+            spec.name, operation_id_for(_namespace(ctx, namespace), call_id), args
+        )
 
     async def needs_approval(
         ctx: RunContextWrapper[Any], params: dict[str, Any], call_id: str

@@ -37,7 +37,10 @@ NAMESPACE_KEY = "effectgate_namespace"
 
 
 def effectgate_toolset(
-    client: EffectgateClient, actions: Sequence[str] | None = None, *, namespace: str = "pydantic-ai"
+    client: EffectgateClient,
+    actions: Sequence[str] | None = None,
+    *,
+    namespace: str = "pydantic-ai",
 ) -> FunctionToolset[Any]:
     """A toolset with one tool per action class (``actions``: only these)."""
     specs = client.tools(list(actions) if actions else None)
@@ -66,6 +69,9 @@ def _tool(client: EffectgateClient, spec: ToolSpec, namespace: str) -> Tool[Any]
         return result.text()
 
     return Tool.from_schema(
-        run, name=spec.name, description=spec.description, json_schema=spec.parameters,
+        run,
+        name=spec.name,
+        description=spec.description,
+        json_schema=spec.parameters,
         takes_ctx=True,
     )

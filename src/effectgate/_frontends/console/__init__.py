@@ -23,4 +23,6 @@ PREFIX = "/console"
 def mount_console(app: FastAPI, service: Service) -> None:
     """Add the console's routes and static files to ``app``."""
     app.include_router(console_router(service))
-    app.mount(f"{PREFIX}/static", StaticFiles(directory=str(HERE / "static")), name="console-static")
+    app.mount(
+        f"{PREFIX}/static", StaticFiles(directory=str(HERE / "static")), name="console-static"
+    )

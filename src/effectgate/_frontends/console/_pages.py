@@ -174,11 +174,7 @@ def add_pages(
     @router.get("/console/operations")
     @guarded
     async def operations(
-        request: Request,
-        operation_id: str = "",
-        state: str = "",
-        action: str = "",
-        scope: str = "",
+        request: Request, operation_id: str = "", state: str = "", action: str = "", scope: str = ""
     ) -> Response:
         session = await need(request, Capability.OPERATE)
         error = None
@@ -188,15 +184,23 @@ def add_pages(
             wanted = State(state) if state else None
             rows = await run_in_threadpool(
                 lambda: views.operations(
-                    service, visible, state=wanted, action=action.strip() or None,
+                    service,
+                    visible,
+                    state=wanted,
+                    action=action.strip() or None,
                     operation_id=operation_id.strip() or None,
                 )
             )
         except (ValueError, EffectgateError) as exc:
             error = getattr(exc, "message", None) or f"unknown state {state!r}"
         return render(
-            request, "operations.html", session=session, csrf=session.csrf, rows=rows,
-            error=error, states=[s.value for s in State],
+            request,
+            "operations.html",
+            session=session,
+            csrf=session.csrf,
+            rows=rows,
+            error=error,
+            states=[s.value for s in State],
             q={"operation_id": operation_id, "state": state, "action": action, "scope": scope},
         )
 

@@ -144,8 +144,15 @@ def console_router(service: Service) -> APIRouter:
     async def login_page(request: Request, next: str = "/console") -> Response:
         pre = secrets.token_urlsafe(24)
         out = render(request, "login.html", csrf=pre, next=_local(next), error=None)
-        out.set_cookie(PRE_COOKIE, pre, httponly=True, samesite="strict", path="/console",
-                       secure=request.url.scheme == "https", max_age=3600)
+        out.set_cookie(
+            PRE_COOKIE,
+            pre,
+            httponly=True,
+            samesite="strict",
+            path="/console",
+            secure=request.url.scheme == "https",
+            max_age=3600,
+        )
         return out
 
     @router.post("/console/login")
@@ -155,8 +162,14 @@ def console_router(service: Service) -> APIRouter:
         client = request.client.host if request.client else "?"
         nxt = _local(fields.get("next", "/console"))
         if throttle.blocked(client):
-            return render(request, "login.html", 429, csrf=fields["csrf"], next=nxt,
-                          error="Too many failed logins from this address; wait a few minutes.")
+            return render(
+                request,
+                "login.html",
+                429,
+                csrf=fields["csrf"],
+                next=nxt,
+                error="Too many failed logins from this address; wait a few minutes.",
+            )
         token = fields.get("token", "").strip()
         try:
             who: Principal = await run_in_threadpool(service.tokens.from_token, token)
@@ -164,14 +177,26 @@ def console_router(service: Service) -> APIRouter:
                 raise PermissionDenied("the console is for operators and approvers")
         except EffectgateError as exc:
             throttle.failed(client)
-            return render(request, "login.html", 401, csrf=fields["csrf"], next=nxt,
-                          error=f"Token not accepted: {exc.message}")
-        sid, session = sessions.open(who, token)
+            return render(
+                request,
+                "login.html",
+                401,
+                csrf=fields["csrf"],
+                next=nxt,
+                error=f"Token not accepted: {exc.message}",
+            )
+        sid, _ = sessions.open(who, token)
         await run_in_threadpool(_audit, service, "console_login", who)
         start = nxt if nxt != "/console" or who.may(Capability.OPERATE) else "/console/approvals"
         out = to(start)
-        out.set_cookie(COOKIE, sid, httponly=True, samesite="strict", path="/console",
-                       secure=request.url.scheme == "https")
+        out.set_cookie(
+            COOKIE,
+            sid,
+            httponly=True,
+            samesite="strict",
+            path="/console",
+            secure=request.url.scheme == "https",
+        )
         out.delete_cookie(PRE_COOKIE, path="/console")
         return out
 
@@ -202,7 +227,5 @@ def _local(path: str) -> str:
 
 def _audit(service: Service, kind: str, who: Principal) -> None:
     service.store.append_audit(
-        kind, {"principal": who.name, "role": who.role.value, "scope": who.scope},
-        now=time.time(),
+        kind, {"principal": who.name, "role": who.role.value, "scope": who.scope}, now=time.time()
     )
-

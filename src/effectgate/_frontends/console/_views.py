@@ -146,9 +146,7 @@ def dashboard(service: Service, scope: str | None) -> dict[str, Any]:
         ]
     return {
         "charts": charts,
-        "alerts": [
-            {"a": a, "at": _when(a.at)} for a in store.list_alerts_in(scope, limit=20)
-        ],
+        "alerts": [{"a": a, "at": _when(a.at)} for a in store.list_alerts_in(scope, limit=20)],
         "uncertain": len(uncertain),
         "oldest": round(max(ages), 1) if ages else None,
     }
