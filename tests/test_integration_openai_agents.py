@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import pytest
 from agents import Agent, Runner, RunState, set_tracing_disabled
+from agents.exceptions import ModelBehaviorError
 
 from agentkit import BIG, HUGE, ORDER, agents_model
 from effectgate.integrations import EffectgateClient, operation_id_for
@@ -72,6 +73,26 @@ class TestApprovalThroughRunState:
         out = run(a, state, "oa-early")
         assert "outcome: waiting_for_approval" in str(out.final_output)
         assert ps.venue.effect_count == before
+
+    def test_a_saved_state_edited_to_other_arguments_is_refused(self, ps: PaperService) -> None:
+        """Invariant 2 (same operation id, other fingerprint: refused): the persisted RunState
+        is edited to carry other arguments for the approved call. The SDK itself refuses the
+        edited call (it fingerprints invocations); effectgate refuses the same arguments under
+        the operation id whatever carries them; what ran is what was approved."""
+        a = agent(ps, BIG, "call_edit")
+        saved = run(a, "buy 10", "oa-edit").to_state().to_string()
+        op_id = operation_id_for("oa-edit", "call_edit")
+        ps.approve(op_id)
+        edited = saved.replace('\\"quantity\\": \\"10\\"', '\\"quantity\\": \\"9\\"')
+        assert edited != saved
+        state = restore(a, edited)
+        with pytest.raises(ModelBehaviorError):  # at approve, or at the latest on resume
+            state.approve(state.get_interruptions()[0])
+            run(a, state, "oa-edit")
+        client = EffectgateClient(ps.url, ps.harness_token)
+        again = client.propose("submit_order", op_id, {**BIG, "quantity": "9"})
+        assert again.outcome == "refused" and "idempotency_conflict" in again.message
+        assert ps.service.store.get("default", op_id).effect["quantity"] == "10"
 
 
 class TestCrashAfterTheToolCall:
