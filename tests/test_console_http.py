@@ -177,3 +177,18 @@ class TestFormsThatAct:
         )
         assert "Refused (approval_fingerprint_mismatch)" in got.text
         assert ps.venue.effect_count == before and client.get("http.stale").waiting
+
+
+class TestAgentTextIsInert:
+    def test_what_an_agent_wrote_is_escaped_on_the_page(self, ps: PaperService) -> None:
+        """The intent is untrusted: its free text reaches the approver as text, never markup."""
+        from agentkit import BIG
+        from effectgate.integrations import EffectgateClient
+
+        client = EffectgateClient(ps.url, ps.harness_token)
+        evil = {**BIG, "rationale": '<script>alert("x")</script><img src=x onerror=alert(1)>'}
+        assert client.propose("submit_order", "http.xss", evil).waiting
+        b, _ = logged_in(ps, ps.approver_token)
+        page = b.get("/console/approvals").text
+        assert "&lt;script&gt;" in page and "<script>alert" not in page
+        assert "<img src=x" not in page
