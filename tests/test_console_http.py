@@ -192,3 +192,15 @@ class TestAgentTextIsInert:
         page = b.get("/console/approvals").text
         assert "&lt;script&gt;" in page and "<script>alert" not in page
         assert "<img src=x" not in page
+
+
+class TestChartData:
+    def test_ages_fall_in_their_buckets_and_rates_are_per_minute(self) -> None:
+        from effectgate._frontends.console._charts import age_buckets, chart, per_minute
+
+        got = age_buckets([0.5, 59.9, 60.0, 599, 3600, 86400 * 3])
+        assert got == {"under 1 min": 2, "1-10 min": 2, "10-60 min": 0, "1-24 h": 1, "over 24 h": 1}
+        assert per_minute({"b": 30, "a": 3}, 300) == {"a": 0.6, "b": 6.0}
+        c = chart("t", {"x": 2, "y": 4}, key="k")
+        assert [(b.percent, b.shown) for b in c.bars] == [(50.0, "2"), (100.0, "4")]
+        assert chart("t", {"x": 0}, key="k").bars[0].percent == 0.0

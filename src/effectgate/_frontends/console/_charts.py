@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["AGE_BUCKETS", "Bar", "Chart", "age_buckets", "chart"]
+__all__ = ["AGE_BUCKETS", "Bar", "Chart", "age_buckets", "chart", "per_minute"]
 
 #: Upper bounds (seconds) and labels of the age buckets of uncertain rows.
 AGE_BUCKETS: tuple[tuple[float, str], ...] = (
@@ -25,8 +25,9 @@ AGE_BUCKETS: tuple[tuple[float, str], ...] = (
 @dataclass(frozen=True)
 class Bar:
     label: str
-    value: int
+    value: float
     percent: float
+    shown: str
 
 
 @dataclass(frozen=True)
@@ -34,20 +35,35 @@ class Chart:
     title: str
     bars: list[Bar]
     empty: str
+    key: str
+    column: str
 
     @property
-    def total(self) -> int:
-        return sum(b.value for b in self.bars)
+    def total(self) -> str:
+        return f"{sum(b.value for b in self.bars):g}"
 
 
-def chart(title: str, values: Mapping[str, int], *, empty: str = "nothing yet") -> Chart:
+def chart(
+    title: str,
+    values: Mapping[str, float],
+    *,
+    key: str,
+    column: str = "count",
+    empty: str = "nothing yet",
+    unit: str = "",
+) -> Chart:
     """Bars scaled to the largest value (kept in the order given)."""
     top = max(values.values(), default=0)
     bars = [
-        Bar(label, value, round(100.0 * value / top, 1) if top else 0.0)
+        Bar(label, value, round(100.0 * value / top, 1) if top else 0.0, f"{value:g}{unit}")
         for label, value in values.items()
     ]
-    return Chart(title, bars, empty)
+    return Chart(title, bars, empty, key, column)
+
+
+def per_minute(counts: Mapping[str, int], seconds: float) -> dict[str, float]:
+    """Counts over a window of ``seconds`` as rates per minute (two decimals)."""
+    return {k: round(n * 60.0 / seconds, 2) for k, n in sorted(counts.items())}
 
 
 def age_buckets(ages: Iterable[float]) -> dict[str, int]:

@@ -11,7 +11,7 @@ from typing import Any
 
 from effectgate._core.states import State
 from effectgate._frontends._models import describe
-from effectgate._frontends.console._charts import Chart, age_buckets, chart
+from effectgate._frontends.console._charts import Chart, age_buckets, chart, per_minute
 from effectgate._service import Service
 from effectgate.store.base import Operation
 
@@ -127,7 +127,9 @@ def operation(service: Service, scope: str, operation_id: str) -> dict[str, Any]
 
 
 def dashboard(service: Service, scope: str | None) -> dict[str, Any]:
-    """Counts by state and class, holds, uncertain rows by age, divergences and alarms."""
+    """Dispatch rates per class, counts by state, holds, uncertain rows by age, divergences
+    and alarms. The dispatch log is the envelope's (kept at least a day), so the rates cost an
+    indexed range read per window."""
     store = service.store
     now = time.time()
     by_state: dict[str, int] = {s.value: 0 for s in State}
@@ -136,13 +138,37 @@ def dashboard(service: Service, scope: str | None) -> dict[str, Any]:
             by_state[state] = by_state.get(state, 0) + n
     uncertain = store.list_operations(state=State.SUBMITTED, scope=scope, limit=1000)
     ages = [now - (op.submitted_at or op.updated_at) for op in uncertain]
-    charts: list[Chart] = [chart("Uncertain rows by age", age_buckets(ages))]
+    charts: list[Chart] = [chart("Uncertain rows by age", age_buckets(ages), key="age")]
     if scope is None:  # the counters span every tenant: an operator of '*' only
         charts = [
-            chart("Operations by state", by_state),
-            chart("Held by a control, per class", dict(sorted(store.count_held().items()))),
+            chart(
+                "Dispatch rate, last 5 minutes",
+                per_minute(store.count_dispatched(now - 300), 300),
+                key="class",
+                column="per minute",
+                empty="nothing sent",
+            ),
+            chart(
+                "Dispatch rate, last hour",
+                per_minute(store.count_dispatched(now - 3600), 3600),
+                key="class",
+                column="per minute",
+                empty="nothing sent",
+            ),
+            chart("Operations by state", by_state, key="state"),
+            chart(
+                "Held by a control, per class",
+                dict(sorted(store.count_held().items())),
+                key="class",
+                empty="nothing held",
+            ),
             *charts,
-            chart("Divergences by kind", dict(sorted(store.count_divergences().items()))),
+            chart(
+                "Divergences by kind",
+                dict(sorted(store.count_divergences().items())),
+                key="kind",
+                empty="none",
+            ),
         ]
     return {
         "charts": charts,
