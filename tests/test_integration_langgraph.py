@@ -13,6 +13,7 @@ from langgraph.types import Command
 from agentkit import BIG, HUGE, ORDER, CrashOnce, langgraph_app
 from effectgate.integrations import EffectgateClient, operation_id_for
 from effectgate.integrations._paper import PaperService, paper_service
+from effectgate.integrations.langgraph import call_key
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,9 @@ class TestCrashAfterTheToolCall:
         msg = tool_message(state)
         assert msg.artifact["replayed"] is True and "outcome: done" in str(msg.content)
         assert ps.venue.effect_count == before + 1
-        assert msg.artifact["operation_id"] == operation_id_for("lg-crash", "call_crash")
+        call = next(m for m in state["messages"] if isinstance(m, AIMessage) and m.tool_calls)
+        key = call_key(call, "call_crash")
+        assert msg.artifact["operation_id"] == operation_id_for("lg-crash", key)
 
 
 class TestApprovalOnInterrupt:
@@ -87,6 +90,20 @@ class TestApprovalOnInterrupt:
         text = str(tool_message(out).content)
         assert "outcome: refused" in text and "idempotency_conflict" in text
         assert ps.service.store.get("default", op_id).effect["quantity"] == "10"
+
+
+class TestOneOperationPerCall:
+    def test_calls_numbered_per_turn_are_two_operations(self, ps: PaperService) -> None:
+        """Two turns whose provider numbers calls from call_0 each time: two deliberate,
+        identical orders are two actions (never merged by a reused call id)."""
+        client = EffectgateClient(ps.url, ps.harness_token)
+        before = ps.venue.effect_count
+        for turn in range(2):
+            graph = langgraph_app(client, ORDER, call_id="call_0")
+            out = graph.invoke({"messages": [("user", f"buy 4, turn {turn}")]}, cfg("lg-turns"))
+            msg = tool_message(out)
+            assert "outcome: done" in str(msg.content) and msg.artifact["replayed"] is False
+        assert ps.venue.effect_count == before + 2
 
 
 class TestOutcomesReachTheModel:

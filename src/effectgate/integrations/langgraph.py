@@ -9,10 +9,12 @@ chat model (``model.bind_tools(node.tool_schemas())``)::
     graph = builder.compile(checkpointer=InMemorySaver())  # any checkpointer: one is required
 
 Identity: the operation id of a tool call is :func:`~effectgate.integrations.operation_id_for`
-of the thread id and the tool call's id. The AI message that carries the call is checkpointed
-before this node runs, so a step that crashed after the call and is resumed, or a node that
-re-runs after an interrupt, sends the same operation again: effectgate replays it and nothing
-is sent twice.
+of the thread id and :func:`call_key`: the tool call's id and the id of the AI message that
+carries it (``add_messages`` gives every message a uuid when the model did not), so a provider
+that numbers calls per turn (``call_0``) still gets one operation per call. That message is
+checkpointed before this node runs, so a step that crashed after the call and is resumed, or a
+node that re-runs after an interrupt, sends the same operation again: effectgate replays it and
+nothing is sent twice.
 
 Approval: when effectgate answers ``waiting_for_approval`` the node calls LangGraph's
 ``interrupt()`` with the operation id, fingerprint and the policy's reason; the run pauses and
@@ -36,7 +38,7 @@ from langgraph.types import interrupt
 
 from effectgate.integrations._client import EffectgateClient, ToolResult, operation_id_for
 
-__all__ = ["EffectgateToolNode", "thread_namespace"]
+__all__ = ["EffectgateToolNode", "call_key", "thread_namespace"]
 
 _PLAIN: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,47}")
 
@@ -54,6 +56,13 @@ def thread_namespace(config: RunnableConfig | None) -> str:
     if _PLAIN.fullmatch(text):
         return text
     return "t" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def call_key(message: AIMessage, call_id: str) -> str:
+    """What identifies one tool call in a thread: its id and its message's id (when set)."""
+    if not call_id:
+        raise ValueError("a tool call without an id cannot be bound to an operation")
+    return f"{call_id}:{message.id}" if message.id else call_id
 
 
 class EffectgateToolNode:
@@ -111,7 +120,8 @@ class EffectgateToolNode:
                     )
                 )
                 continue
-            result = self._run(name, operation_id_for(namespace, call_id), call["args"])
+            operation_id = operation_id_for(namespace, call_key(last, call_id))
+            result = self._run(name, operation_id, call["args"])
             out.append(
                 ToolMessage(
                     content=result.text(),
