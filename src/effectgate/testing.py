@@ -9,6 +9,9 @@
 - **Crashes**: :func:`crash_at` arms a crash point for a block: the process is SIGKILLed there
   (``mode="kill"``, for a child process) or :class:`SimulatedCrash` is raised (``mode="raise"``,
   in process).
+- **A whole service**: :func:`paper_service` serves the HTTP API on the paper venue on a loopback
+  port, with a harness, an approver and an operator token (:class:`PaperService`): for agents
+  built with the framework integrations (``examples/``) and their tests. Needs the server extra.
 - **The guarantees**: :func:`assert_invariants` and the checkers it runs, each naming the
   invariant it checks (at most one dispatch per operation, every duplicate reported, nothing
   written off inside its horizon, the audit chain verifies, a terminal row never changes, every
@@ -62,6 +65,7 @@ from effectgate._invariants import (
     uncertain_rows_settled,
 )
 from effectgate.adapters.paper import PaperAdapter, PaperVenue, VenueRejection
+from effectgate.integrations._paper import PaperService, paper_service
 from effectgate.store import open_store
 from effectgate.store.base import with_schema
 from effectgate.store.roles import Store
@@ -76,6 +80,7 @@ __all__ = [
     "InvariantViolation",
     "ManualClock",
     "PaperAdapter",
+    "PaperService",
     "PaperVenue",
     "SimulatedCrash",
     "VenueDriver",
@@ -89,6 +94,7 @@ __all__ = [
     "duplicates_reported",
     "no_dispatch_while_held",
     "no_write_off_inside_horizon",
+    "paper_service",
     "read_report",
     "run_conformance",
     "temporary_store",

@@ -43,20 +43,30 @@ class BodyGate:
     ``skip`` names paths with their own gate (the MCP door checks its token and its cap, and
     its SDK its content types). A request without a body passes untouched: its route
     authenticates it as before, and a bodiless PUT or DELETE needs no ``Content-Type``.
+    ``skip_prefixes``: path prefixes with their own gate (the console: a session cookie, CSRF,
+    small form bodies).
     """
 
     def __init__(
-        self, app: ASGIApp, *, tokens: TokenBook, cap: int, skip: Collection[str] = ()
+        self,
+        app: ASGIApp,
+        *,
+        tokens: TokenBook,
+        cap: int,
+        skip: Collection[str] = (),
+        skip_prefixes: Collection[str] = (),
     ) -> None:
         self.app = app
         self._tokens = tokens
         self._cap = cap
         self._skip = frozenset(skip)
+        self._prefixes = tuple(skip_prefixes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
             scope["type"] != "http"
             or scope["path"].removeprefix(scope.get("root_path", "")) in self._skip
+            or scope["path"].removeprefix(scope.get("root_path", "")).startswith(self._prefixes)
         ):
             await self.app(scope, receive, send)
             return

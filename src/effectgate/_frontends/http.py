@@ -137,6 +137,7 @@ def create_app(
         tokens=service.tokens,
         cap=settings.max_body_bytes,
         skip=("/mcp",) if mount is not None else (),
+        skip_prefixes=("/console/",),  # its own gate: session cookie, CSRF, capped forms
     )
 
     def principal(capability: Capability) -> Callable[..., Coroutine[Any, Any, Principal]]:
@@ -251,6 +252,9 @@ def create_app(
     )
     if mount is not None:
         app.router.routes.append(Route("/mcp", endpoint=mount, include_in_schema=False))
+    from effectgate._frontends.console import mount_console  # the operator console (/console)
+
+    mount_console(app, service)
     app.openapi = lambda: _openapi(app, service)  # type: ignore[method-assign]
     return app
 

@@ -25,7 +25,10 @@ from effectgate.store.base import parse_store_url
 __all__ = ["EXTRAS", "Preflight", "missing_modules", "preflight"]
 
 #: What the doors and the PostgreSQL store import beyond the library, by extra.
-EXTRAS = {"server": ("fastapi", "uvicorn", "mcp"), "postgres": ("psycopg", "psycopg_pool")}
+EXTRAS = {
+    "server": ("fastapi", "uvicorn", "mcp", "jinja2"),
+    "postgres": ("psycopg", "psycopg_pool"),
+}
 
 
 def missing_modules(extra: str) -> list[str]:

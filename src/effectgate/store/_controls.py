@@ -45,6 +45,14 @@ class ControlRoles(StoreHooks):
             )
         ]
 
+    def count_dispatched(self, since: float) -> dict[str, int]:
+        return {
+            str(r[0]): int(r[1])
+            for r in self._rows(
+                "SELECT action, count(*) FROM dispatch_log WHERE at >= ? GROUP BY action", (since,)
+            )
+        }
+
     def _change_controls(
         self,
         action: str,

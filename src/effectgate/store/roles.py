@@ -273,6 +273,10 @@ class Controls(Protocol):
 
     def shadow_pairs(self, action: str | None = None) -> list[ShadowPair]: ...
 
+    def count_dispatched(self, since: float) -> dict[str, int]:
+        """``{action: n}`` of dispatches at or after ``since`` (the envelope's dispatch log,
+        kept at least a day): the console's dispatch rates."""
+
 
 @runtime_checkable
 class Releases(Protocol):
