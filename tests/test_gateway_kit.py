@@ -110,6 +110,16 @@ class TestCheckReadsTheReport:
         edited = check_json(config, monkeypatch)["classes"]["place_order"]
         assert edited["delivery"] == AT_MOST_ONCE and "digest" in edited["delivery_why"]
 
+    def test_the_running_gateways_gauge_says_the_same(self, tmp_path: Path) -> None:
+        rep = report_for("keyed", tmp_path)
+        rep.write(tmp_path / "kit.json")
+        toml = gateway_toml(tmp_path).replace(
+            'read_view = "lagging"\n', 'read_view = "lagging"\nconformance_report = "kit.json"\n'
+        )
+        with upstream_under_kit("keyed", tmp_path, toml) as (gw, _, _drv):
+            scraped = gw.service.metrics.render().decode()
+        assert 'effectgate_exactly_once{action="place_order"} 1.0' in scraped
+
     def test_the_unkeyed_tool_is_at_most_once_with_its_report(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
