@@ -1,5 +1,7 @@
 """Run the conformance kit against every shipped adapter and its local stand-in; write the
-reports. ``python tests/kit_reports.py docs/kit-reports`` regenerates the committed ones."""
+reports. ``python tests/kit_reports.py docs/kit-reports`` regenerates the committed ones;
+``python tests/kit_reports.py docs/kit-reports gateway`` only the MCP gateway's two (its upstream
+adapter against the SDK upstreams of tests/gateway_upstreams.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,22 @@ from effectgate.testing import PaperAdapter, PaperVenue, run_conformance
 STRIPE_KEY = "sk_test_CANARY0123456789abcdef"
 AWS_SECRET = "CANARYsecretAccessKey0123456789abcdefXYZ"
 HTTP_KEY = "CANARY-http-venue-key-0123456789"
+
+
+def gateway_reports(out: Path) -> None:
+    """The gateway's upstream adapter against an upstream that honours the key and one that
+    does not (both real MCP servers written with the official SDK, over stdio)."""
+    import tempfile
+
+    from gatewaykit import run_kit
+    from test_gateway import gateway_toml
+
+    out.mkdir(parents=True, exist_ok=True)
+    for mode in ("keyed", "unkeyed"):
+        with tempfile.TemporaryDirectory() as tmp:
+            rep = run_kit(mode, Path(tmp), gateway_toml(Path(tmp), mode))
+        rep.write(out / f"gateway-{mode}-upstream.json")
+        print(rep.render())
 
 
 def main(out: Path) -> None:
@@ -98,4 +116,9 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1] if len(sys.argv) > 1 else "kit-reports"))
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "kit-reports")
+    if sys.argv[2:] == ["gateway"]:
+        gateway_reports(target)
+    else:
+        main(target)
+        gateway_reports(target)

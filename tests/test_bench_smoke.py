@@ -43,3 +43,16 @@ def test_bench_smoke_runs_and_prints_ratios(tmp_path) -> None:
     assert all(f["effectgate"] > 0 for f in b5)  # every request answered 201, acknowledged
     # the bench leaves nothing beside the given path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json"]
+
+
+class TestWindowSortBench:
+    def test_it_sorts_both_ways_and_times_the_store_alternative(self) -> None:
+        """The figures behind spilling to files (docs/adapters.md); the bench itself checks
+        the order and the count of what it sorted, so a wrong sort fails here."""
+        from effectgate.bench.window_sort import run, sqlite_scratch
+
+        got = run(2_000, 300)
+        assert got["spilled"]["runs"] == 6 and got["in_memory"]["runs"] == 0
+        assert got["spilled"]["peak_heap_mib"] > 0
+        scratch = sqlite_scratch(2_000, 300)
+        assert scratch["write_lock_max_ms"] > 0

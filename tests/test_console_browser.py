@@ -18,9 +18,9 @@ from selenium.webdriver.chrome.service import Service as DriverService
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
-from agentkit import BIG
+from agentkit import BIG, ORDER
 from effectgate.integrations import EffectgateClient
 from effectgate.testing import PaperService, paper_service
 
@@ -181,3 +181,53 @@ class TestDivergenceInTheBrowser:
         browser.get(f"{ps.url}/console/audit")
         browser.find_element(By.ID, "verify").click()
         wait_text(browser, "Intact")
+
+
+class TestQuarantineInTheBrowser:
+    def test_an_operator_takes_over_an_uncertain_row_and_resolves_it_applied(
+        self, ps: PaperService, browser: WebDriver
+    ) -> None:
+        """Invariant 10 (a quarantined row leaves the queue only by an operator's resolution
+        with evidence; one that may have been dispatched is never released to dispatch again)."""
+        client = EffectgateClient(ps.url, ps.harness_token)
+        ps.venue.fail_next(1, after_apply=True)  # the order is placed, the reply is lost
+        before = ps.venue.effect_count
+        assert client.propose("submit_order", "web.lost", ORDER).outcome == "uncertain"
+        assert ps.venue.effect_count == before + 1
+        log_in(browser, ps, ps.operator_token)
+        browser.get(f"{ps.url}/console/operations/default/web.lost")
+        browser.find_element(By.ID, "to-queue").click()
+        WebDriverWait(browser, 30).until(ec.presence_of_element_located((By.ID, "take-over")))
+        browser.find_element(By.ID, "take-reason").send_keys("venue desk says it may be live")
+        browser.find_element(By.ID, "take-over-submit").click()
+        wait_text(browser, "Took web.lost into the quarantine queue")
+        browser.get(f"{ps.url}/console/quarantine")
+        listed = browser.find_element(By.CSS_SELECTOR, '#quarantined [data-operation="web.lost"]')
+        assert "may have been" in listed.text and "venue desk says" in listed.text
+        listed.find_element(By.LINK_TEXT, "web.lost").click()
+        WebDriverWait(browser, 30).until(ec.presence_of_element_located((By.ID, "resolve")))
+        key = browser.find_element(By.ID, "q-ledger-key").text
+        assert key == "default:web.lost"
+        assert "submitted" in browser.find_element(By.ID, "q-state").text
+        assert "quarantine" in browser.find_element(By.ID, "audit-ledger").text
+        # Dispatched: the form does not even offer a release.
+        released = browser.find_element(By.CSS_SELECTOR, '#outcome option[value="released"]')
+        assert released.get_attribute("disabled") is not None
+        (venue_id,) = ps.venue.find(key)
+        Select(browser.find_element(By.ID, "outcome")).select_by_value("applied")
+        Select(browser.find_element(By.ID, "evidence")).select_by_value("venue_record")
+        browser.find_element(By.ID, "reference").send_keys(venue_id)
+        browser.find_element(By.ID, "reason").send_keys("order found in the venue's blotter")
+        browser.execute_script("window.scrollTo(0, 0)")
+        shot(browser, "quarantine")
+        browser.find_element(By.ID, "resolve-submit").click()
+        wait_text(browser, "Resolved web.lost applied: now acknowledged")
+        assert browser.find_element(By.ID, "settled").text.startswith("This row is acknowledged")
+        done = client.get("web.lost")
+        assert done.outcome == "done" and done.body.get("venue_id") == venue_id
+        assert ps.venue.effect_count == before + 1  # settled by evidence, never sent again
+        trail = ps.service.store.audit_entries(scope="default", operation_id="web.lost", limit=50)
+        resolved = [e for e in trail if e.detail.get("resolution")]
+        assert resolved and "paper-operator" in resolved[-1].detail_text
+        browser.get(f"{ps.url}/console/quarantine")
+        assert "web.lost" not in browser.find_element(By.ID, "quarantined").text

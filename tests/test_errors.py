@@ -182,11 +182,49 @@ def test_every_ledger_state_tells_a_model_one_outcome(state: State) -> None:
         State.VALIDATED: "held",
         State.PROPOSED: "held",
         State.SUBMITTED: "uncertain",
-        State.QUARANTINED: "uncertain",
+        State.QUARANTINED: "held",  # never dispatched: see the test below
     }
     assert outcome.value == expected[state] and message.endswith(".")
     if outcome is ModelOutcome.UNCERTAIN or outcome is ModelOutcome.HELD:
         assert "new operation id" in message  # never "resend it as a new action"
+
+
+class TestQuarantinedRowsTellAModelWhetherAnythingWasSent:
+    """A quarantined row that never reached ``submitted`` (``submitted_at`` NULL) has not taken
+    effect and is never sent unless an operator releases it (invariant 10); one that was
+    dispatched may have taken effect."""
+
+    def row(self, submitted_at: float | None) -> Operation:
+        return Operation(
+            scope="s",
+            operation_id="op-q",
+            action="submit_order",
+            fingerprint="f",
+            state=State.QUARANTINED,
+            intent={},
+            effect={},
+            tier="validate",
+            reason="allowed",
+            policy_version="p",
+            venue_id=None,
+            detail="key-namespace-divergence",
+            created_at=1.0,
+            updated_at=1.0,
+            submitted_at=submitted_at,
+            version=1,
+        )
+
+    def test_never_dispatched_says_nothing_was_sent(self) -> None:
+        outcome, message = describe(self.row(None))
+        assert outcome is ModelOutcome.HELD
+        assert "nothing has been sent" in message and "key-namespace-divergence" in message
+        assert "may or may not" not in message and "releases it" in message
+        assert "new operation id" in message
+
+    def test_dispatched_may_have_taken_effect(self) -> None:
+        outcome, message = describe(self.row(5.0))
+        assert outcome is ModelOutcome.UNCERTAIN
+        assert "may or may not have taken effect" in message
 
 
 # --- the front doors answer with codes of the tree only --------------------------------------

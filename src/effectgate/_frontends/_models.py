@@ -160,6 +160,14 @@ def describe(op: Operation, horizon: float | None = None) -> tuple[ModelOutcome,
             "under a new operation id; if it was written off as absent at the venue, it may "
             "still appear there, so confirm with a human first."
         )
+    if state is State.QUARANTINED and op.submitted_at is None:
+        # Never dispatched (e.g. a key-namespace divergence caught before the commit): nothing
+        # left effectgate, and nothing will until an operator resolves it.
+        return ModelOutcome.HELD, (
+            f"Quarantined for an operator before it was sent ({why}): nothing has been sent, "
+            "and nothing is sent unless an operator releases it, back through policy and any "
+            "approval, or closes it as failed. " + check
+        )
     if state is State.QUARANTINED:
         return ModelOutcome.UNCERTAIN, (
             f"Quarantined for an operator ({why}): it may or may not have taken effect, and "

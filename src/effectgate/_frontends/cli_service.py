@@ -210,9 +210,15 @@ def check(
         bool, typer.Option("--connect", help="Also connect to the PostgreSQL store.")
     ] = False,
 ) -> None:
-    """Check that `serve` will start: the file, credentials, the store (exit 2 naming the key)."""
+    """Check that `serve` will start: the file, credentials, the store (exit 2 naming the key).
+
+    Per class: the venue contract and the delivery claim read from its conformance report, and
+    the speculation settings. A gateway's config (``[upstreams]``) is checked as the gateway."""
+    from effectgate._frontends._check_view import class_summary, print_class_details
     from effectgate._service import preflight
 
+    if _gateway_check(config, as_json=as_json, connect=connect):
+        return
     cfg = load_service_config(config)
     checked = preflight(cfg, connect=connect)
     if not checked.ok:
@@ -225,15 +231,13 @@ def check(
         "checked": list(checked.notes),
         "adapters": {n: a.kind for n, a in cfg.adapters.items()},
         "classes": {
-            ac.name: {
-                "adapter": ac.adapter,
-                "effect_class": ac.effect_class.value,
-                "tier_floor": ac.tier_floor.value,
-                "policy": ac.name in cfg.policy_names,
-                "listing": ac.venue.listing or "as the adapter declares",
-                "delivery": claims[ac.name]["claim"],
-                "delivery_why": claims[ac.name]["why"],
-            }
+            ac.name: class_summary(
+                ac,
+                claims[ac.name],
+                policy=ac.name in cfg.policy_names,
+                dispatch_timeout=cfg.service.dispatch_timeout,
+                in_flight_grace=cfg.service.in_flight_grace,
+            )
             for ac in cfg.registry
         },
         "tokens": {t.name: {"role": t.role, "scope": t.scope} for t in cfg.tokens},
@@ -254,10 +258,56 @@ def check(
             c["delivery"],
         )
     print_table(console, table)
-    for name, c in summary["classes"].items():
-        console.print(f"{name}: {c['delivery']}: {c['delivery_why']}", highlight=False)
+    print_class_details(console, summary["classes"])
     for note in checked.notes:
         console.print(note, highlight=False)
+
+
+def _gateway_check(config: str, *, as_json: bool, connect: bool) -> bool:
+    """``check`` of a gateway's config (True: it was one, and it was checked)."""
+    from effectgate._gateway._config import is_gateway_config
+
+    if not is_gateway_config(config):
+        return False
+    from effectgate._frontends._check_view import print_class_details
+    from effectgate._gateway._check import gateway_check
+
+    try:
+        checked = gateway_check(config, connect=connect)
+    except ConfigError as exc:
+        _invalid(exc.message)
+    if not checked.ok:
+        _invalid(*checked.problems)
+    summary = checked.summary
+    if as_json:
+        print(json.dumps(summary))
+        return True
+    table = Table(title=f"{config}: valid (gateway)")
+    for col in ("tool", "upstream", "schema", "effect class", "tier floor", "policy", "delivery"):
+        table.add_column(col)
+    for name, c in summary["classes"].items():
+        table.add_row(
+            name,
+            f"{c['upstream']}:{c['upstream_tool']}",
+            c["schema"],
+            c["effect_class"],
+            c["tier_floor"],
+            "yes" if c["policy"] else "[red]none: deny all[/red]",
+            c["delivery"],
+        )
+    for name, h in summary["held"].items():
+        table.add_row(name, h["upstream"], "[red]held[/red]", "-", "-", "-", "not served")
+    print_table(console, table)
+    print_class_details(console, summary["classes"])
+    for name, h in summary["held"].items():
+        console.print(
+            f"{name}: held: the upstream's schema {h['live'][:12]} is not the pinned "
+            f"{h['pinned'][:12]} (effectgate gateway-schemas; gateway-accept after review)",
+            highlight=False,
+        )
+    for note in summary["checked"]:
+        console.print(note, highlight=False)
+    return True
 
 
 def serve(

@@ -10,8 +10,12 @@ the executor journals before it and the standing reconciler enumerates the upstr
   ``unknown`` (the row stays uncertain for the reconciler), never ``failed``.
 * ``probe`` and ``records`` call the upstream's own read tools named in the config (a lookup by
   key and a listing), and find the operation key and the upstream's id in their results. A
-  governed tool without them has no read view: ``probe`` and ``records`` find nothing and the
-  class declares ``read_view = "none"`` (its uncertain rows go to the operator's queue).
+  governed tool without them has no read view: it lists by ``probe`` only, and ``probe``
+  raises (the upstream cannot answer) rather than return an empty list a reconciler could read
+  as absence; the class declares ``read_view = "none"`` (its uncertain rows go to the
+  operator's queue).
+* The conformance kit names this adapter ``mcp-upstream`` (:attr:`UpstreamAdapter.kind`): a
+  tool's ``[tools.NAME.venue] conformance_report`` is a report of that adapter.
 """
 
 from __future__ import annotations
@@ -25,14 +29,20 @@ from typing import Any
 
 import mcp_types as types
 
-from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt, VenueRecord
+from effectgate._execute.adapter import (
+    UNKEYED_PREFIX,
+    Adapter,
+    Listing,
+    OutboundRequest,
+    Outcome,
+    Receipt,
+    VenueRecord,
+    unkeyed,
+)
 from effectgate._gateway._upstream import CallRefused, UpstreamLink
 from effectgate.errors import AdapterError
 
 __all__ = ["UNKEYED_PREFIX", "ReadTools", "ToolBinding", "UpstreamAdapter", "result_text"]
-
-#: Key given to an upstream record that carries no operation key: it sorts as an orphan.
-UNKEYED_PREFIX = "~unkeyed:"
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,9 @@ class ToolBinding:
 class UpstreamAdapter(Adapter):
     """The executor's view of one governed upstream tool."""
 
+    #: What a conformance report of this adapter names (``name`` is the governed tool's).
+    kind = "mcp-upstream"
+
     def __init__(
         self,
         link: UpstreamLink,
@@ -79,6 +92,8 @@ class UpstreamAdapter(Adapter):
         self.binding = binding
         self.name = name
         self._held = held
+        # No read tools, no read view: nothing to list, and probe cannot answer.
+        self.listing = Listing.PROBE if binding.reads is None else Listing.KEY_ORDER
 
     def _guard(self) -> None:
         if self._held(self.name):
@@ -152,7 +167,10 @@ class UpstreamAdapter(Adapter):
     def probe(self, operation_key: str) -> list[str]:
         reads = self.binding.reads
         if reads is None:
-            return []
+            raise AdapterError(
+                f"upstream {self._link.spec.name}: {self.name} has no read tools (no read "
+                "view); an operator settles its uncertain rows"
+            )
         if reads.lookup_tool is None or reads.lookup_argument is None:
             return [r.venue_id for r in self._all() if r.operation_key == operation_key]
         result = self._read(reads.lookup_tool, {reads.lookup_argument: operation_key})
@@ -234,7 +252,7 @@ def _records(items: list[Any], reads: ReadTools) -> list[VenueRecord]:
         key = item.get(reads.key_field)
         if not isinstance(key, str) or not key:
             # An effect made without an operation key was made outside the boundary.
-            key = f"{UNKEYED_PREFIX}{vid}"
+            key = unkeyed(str(vid))
         out.append(VenueRecord(key, str(vid)))
     return out
 

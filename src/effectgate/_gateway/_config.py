@@ -199,7 +199,9 @@ def bind(
         ac, numbers = _action_class(gt, sec, upstream_tool.input_schema, cfg)
         registry.register(ac)
         bindings[name] = replace(gt.binding, number_fields=numbers)
-        adapters[name] = svc.AdapterConfig(name, "python", factory="gateway")
+        # The kind a conformance report names (UpstreamAdapter.kind): check and the
+        # effectgate_exactly_once gauge read the claim through it.
+        adapters[name] = svc.AdapterConfig(name, "mcp-upstream", factory="gateway")
     passthrough: dict[str, types.Tool] = {}
     for exposed, up in cfg.passthrough().items():
         found = {t.name: t for t in listings.get(up, [])}.get(exposed)

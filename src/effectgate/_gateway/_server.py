@@ -111,6 +111,8 @@ class Gateway:
             self.service = Service(
                 bound.service, adapters=adapters, create=create, clock=clock, store=store
             )
+            #: Each governed tool's own adapter (the service wraps them with timing).
+            self.raw_adapters: dict[str, UpstreamAdapter] = adapters
         except BaseException:
             for link in self.links.values():
                 link.close()

@@ -19,6 +19,7 @@ from effectgate._core.principals import Capability, Principal
 from effectgate._core.states import State
 from effectgate._frontends._http_controls import visible_scope
 from effectgate._frontends.console import _views as views
+from effectgate._frontends.console._quarantine import add_quarantine_pages
 from effectgate._frontends.console._session import Session
 from effectgate._service import Service
 from effectgate.errors import ControlError, EffectgateError, PermissionDenied
@@ -150,7 +151,7 @@ def add_pages(
 
         return await act(session, "/console/controls", run)
 
-    # --- divergences, quarantine ----------------------------------------------------------
+    # --- divergences; the quarantine queue (in ``_quarantine``) ------------------------------
 
     @router.get("/console/divergences")
     @guarded
@@ -160,14 +161,9 @@ def add_pages(
         rows = await run_in_threadpool(views.divergences, service, scope)
         return render(request, "divergences.html", session=session, csrf=session.csrf, rows=rows)
 
-    @router.get("/console/quarantine")
-    @guarded
-    async def quarantine(request: Request) -> Response:
-        # ISSUE-12: the quarantine queue (resolve with evidence, release) lands here at merge.
-        session = await need(request, Capability.OPERATE)
-        scope = visible_scope(session.principal, None)
-        rows = await run_in_threadpool(views.quarantined, service, scope)
-        return render(request, "quarantine.html", session=session, csrf=session.csrf, rows=rows)
+    add_quarantine_pages(
+        router, service, need=need, form=form, render=render, guarded=guarded, act=act
+    )
 
     # --- operations and their audit trail -------------------------------------------------
 

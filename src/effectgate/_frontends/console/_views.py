@@ -9,21 +9,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from effectgate._core.states import State
+from effectgate._core.states import NON_TERMINAL, State
 from effectgate._frontends._models import describe
 from effectgate._frontends.console._charts import Chart, age_buckets, chart, per_minute
 from effectgate._service import Service
 from effectgate.store.base import Operation
 
-__all__ = [
-    "approvals",
-    "controls",
-    "dashboard",
-    "divergences",
-    "operation",
-    "operations",
-    "quarantined",
-]
+__all__ = ["approvals", "controls", "dashboard", "divergences", "operation", "operations"]
 
 _PENDING_LIMIT = 200
 _TRAIL_LIMIT = 500
@@ -85,15 +77,6 @@ def divergences(service: Service, scope: str | None) -> list[dict[str, Any]]:
     ]
 
 
-def quarantined(service: Service, scope: str | None) -> list[dict[str, Any]]:
-    # ISSUE-12 (quarantine queue): replaced at merge by the queue with its resolutions; until
-    # then, the rows the ledger holds as quarantined, read-only.
-    return [
-        _row(op, service)
-        for op in service.store.list_operations(state=State.QUARANTINED, scope=scope, limit=500)
-    ]
-
-
 def operations(
     service: Service,
     scope: str | None,
@@ -119,6 +102,8 @@ def operation(service: Service, scope: str, operation_id: str) -> dict[str, Any]
         **_row(op, service),
         "intent": dict(op.intent),
         "effect": dict(op.effect),
+        # Non-terminal: in the quarantine queue, or an operator may take it over into it.
+        "queue": op.state in NON_TERMINAL,
         "trail": [
             {"seq": e.seq, "at": _when(e.at), "kind": e.kind, "detail": e.detail_text}
             for e in trail
