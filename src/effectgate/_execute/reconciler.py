@@ -66,6 +66,7 @@ NEVER_DISPATCHED = frozenset(
 ALARM_KINDS = frozenset(
     {"duplicate-effect", "orphan", "missing-at-venue", "ledger-says-failed"}
     | {f"ledger-says-{s.value}" for s in NEVER_DISPATCHED}
+    | {"resolution-contradicted"}
 )
 
 
@@ -316,7 +317,8 @@ class Reconciler:
         elif no_read_view:
             return  # an acknowledged row is never "missing" where nothing can be read
         elif entry.state is State.ACKNOWLEDGED and now - entry.updated_at >= horizon:
-            self._diverge("missing-at-venue", entry.op_key, [], entry.state.value, run)
+            if self._diverge("missing-at-venue", entry.op_key, [], entry.state.value, run):
+                self._check_resolution(entry, [], run)
 
     def _present(self, entry: LedgerEntry, venue_ids: list[str], run: _Pass) -> None:
         """A ledger row with one or more venue records."""
@@ -361,8 +363,34 @@ class Reconciler:
                 # row as it is now, not the snapshot, or live traffic raises false alarms.
                 self._present(fresh, venue_ids, run)
                 return
-            self._diverge(
+            if self._diverge(
                 f"ledger-says-{entry.state.value}", entry.op_key, venue_ids, entry.state.value, run
+            ):
+                self._check_resolution(entry, venue_ids, run)
+
+    def _check_resolution(self, entry: LedgerEntry, venue_ids: list[str], run: _Pass) -> None:
+        """Whether the divergence just seen contradicts an operator's resolution of the row:
+        then it is also a ``resolution-contradicted`` divergence (issue 20), naming who
+        resolved it. Read only on a first sighting, so it costs nothing on the sweep's path."""
+        resolved = _operator_resolution(self.store, entry.op_key)
+        if resolved is None:
+            return
+        outcome, venue_id, by = resolved
+        contradicted = (
+            (outcome == "failed" and bool(venue_ids))
+            or (outcome == "applied" and not venue_ids)
+            or (outcome == "applied" and venue_id is not None and venue_ids != [venue_id])
+        )
+        if contradicted:
+            log.error(
+                "resolution by %s (%s) of %s contradicted by the venue: %s",
+                by,
+                outcome,
+                entry.op_key,
+                venue_ids or "no record",
+            )
+            self._diverge(
+                "resolution-contradicted", entry.op_key, venue_ids, entry.state.value, run
             )
 
     def _unmatched(self, key: str, venue_ids: list[str], run: _Pass) -> None:
@@ -565,3 +593,17 @@ class Reconciler:
                     now,
                 ),
             )
+
+
+def _operator_resolution(store: Store, op_key: str) -> tuple[str, str | None, str] | None:
+    """``(outcome, venue id, by)`` of the last operator resolution in the row's audit trail."""
+    scope, sep, operation_id = op_key.partition(":")
+    if not sep:
+        return None
+    found: tuple[str, str | None, str] | None = None
+    for e in store.audit_entries(scope=scope, operation_id=operation_id, limit=10_000):
+        res = e.detail.get("resolution")
+        if isinstance(res, Mapping) and res.get("outcome") in ("applied", "failed"):
+            vid = res.get("venue_id")
+            found = (str(res["outcome"]), vid if isinstance(vid, str) else None, str(res.get("by")))
+    return found
