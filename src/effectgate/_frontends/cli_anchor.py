@@ -10,7 +10,17 @@ from typing import Annotated
 
 import typer
 
-from effectgate._frontends._cli_common import JsonOpt, StoreOpt, console, err, operator_on, print_json
+from effectgate._core.principals import Capability
+from effectgate._frontends._cli_actor import TOKEN_ENV, TokenEnvOpt
+from effectgate._frontends._cli_common import (
+    JsonOpt,
+    StoreOpt,
+    acting_operator,
+    console,
+    err,
+    operator_on,
+    print_json,
+)
 from effectgate.errors import ConfigError
 
 __all__ = ["register"]
@@ -105,3 +115,129 @@ def register(audit_app: typer.Typer) -> None:
             raise typer.Exit(EXIT_ALARM)
         if not result.ok:
             raise typer.Exit(EXIT_ALARM)
+
+
+hold_app = typer.Typer(help="Legal holds: what no prune may remove.", no_args_is_help=True)
+
+
+def _when(text: str) -> float:
+    from datetime import UTC, datetime
+
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not an ISO date (2026-01-31 or 2026-01-31T12:00Z)") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def register_retention(audit_app: typer.Typer) -> None:
+    """Add ``prune`` and ``hold place|list|release`` to the ``audit`` command group."""
+    audit_app.add_typer(hold_app, name="hold")
+
+    @audit_app.command("prune")
+    def audit_prune(
+        store: StoreOpt,
+        before: Annotated[str, typer.Option(help="Prune only what settled before this date.")],
+        file: Annotated[
+            list[Path] | None, typer.Option(help="Anchor file for the checkpoint (repeatable).")
+        ] = None,
+        http: Annotated[list[str] | None, typer.Option(help="Anchor URL (repeatable).")] = None,
+        command: Annotated[str | None, typer.Option(help="Anchor command.")] = None,
+        read_command: Annotated[str | None, typer.Option(help="Anchor read command.")] = None,
+        key_env: Annotated[str | None, typer.Option(help="Variable holding the HMAC key.")] = None,
+        token_env: TokenEnvOpt = TOKEN_ENV,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Verify against the anchors, anchor a checkpoint, then remove each lane's prunable
+        prefix (docs/evidence.md lists exactly what may go); the chain verifies after."""
+        from effectgate._anchor import AnchorProvider
+        from effectgate._execute.retention import prune
+
+        cutoff = _when(before)
+        key = os.environ.get(key_env, "").encode() or None if key_env else None
+        try:
+            providers: list[AnchorProvider] = _providers(file, http, command, read_command)  # type: ignore[assignment]
+            with acting_operator(store, token_env, Capability.OPERATE) as (op, actor):
+                report, after = prune(
+                    op.store, op.registry, providers, before=cutoff, by=actor, key=key
+                )
+        except ConfigError as exc:
+            err.print(f"error: {exc.message}")
+            raise typer.Exit(2) from None
+        if as_json:
+            print_json({**report.to_dict(), "verify": after.to_dict()})
+        else:
+            console.print(
+                f"pruned {report.entries} entries and {report.operations} operations "
+                f"from {len(report.cuts)} lane(s); chain {'intact' if after.ok else 'NOT intact'}"
+            )
+            for lane, why in sorted(report.stopped.items()):
+                console.print(f"  lane {lane} stopped at {why}")
+        if not after.ok:
+            raise typer.Exit(EXIT_ALARM)
+
+    @hold_app.command("place")
+    def hold_place(
+        store: StoreOpt,
+        reason: Annotated[str, typer.Option(help="Why (the matter, the order).")],
+        scope: Annotated[str, typer.Option(help="The scope held.")] = "default",
+        operation: Annotated[
+            str | None, typer.Option(help="Hold only this operation id (else the whole scope).")
+        ] = None,
+        token_env: TokenEnvOpt = TOKEN_ENV,
+    ) -> None:
+        """Place a legal hold (audited): no prune removes what it covers until released."""
+        import time
+
+        try:
+            with acting_operator(store, token_env, Capability.OPERATE) as (op, actor):
+                hold = op.store.place_hold(
+                    scope, operation, by=actor, reason=reason, now=time.time()
+                )
+        except ConfigError as exc:
+            err.print(f"error: {exc.message}")
+            raise typer.Exit(2) from None
+        console.print(f"hold {hold.hold_id} placed on {scope}{':' + operation if operation else ''}")
+
+    @hold_app.command("list")
+    def hold_list(
+        store: StoreOpt,
+        all_holds: Annotated[bool, typer.Option("--all", help="Released holds too.")] = False,
+        as_json: JsonOpt = False,
+    ) -> None:
+        """Active legal holds (with --all, released ones too)."""
+        with operator_on(store) as op:
+            holds = op.store.list_holds(active_only=not all_holds)
+        if as_json:
+            print_json({"holds": [h.to_dict() for h in holds]})
+            return
+        for h in holds:
+            state = "active" if h.released_at is None else f"released by {h.released_by}"
+            console.print(
+                f"{h.hold_id}  {h.scope}:{h.operation_id or '*'}  {state}  "
+                f"by {h.placed_by}: {h.reason}"
+            )
+        if not holds:
+            console.print("no legal holds")
+
+    @hold_app.command("release")
+    def hold_release(
+        hold_id: str,
+        store: StoreOpt,
+        reason: Annotated[str, typer.Option(help="Why the hold ends.")],
+        token_env: TokenEnvOpt = TOKEN_ENV,
+    ) -> None:
+        """Release a legal hold (audited)."""
+        import time
+
+        from effectgate.errors import OperationNotFound
+
+        try:
+            with acting_operator(store, token_env, Capability.OPERATE) as (op, actor):
+                op.store.release_hold(hold_id, by=actor, reason=reason, now=time.time())
+        except (ConfigError, OperationNotFound) as exc:
+            err.print(f"error: {exc.message}")
+            raise typer.Exit(1 if isinstance(exc, OperationNotFound) else 2) from None
+        console.print(f"hold {hold_id} released")

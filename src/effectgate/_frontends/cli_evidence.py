@@ -46,6 +46,7 @@ def register(app: typer.Typer) -> None:
     from effectgate._frontends import cli_anchor
 
     cli_anchor.register(audit_app)
+    cli_anchor.register_retention(audit_app)
 
 
 # --- shadow ------------------------------------------------------------------------------------
