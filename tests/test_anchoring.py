@@ -35,20 +35,20 @@ KEY = b"anchor-key-for-tests"
 class _Objects(BaseHTTPRequestHandler):
     objects: dict[str, bytes] = {}
 
-    def do_PUT(self) -> None:  # noqa: N802 - http.server's naming
+    def do_PUT(self) -> None:
         n = int(self.headers.get("Content-Length", "0"))
         self.objects[self.path] = self.rfile.read(n)
         self.send_response(200)
         self.end_headers()
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         body = self.objects.get(self.path)
         self.send_response(200 if body is not None else 404)
         self.end_headers()
         if body is not None:
             self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         return
 
 
@@ -70,7 +70,11 @@ def provider(request: pytest.FixtureRequest, tmp_path: Path, object_store: str) 
     if request.param == "http":
         return HttpAnchor(object_store)
     target = tmp_path / "cmd-anchor.json"
-    write = [sys.executable, "-c", f"import sys; open({str(target)!r}, 'w').write(sys.stdin.read())"]
+    write = [
+        sys.executable,
+        "-c",
+        f"import sys; open({str(target)!r}, 'w').write(sys.stdin.read())",
+    ]
     return CommandAnchor(write, read_argv=["cat", str(target)])
 
 
@@ -78,10 +82,18 @@ def truncate_tail(store: Store) -> None:
     """Delete the newest entry of its lane and point the lane's head at the one before."""
     entries = store.audit_entries(limit=10_000)
     # The newest entry that has a predecessor in its lane (PostgreSQL spreads lanes).
-    last = next(e for e in reversed(entries) if any(p.lane == e.lane for p in entries if p.seq < e.seq))
+    last = next(
+        e for e in reversed(entries) if any(p.lane == e.lane for p in entries if p.seq < e.seq)
+    )
     before = [e for e in entries if e.lane == last.lane and e.seq < last.seq][-1]
     sql(store, "DELETE FROM audit_log WHERE seq = ?", last.seq)
-    sql(store, "UPDATE audit_heads SET seq = ?, hash = ? WHERE lane = ?", before.seq, before.hash, last.lane)
+    sql(
+        store,
+        "UPDATE audit_heads SET seq = ?, hash = ? WHERE lane = ?",
+        before.seq,
+        before.hash,
+        last.lane,
+    )
     if _is_sqlite(store):
         sql(store, "UPDATE operations SET audit_seq = NULL, audit_hash = NULL")
 
@@ -113,7 +125,9 @@ class TestAnchoredVerification:
         assert [c.digest for c in found] == [checkpoint.digest]
 
     @pytest.mark.parametrize("attack", [truncate_tail, forge_tail])
-    def test_a_tampered_tail_is_caught(self, store: Store, provider: AnchorProvider, attack) -> None:
+    def test_a_tampered_tail_is_caught(
+        self, store: Store, provider: AnchorProvider, attack
+    ) -> None:
         op = fill(store)
         anchor_heads(store, [provider], key=KEY)
         attack(store)

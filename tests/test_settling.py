@@ -61,7 +61,7 @@ class TestOperatorSettlesAnUncertainRow:
     evidence; who and why are in the audit trail."""
 
     def test_take_over_then_resolve_applied(self, store: Store) -> None:
-        _, venue, clock = uncertain(store, applied=True)
+        _, _, clock = uncertain(store, applied=True)
         service = QuarantineService(store, clock=clock)
         taken = service.take_over("default", "op-1", by="alice", reason="stuck since 09:00")
         assert taken.state is State.QUARANTINED

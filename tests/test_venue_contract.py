@@ -218,8 +218,9 @@ class TestKitOnShippedKeyOrderAdapters:
             driver = PaperDriver(venue, secret="k-0123456789", pointed_at=make)
             rep = run_conformance(make(running.url), driver, horizon=1.0)
         result = rep.results["transport-classification"]
-        assert result["status"] == "fail" and "reset-after-request gave not_applied" in (
-            result["detail"]
+        assert (
+            result["status"] == "fail"
+            and "reset-after-request gave not_applied" in (result["detail"])
         )
 
     def test_paper_venue_ignoring_keys_is_reported_not_kept(self) -> None:

@@ -316,9 +316,12 @@ class Reconciler:
                 )
         elif no_read_view:
             return  # an acknowledged row is never "missing" where nothing can be read
-        elif entry.state is State.ACKNOWLEDGED and now - entry.updated_at >= horizon:
-            if self._diverge("missing-at-venue", entry.op_key, [], entry.state.value, run):
-                self._check_resolution(entry, [], run)
+        elif (
+            entry.state is State.ACKNOWLEDGED
+            and now - entry.updated_at >= horizon
+            and self._diverge("missing-at-venue", entry.op_key, [], entry.state.value, run)
+        ):
+            self._check_resolution(entry, [], run)
 
     def _present(self, entry: LedgerEntry, venue_ids: list[str], run: _Pass) -> None:
         """A ledger row with one or more venue records."""

@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from effectgate._anchor import AnchorProvider, anchor_heads, verify_against_anchors
 from effectgate._audit import VerifyResult, verify_store
 from effectgate._core.intent import Registry
+from effectgate._core.retention import PruneReport
 from effectgate.errors import ConfigError
-from effectgate.store._retention import PruneReport
 from effectgate.store.roles import Store
 
 __all__ = ["min_ages", "prune"]

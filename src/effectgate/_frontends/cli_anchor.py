@@ -38,7 +38,9 @@ def _providers(
     out += [HttpAnchor(u, token=token) for u in urls or []]
     if command:
         out.append(
-            CommandAnchor(shlex.split(command), read_argv=shlex.split(read_command) if read_command else None)
+            CommandAnchor(
+                shlex.split(command), read_argv=shlex.split(read_command) if read_command else None
+            )
         )
     return out
 
@@ -97,7 +99,9 @@ def register(audit_app: typer.Typer) -> None:
             if as_json:
                 print_json({**checkpoint.to_dict(), "anchored_at": where})
             else:
-                console.print(f"anchored {len(checkpoint.heads)} head(s), digest {checkpoint.digest[:16]}")
+                console.print(
+                    f"anchored {len(checkpoint.heads)} head(s), digest {checkpoint.digest[:16]}"
+                )
                 for w in where:
                     console.print(f"  -> {w}")
             return
@@ -126,7 +130,9 @@ def _when(text: str) -> float:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise typer.BadParameter(f"{text!r} is not an ISO date (2026-01-31 or 2026-01-31T12:00Z)") from None
+        raise typer.BadParameter(
+            f"{text!r} is not an ISO date (2026-01-31 or 2026-01-31T12:00Z)"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
@@ -199,7 +205,9 @@ def register_retention(audit_app: typer.Typer) -> None:
         except ConfigError as exc:
             err.print(f"error: {exc.message}")
             raise typer.Exit(2) from None
-        console.print(f"hold {hold.hold_id} placed on {scope}{':' + operation if operation else ''}")
+        console.print(
+            f"hold {hold.hold_id} placed on {scope}{':' + operation if operation else ''}"
+        )
 
     @hold_app.command("list")
     def hold_list(

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from effectgate._core.retention import LegalHold, PruneReport
 from effectgate._core.states import TERMINAL, State
 from effectgate.errors import ConfigError, OperationNotFound
 from effectgate.store._hooks import StoreHooks
@@ -38,48 +38,6 @@ __all__ = [
 
 #: At most this many entries are examined per lane and prune call (run it again for more).
 PRUNE_BATCH = 5000
-
-
-@dataclass(frozen=True, slots=True)
-class LegalHold:
-    hold_id: str
-    scope: str
-    operation_id: str | None
-    placed_by: str
-    reason: str
-    placed_at: float
-    released_at: float | None = None
-    released_by: str | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "hold_id": self.hold_id,
-            "scope": self.scope,
-            "operation_id": self.operation_id,
-            "placed_by": self.placed_by,
-            "reason": self.reason,
-            "placed_at": self.placed_at,
-            "released_at": self.released_at,
-            "released_by": self.released_by,
-        }
-
-
-@dataclass
-class PruneReport:
-    """What one prune removed: per lane the new checkpoint, and the counts."""
-
-    cuts: dict[int, tuple[int, str]] = field(default_factory=dict)
-    entries: int = 0
-    operations: int = 0
-    stopped: dict[int, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "cuts": {str(k): {"seq": s, "hash": h} for k, (s, h) in sorted(self.cuts.items())},
-            "entries": self.entries,
-            "operations": self.operations,
-            "stopped": {str(k): v for k, v in sorted(self.stopped.items())},
-        }
 
 
 def has_live_continuation(tx: SharedTx, scope: str, operation_id: str) -> bool:
@@ -147,8 +105,10 @@ def prunable_operation(
 
 
 def _actor(by: str) -> None:
-    if not isinstance(by, str) or not IDENTITY_PATTERN.fullmatch(by) or by.startswith(
-        SYSTEM_PREFIX
+    if (
+        not isinstance(by, str)
+        or not IDENTITY_PATTERN.fullmatch(by)
+        or by.startswith(SYSTEM_PREFIX)
     ):
         raise ConfigError(f"{by!r} is not an operator's name")
 
@@ -279,11 +239,7 @@ class RetentionRoles(StoreHooks):
                     tx, lane, starts.get(lane, 0), head_seq, before, now, min_age, report
                 )
             if report.cuts:
-                tx.audit(
-                    "audit_pruned",
-                    {"by": by, "before": before, **report.to_dict()},
-                    now,
-                )
+                tx.audit("audit_pruned", {"by": by, "before": before, **report.to_dict()}, now)
             return report
 
         return self._run(work, "prune_audit")
@@ -337,7 +293,9 @@ class RetentionRoles(StoreHooks):
             return
         cut_seq = cut[0]
         gone = [op for op in ops_in_prefix if last_of[op] <= cut_seq]
-        tx.write("DELETE FROM audit_log WHERE lane = ? AND seq > ? AND seq <= ?", (lane, after, cut_seq))
+        tx.write(
+            "DELETE FROM audit_log WHERE lane = ? AND seq > ? AND seq <= ?", (lane, after, cut_seq)
+        )
         for scope, operation_id in gone:
             for table in ("approvals", "approval_requests", "operations"):
                 tx.write(

@@ -23,9 +23,9 @@ __all__ = [
     "ledger_tables",
     "principals_tables",
     "release_columns",
+    "retention_tables",
     "runs_tables",
     "shadow_columns",
-    "retention_tables",
     "shared_migrations",
     "speculation_tables",
 ]

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     )
     from effectgate._core.principals import IssuedToken, Principal, PrincipalRecord
     from effectgate._core.resolution import Resolution
-    from effectgate.store._retention import LegalHold, PruneReport
+    from effectgate._core.retention import LegalHold, PruneReport
     from effectgate._core.runs import (
         ProviderReceipt,
         RunCall,
