@@ -408,7 +408,8 @@ def _transport_classification(
     attempt("refused", refused_url(), True)
     for name, mode, scheme, may_prove in (
         ("tls-handshake-reset", "reset-before", "https", True),
-        ("reset-after-connect", "reset-before", "http", False),
+        # Races the connect (not_applied if it lands there, else unknown): both are right.
+        ("reset-at-connect", "reset-before", "http", True),
         ("reset-after-request", "reset-after", "http", False),
         ("timeout-after-request", "hang", "http", False),
     ):
