@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from itertools import groupby
 
+from effectgate import _tracing
 from effectgate._core.controls import Alert
 from effectgate._core.intent import Registry
 from effectgate._core.states import State, check_transition
@@ -173,10 +174,15 @@ class Reconciler:
 
     def run_once(self) -> ReconcileReport:
         """Sweep if no other replica is sweeping; otherwise take a share of the repairs."""
-        with self.store.sweep_lock(self.owner, now=self.clock(), ttl=self.sweep_ttl) as mine:
-            report = self.sweep() if mine else None
-        if report is None:
-            report = self.repair()
+        with _tracing.span("effectgate.reconcile", {"effectgate.owner": self.owner}):
+            with self.store.sweep_lock(self.owner, now=self.clock(), ttl=self.sweep_ttl) as mine:
+                report = self.sweep() if mine else None
+            if report is None:
+                report = self.repair()
+            _tracing.event(
+                "effectgate.reconciled",
+                {"effectgate.repaired": len(report.repaired), "effectgate.swept": report.swept},
+            )
         if self.alerts is not None:
             check_maintenance(self.store, self.registry, self.alerts, now=self.clock())
         return report
@@ -506,6 +512,10 @@ class Reconciler:
             audit={"by": "reconciler", "owner": self.owner, "note": note},
         )
         run.pending.append((move, entry.op_key, note, tally))
+        _tracing.event(
+            "effectgate.repair",
+            {"effectgate.operation_key": entry.op_key, "effectgate.target": target.value},
+        )
         if len(run.pending) >= self.flush_every:
             self._flush(run)
 
