@@ -1,5 +1,7 @@
-"""``effectgate audit anchor [--verify]``: checkpoint the audit heads outside the store, or
-verify the chain against the last checkpoints (docs/evidence.md)."""
+"""Evidence that lasts (docs/evidence.md): ``effectgate audit anchor [--verify]`` (checkpoint
+the audit heads outside the store, or verify the chain against them), ``audit prune`` and
+``audit hold place|list|release`` (retention with legal holds), and ``effectgate verify``
+(the guarantees on the user's own configuration)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from effectgate._core.principals import Capability
 from effectgate._frontends._cli_actor import TOKEN_ENV, TokenEnvOpt
@@ -249,3 +252,64 @@ def register_retention(audit_app: typer.Typer) -> None:
             err.print(f"error: {exc.message}")
             raise typer.Exit(1 if isinstance(exc, OperationNotFound) else 2) from None
         console.print(f"hold {hold_id} released")
+
+
+def verify_command(
+    config: Annotated[str, typer.Option("--config", "-c", help="Your effectgate.toml.")],
+    store: Annotated[
+        str | None,
+        typer.Option(help="Scratch ledgers on this store's kind (default: the config's)."),
+    ] = None,
+    junit: Annotated[Path | None, typer.Option(help="Also write a JUnit XML report.")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Check effectgate's guarantees against YOUR configuration: its safety (policies, keys,
+    kill switches, approvals) and the ledger cases and invariants in scratch ledgers. Exit 1 on
+    any failure (for CI), 2 if the file does not load."""
+    import json as _json
+
+    from effectgate._service._config import load_config
+    from effectgate._verify import FAIL, run_verify
+    from effectgate.store import open_store
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as exc:
+        err.print(f"error: {exc.message}")
+        raise typer.Exit(2) from None
+    url = store or cfg.store.url
+    ledger = None
+    try:
+        ledger = open_store(cfg.store.url, **dict(cfg.store.options))
+    except Exception as exc:
+        err.print(
+            f"note: the configured ledger cannot be opened ({type(exc).__name__}); "
+            "its principals are not checked"
+        )
+    try:
+        checks = run_verify(cfg, url, ledger)
+    finally:
+        if ledger is not None:
+            ledger.close()
+    if junit is not None:
+        from effectgate._verify import junit_xml
+
+        junit.write_bytes(junit_xml(checks))
+    if as_json:
+        rows = [
+            {"guarantee": c.guarantee, "subject": c.subject, "status": c.status, "why": c.why}
+            for c in checks
+        ]
+        print(_json.dumps(rows))
+    else:
+        for c in checks:
+            colour = {"pass": "green", "fail": "red"}.get(c.status, "yellow")
+            console.print(
+                f"[{colour}]{c.status:>4}[/{colour}]  "
+                + escape(f"{c.guarantee} [{c.subject}]: {c.why}"),
+                highlight=False,
+            )
+        failed = sum(c.status == FAIL for c in checks)
+        console.print(f"{len(checks)} checks, {failed} failed")
+    if any(c.status == FAIL for c in checks):
+        raise typer.Exit(1)

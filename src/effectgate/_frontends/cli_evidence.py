@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
 
     cli_anchor.register(audit_app)
     cli_anchor.register_retention(audit_app)
+    app.command("verify")(cli_anchor.verify_command)
 
 
 # --- shadow ------------------------------------------------------------------------------------
