@@ -197,3 +197,41 @@ class TestAnchorCLI:
         bad = run("--verify", "--json")
         assert bad.returncode == 3
         assert {f["problem"] for f in json.loads(bad.stdout)["findings"]} & {"truncated", "head"}
+
+
+class TestScheduledAnchoring:
+    """``[anchor]`` in the service config: checkpoints on a schedule, beside the reconciler."""
+
+    def test_the_service_anchors_on_its_schedule(self, tmp_path: Path) -> None:
+        import time
+
+        from effectgate._service import Service, parse_config
+        from effectgate.adapters.paper import PaperAdapter, PaperVenue
+        from servicekit import config_text
+
+        target = tmp_path / "anchors.jsonl"
+        text = config_text(store_url=f"sqlite:///{tmp_path}/ledger.db")
+        text += f'\n[anchor]\ninterval = 0.2\nfiles = ["{target}"]\n'
+        svc = Service(parse_config(text, "t.toml"), adapters={"venue": PaperAdapter(PaperVenue())})
+        try:
+            svc.start_reconciler()
+            deadline = time.monotonic() + 10
+            while (
+                time.monotonic() < deadline
+                and len(target.read_text().splitlines() if target.exists() else []) < 2
+            ):
+                time.sleep(0.1)
+            lines = target.read_text().splitlines()
+            assert len(lines) >= 2
+            result, found = verify_against_anchors(svc.store, [FileAnchor(target)])
+            assert result.ok and found
+        finally:
+            svc.close()
+
+    def test_an_anchor_section_without_a_provider_is_refused(self, tmp_path: Path) -> None:
+        from effectgate._service import parse_config
+        from servicekit import config_text
+
+        text = config_text(store_url=f"sqlite:///{tmp_path}/l.db") + "\n[anchor]\ninterval = 5\n"
+        with pytest.raises(ConfigError, match="files, urls or command"):
+            parse_config(text, "t.toml")

@@ -180,4 +180,4 @@ def junit_xml(checks: list[Check]) -> bytes:
             ET.SubElement(case, "skipped", message=c.why)
         else:
             ET.SubElement(case, "system-out").text = c.why
-    return ET.tostring(suite, encoding="utf-8", xml_declaration=True)
+    return bytes(ET.tostring(suite, encoding="utf-8", xml_declaration=True))
