@@ -198,3 +198,44 @@ class TestRetentionCLI:
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["operations"] > 0
         assert cli("audit", "verify", "--store", url).returncode == 0
+
+
+class TestRunBoundOperations:
+    """Invariant 13's journals stay whole: an operation bound to an unsealed run is never
+    pruned; once the run is sealed it is history like any other."""
+
+    def test_an_unsealed_runs_operation_stays(self, store: Store, tmp_path: Path) -> None:
+        from effectgate.store._retention import prunable_operation
+        from runkit import RUN, SCOPE, tool_call
+
+        clock = ManualClock()
+        call = tool_call("t-1")
+        store.record_run_call(SCOPE, call, now=clock(), actor="harness-1")
+        gate = Gate(
+            store=store,
+            registry=default_registry(),
+            adapters={"paper": PaperAdapter(PaperVenue())},
+            policy=PolicySet({"submit_order": LimitPolicy(Decimal("100000"))}),
+            clock=clock,
+        )
+        gate.submit("submit_order", "op-run", dict(EXAMPLE_ORDER), run_call=call.ref)
+        clock.advance(max(min_ages(gate.registry).values()) + 60)
+
+        def verdict() -> str | None:
+            return store._run(  # type: ignore[attr-defined]
+                lambda tx, _: prunable_operation(
+                    tx,
+                    SCOPE,
+                    "op-run",
+                    before=clock(),
+                    now=clock(),
+                    min_age=min_ages(gate.registry),
+                ),
+                "test",
+            )
+
+        assert "unsealed run" in (verdict() or "")
+        report, after = run_prune(store, gate, clock, tmp_path, clock())
+        assert after.ok and "op-run" in rows(store) and report.operations == 0
+        store.seal_run(SCOPE, RUN, actor="ops-1", reason="done", now=clock())
+        assert verdict() is None
