@@ -151,3 +151,35 @@ class TestPropagation:
         assert not res.is_error
         ours = [s for s in spans.get_finished_spans() if s.name == "effectgate.journal"]
         assert ours and f"{ours[0].context.trace_id:032x}" == TRACE_ID
+
+
+class TestWithoutTheExtra:
+    def test_the_gate_runs_and_enable_names_the_extra(self) -> None:
+        """Without OpenTelemetry installed, the gate imports and runs (tracing off), and
+        enabling it names the extra to install."""
+        import subprocess
+        import sys
+
+        code = (
+            "import sys\n"
+            "for name in ('opentelemetry', 'opentelemetry.trace'):\n"
+            "    sys.modules[name] = None\n"
+            "from decimal import Decimal\n"
+            "from effectgate import Gate, LimitPolicy, PolicySet, _tracing\n"
+            "from effectgate.adapters.paper import PaperAdapter, PaperVenue\n"
+            "from effectgate.examples import EXAMPLE_ORDER, default_registry\n"
+            "from effectgate.store import SQLiteStore\n"
+            "g = Gate(store=SQLiteStore(':memory:'), registry=default_registry(),\n"
+            "    adapters={'paper': PaperAdapter(PaperVenue())},\n"
+            "    policy=PolicySet({'submit_order': LimitPolicy(Decimal('100000'))}))\n"
+            "print(g.submit('submit_order', 'op-1', dict(EXAMPLE_ORDER)).state.value)\n"
+            "try:\n"
+            "    _tracing.enable()\n"
+            "except ImportError as exc:\n"
+            "    print(exc)\n"
+        )
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+        )
+        assert "acknowledged" in out.stdout, out.stderr
+        assert "pip install 'effectgate[otel]'" in out.stdout
