@@ -91,6 +91,8 @@ class TestSpansOfTheActionPath:
             store=store, registry=g.registry, adapters={"paper": PaperAdapter(venue)}, clock=clock
         ).run_once()
         seen = values(spans)
+        dispatch = [s for s in spans.get_finished_spans() if s.name == "effectgate.dispatch"]
+        assert dispatch and not dispatch[0].events  # the failure's text is not recorded
         assert any(
             e.name == "effectgate.repair" for s in spans.get_finished_spans() for e in s.events
         )

@@ -76,7 +76,11 @@ def span(name: str, attributes: Mapping[str, str | int | float | bool]) -> Any:
     tracer = _tracer
     if tracer is None:
         return _NOOP
-    return tracer.start_as_current_span(name, attributes=dict(attributes))
+    # record_exception=False: an exception's text and traceback can carry a request's details
+    # (an adapter's error message, a payload in a repr); the span only says that it failed.
+    return tracer.start_as_current_span(
+        name, attributes=dict(attributes), record_exception=False, set_status_on_exception=True
+    )
 
 
 def event(name: str, attributes: Mapping[str, str | int | float | bool]) -> None:
