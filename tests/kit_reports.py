@@ -107,7 +107,7 @@ def main(out: Path) -> None:
     served = PaperVenue(max_quantity=1000)
     with serve_paper_venue(served, api_key=HTTP_KEY) as running:
         drv4 = venuekit.PaperDriver(
-            served, secret=HTTP_KEY, unreachable=lambda: http("http://127.0.0.1:9")
+            served, secret=HTTP_KEY, unreachable=lambda: http("http://127.0.0.1:9"), pointed_at=http
         )
         reports.append(("http-paper-server", run_conformance(http(running.url), drv4, horizon=1.0)))
     for name, rep in reports:

@@ -88,15 +88,15 @@ class TestOpsCommands:
     def test_show_says_why_an_operation_is_uncertain(self, tmp_path, monkeypatch) -> None:
         """Issue 11 item 4: the venue was down at dispatch; `ops show` gives the cause from the
         audit trail, the outcome and what happens next, not only `submitted`."""
-        import socket
+        from effectgate._transport_faults import FaultServer
 
         monkeypatch.setenv("EFFECTGATE_VENUE_KEY", KEY)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            down = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed again: nothing listens
+        # The venue resets the connection once it has the request: the outcome is unknown
+        # (a refused connection would be proven not applied, issue 20).
+        resetting = FaultServer("reset-after").__enter__()
         path = tmp_path / "ledger.db"
         store = SQLiteStore(str(path))
-        adapter = HttpVenueAdapter(down, credential_env="EFFECTGATE_VENUE_KEY")
+        adapter = HttpVenueAdapter(resetting.url(), credential_env="EFFECTGATE_VENUE_KEY")
         gate = Gate(
             store=store,
             registry=default_registry(adapter="http"),
@@ -104,11 +104,12 @@ class TestOpsCommands:
             policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
         )
         assert gate.submit("submit_order", "op-down", EXAMPLE_ORDER).state.value == "submitted"
+        resetting.close()
         adapter.close()
         store.close()
         shown = json.loads(cli("ops", "show", "--store", f"sqlite:///{path}", "op-down").stdout)
         assert shown["state"] == "submitted" and shown["outcome"] == "uncertain"
-        assert "venue unreachable (ConnectError)" in shown["cause"]
+        assert "connection to the venue failed" in shown["cause"]
         assert shown["cause"] in shown["message"] and "reconciler" in shown["message"]
 
     def test_unknown_state_is_a_usage_error(self, ledger_and_venue) -> None:

@@ -27,7 +27,6 @@ from servicekit import (
     VENUE_KEY_ENV,
     bearer,
     config_text,
-    free_port,
 )
 
 BODY = json.dumps(ORDER).encode()
@@ -447,7 +446,12 @@ class TestOutcomeForAModel:
         (and a later GET) says why, that the outcome is unknown, what not to do, and when the
         reconciler settles it."""
         monkeypatch.setenv(VENUE_KEY_ENV, "venue-key")
-        down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+        # The venue resets the connection once it has the request: the outcome is unknown
+        # (a refused connection is proven not applied, docs/evidence.md).
+        from effectgate._transport_faults import FaultServer
+
+        resetting = FaultServer("reset-after").__enter__()
+        down = resetting.url()
         cfg = parse_config(
             config_text(venue_url=down, store_url=f"sqlite:///{tmp_path}/ledger.db"), "t.toml"
         )
@@ -459,10 +463,11 @@ class TestOutcomeForAModel:
                 shown = c.get("/v1/admin/operations/alpha/op-down", headers=bearer(OPERATOR))
         finally:
             svc.close()
+            resetting.close()
         doc = r.json()
         assert r.status_code == 201 and doc["state"] == "submitted"
         assert doc["outcome"] == "uncertain"
-        assert "venue unreachable (ConnectError)" in doc["cause"]
+        assert "connection to the venue failed" in doc["cause"]
         assert doc["cause"] in doc["message"] and "may or may not" in doc["message"]
         assert "new operation id" in doc["message"] and "60s" in doc["message"]
         for later in (looked.json(), shown.json()):  # read back from the audit trail

@@ -24,15 +24,7 @@ from effectgate._frontends.http import create_app
 from effectgate._frontends.mcp import LOOKUP_TOOL, PIN_META_KEY, build_server
 from effectgate._service import Principal, Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from servicekit import (
-    AGENT_A,
-    OPERATOR,
-    ORDER,
-    VENUE_KEY_ENV,
-    config_text,
-    free_port,
-    uvicorn_thread,
-)
+from servicekit import AGENT_A, OPERATOR, ORDER, VENUE_KEY_ENV, config_text, uvicorn_thread
 
 ALPHA = Principal("alpha", "agent", "alpha")
 ARGS: dict[str, Any] = {"operation_id": "op-1", **ORDER}
@@ -176,7 +168,12 @@ class TestToolsInMemory:
         """Issue 11 item 4 over MCP: the tool result of an uncertain action carries the
         outcome, the cause and a message a model can act on; so does the lookup later."""
         monkeypatch.setenv(VENUE_KEY_ENV, "venue-key")
-        down = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+        # The venue resets the connection once it has the request: the outcome is unknown
+        # (a refused connection is proven not applied, docs/evidence.md).
+        from effectgate._transport_faults import FaultServer
+
+        resetting = FaultServer("reset-after").__enter__()
+        down = resetting.url()
         cfg = parse_config(
             config_text(venue_url=down, store_url=f"sqlite:///{tmp_path}/down.db"), "t.toml"
         )
@@ -198,9 +195,10 @@ class TestToolsInMemory:
             run(go)
         finally:
             svc.close()
+            resetting.close()
         for out in results:
             assert out["state"] == "submitted" and out["outcome"] == "uncertain"
-            assert "venue unreachable (ConnectError)" in out["cause"]
+            assert "connection to the venue failed" in out["cause"]
             assert "new operation id" in out["message"] and "60s" in out["message"]
 
 

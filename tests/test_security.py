@@ -88,7 +88,8 @@ class TestCredentialNeverLeaves:
         assert rig.propose("lost", {**ORDER, "quantity": "2"}).json()["state"] == "submitted"
         rig.server.stop()  # venue down
         down = rig.propose("down", {**ORDER, "quantity": "3"})
-        assert down.json()["state"] == "submitted"
+        # Unknown (submitted), or proven never sent (failed): a refused connection.
+        assert down.json()["state"] in ("submitted", "failed")
         rig.call("POST", "/v1/admin/reconcile", headers=bearer(OPERATOR))
         for path in (
             "/metrics",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from effectgate._execute.adapter import Listing, VenueRecord
+from effectgate._execute.adapter import Listing, Outcome, VenueRecord
 from effectgate._execute.windowing import SpillStats, sorted_window
 from effectgate._frontends.cli import app
 from effectgate._service import load_config
@@ -176,13 +176,52 @@ class TestKitOnShippedKeyOrderAdapters:
                 return HttpVenueAdapter(url, credential=secret, timeout=2.0)
 
             driver = PaperDriver(
-                venue, secret=secret, unreachable=lambda: make("http://127.0.0.1:9")
+                venue,
+                secret=secret,
+                unreachable=lambda: make("http://127.0.0.1:9"),
+                pointed_at=make,
             )
             rep = run_conformance(make(running.url), driver, horizon=1.0)
         assert rep.failed == [], rep.render()
         assert rep.honours_key == "true"
+        # Issue 20: refused and TLS-reset are proven not applied; the rest stay unknown.
+        detail = rep.results["transport-classification"]["detail"]
+        assert rep.results["transport-classification"]["status"] == "pass"
+        assert "refused: not_applied" in detail and "tls-handshake-reset: not_applied" in detail
+        assert "reset-after-request: unknown" in detail
+        assert "timeout-after-request: unknown" in detail
         assert rep.results["credentials-never-leak"]["status"] == "pass"
         assert rep.results["refusal-is-not-applied"]["status"] == "pass"
+
+    def test_an_adapter_claiming_non_execution_after_writing_fails(self) -> None:
+        """Issue 20: an adapter that turns every transport error into not_applied (proof or
+        not) fails transport-classification: a reset after the request is not proof."""
+        from effectgate._execute.adapter import Receipt
+        from effectgate.adapters._paper_server import serve_paper_venue
+        from effectgate.adapters.http import HttpVenueAdapter
+        from effectgate.errors import AdapterError
+        from venuekit import PaperDriver
+
+        class Overclaiming(HttpVenueAdapter):
+            def execute(self, request, *, timeout):  # type: ignore[no-untyped-def]
+                try:
+                    return super().execute(request, timeout=timeout)
+                except AdapterError:
+                    return Receipt(Outcome.NOT_APPLIED, proof="the call failed")
+
+        venue = PaperVenue(max_quantity=1000)
+        with serve_paper_venue(venue, api_key="k-0123456789") as running:
+
+            def make(url: str) -> HttpVenueAdapter:
+                return Overclaiming(url, credential="k-0123456789", timeout=1.0)
+
+            driver = PaperDriver(venue, secret="k-0123456789", pointed_at=make)
+            rep = run_conformance(make(running.url), driver, horizon=1.0)
+        result = rep.results["transport-classification"]
+        assert (
+            result["status"] == "fail"
+            and "reset-after-request gave not_applied" in (result["detail"])
+        )
 
     def test_paper_venue_ignoring_keys_is_reported_not_kept(self) -> None:
         from venuekit import PaperDriver

@@ -385,10 +385,16 @@ class PaperDriver:
 
     venue = "paper"
 
-    def __init__(self, paper: Any, secret: str = "", unreachable: Any = None) -> None:
+    def __init__(
+        self, paper: Any, secret: str = "", unreachable: Any = None, pointed_at: Any = None
+    ) -> None:
         self.paper = paper
         self._secret = secret
         self._unreachable = unreachable
+        self._pointed_at = pointed_at
+
+    def pointed_at(self, url: str) -> Adapter | None:
+        return None if self._pointed_at is None else self._pointed_at(url)  # type: ignore[no-any-return]
 
     def request(self, operation_key: str) -> OutboundRequest:
         return OutboundRequest(

@@ -298,7 +298,9 @@ def verify_store(
             after = batch[-1].seq
 
     heads = store.audit_heads()
-    result = verify_entries(entries(), heads=heads)
+    # A pruned lane starts from its checkpoint: its first entry follows the last removed one.
+    starts = {lane: h for lane, (_, h) in store.audit_starts().items()}
+    result = verify_entries(entries(), heads=heads, start=starts)
     reported = {seq for seq, _ in heads.values()}
     for seq, why in store.audit_anchor_mismatches():
         if seq not in reported:  # the head itself was checked above

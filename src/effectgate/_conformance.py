@@ -53,6 +53,9 @@ class VenueDriver(Protocol):
     ``delivered(key)``: for a venue with no read view, how many effects under ``key`` arrived as
     the venue's far end saw them (a test mailbox), or None.
     ``secrets()``: the credential values that must never appear anywhere.
+
+    Optional: ``pointed_at(url)``, the same adapter pointed at a loopback ``http(s)://`` URL
+    (None if it cannot be), for the ``transport-classification`` check.
     """
 
     venue: str
@@ -345,6 +348,10 @@ def _run(
                 "pass",
                 "returned an unknown receipt (the row stays uncertain)",
             )
+        elif r.outcome is Outcome.NOT_APPLIED and r.proof:
+            # Allowed only with proof that nothing was sent; transport-classification
+            # measures whether the adapter claims that only when it is true.
+            report.add("unreachable-is-unknown", "pass", f"not_applied with proof: {r.proof}")
         else:
             report.add(
                 "unreachable-is-unknown",
@@ -363,6 +370,7 @@ def _run(
             "pass",
             f"raised {type(exc).__name__} (treated as unknown by the gate)",
         )
+    _transport_classification(driver, report, prefix, texts)
     bad = driver.refused_request(f"{prefix}:refused")
     if bad is None:
         report.add("refusal-is-not-applied", "n/a", "the driver has no provably refused request")
@@ -379,6 +387,57 @@ def _run(
                 "fail",
                 "a provable refusal raised (unknown) instead of not_applied",
             )
+
+
+def _transport_classification(
+    driver: VenueDriver, report: ConformanceReport, prefix: str, texts: list[str]
+) -> None:
+    """Each transport failure, produced for real on loopback: ``not_applied`` is allowed only
+    where no request byte can have left (refused, TLS handshake reset); where the request was
+    or may have been written (a reset after connecting, a timeout) the outcome must be unknown."""
+    from effectgate._transport_faults import FaultServer, refused_url
+
+    point = getattr(driver, "pointed_at", None)
+    if point is None or point(refused_url()) is None:
+        report.add("transport-classification", "n/a", "the driver cannot point the adapter")
+        return
+    seen: list[str] = []
+    wrong: list[str] = []
+
+    def attempt(name: str, url: str, may_prove: bool) -> None:
+        adapter = point(url)
+        try:
+            r = adapter.execute(driver.request(f"{prefix}:tx-{name}"), timeout=1.0)
+            texts.append(repr(r))
+            got = r.outcome.value
+            if r.outcome is Outcome.APPLIED or not may_prove or not r.proof:
+                wrong.append(f"{name} gave {got}")
+        except Exception as exc:  # any raise is "unknown" to the gate
+            texts.extend([str(exc), repr(exc)])
+            got = "unknown"
+        finally:
+            close = getattr(adapter, "close", None)
+            if callable(close):
+                close()
+        seen.append(f"{name}: {got}")
+
+    attempt("refused", refused_url(), True)
+    for name, mode, scheme, may_prove in (
+        ("tls-handshake-reset", "reset-before", "https", True),
+        # Races the connect (not_applied if it lands there, else unknown): both are right.
+        ("reset-at-connect", "reset-before", "http", True),
+        ("reset-after-request", "reset-after", "http", False),
+        ("timeout-after-request", "hang", "http", False),
+    ):
+        with FaultServer(mode) as server:  # type: ignore[arg-type]
+            attempt(name, server.url(scheme), may_prove)
+    report.add(
+        "transport-classification",
+        "fail" if wrong else "pass",
+        ("; ".join(wrong) + " (not_applied without proof of non-execution)")
+        if wrong
+        else ", ".join(seen),
+    )
 
 
 def _key_verdict(report: ConformanceReport, n: int, how: str, *, readable: bool = True) -> None:

@@ -102,6 +102,10 @@ class PolicySet:
     def set(self, action: str, policy: Policy) -> None:
         self._policies[action] = policy
 
+    def get(self, action: str) -> Policy | None:
+        """The policy of ``action`` (None: none, so it is denied)."""
+        return self._policies.get(action)
+
     def decide(self, action_class: ActionClass, intent: Intent) -> Decision:
         policy = self._policies.get(action_class.name)
         if policy is None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from effectgate import _tracing
 from effectgate._core.controls import Alert, ApprovalRules, BreakerConfig, DispatchGuard, Verdict
 from effectgate._core.intent import ActionClass, Intent, Registry, Tier
 from effectgate._core.policy import Decision, PolicySet
@@ -141,7 +142,9 @@ class Gate:
         after the seal raises :class:`~effectgate.errors.RunSealed` carrying the row.
         """
         journal = journal_for(self.store, run_call or current_run_call())
-        parsed = self._parse(action, operation_id, intent, scope)
+        where = {"effectgate.operation_key": f"{scope}:{operation_id}", "effectgate.action": action}
+        with _tracing.span("effectgate.parse", where):
+            parsed = self._parse(action, operation_id, intent, scope)
         if principal is not None and (
             not IDENTITY_PATTERN.fullmatch(principal) or principal.startswith(SYSTEM_PREFIX)
         ):
@@ -152,7 +155,8 @@ class Gate:
                 reason="invalid_principal",
             )
         action_class = self.registry.get(action)
-        decision = self.policy.decide(action_class, parsed)
+        with _tracing.span("effectgate.policy", where):
+            decision = self.policy.decide(action_class, parsed)
         spec = active_speculation(self, action_class) if action_class.speculation else None
         # A speculating class stops at validated: the dry run comes before any dispatch.
         path = _path_for(decision, dispatch and spec is None)
@@ -174,9 +178,14 @@ class Gate:
             guard.proposers = (principal,) if principal else ()
             now = self.clock()
             try:
-                done = journal(
-                    new, path, now=now, guard=guard, audit=_provenance(parsed, decision, principal)
-                )
+                with _tracing.span("effectgate.journal", where):
+                    done = journal(
+                        new,
+                        path,
+                        now=now,
+                        guard=guard,
+                        audit=_provenance(parsed, decision, principal),
+                    )
                 break
             except CommitOutcomeUnknown:
                 # Journal again only when no row is visible: the unique index decides. If the
@@ -394,8 +403,10 @@ class Gate:
         crashpoint("after_journal")
         adapter = self.adapters[self.registry.get(row.action).adapter]
         request = OutboundRequest(operation_key=row.op_key, action=row.action, effect=row.effect)
+        where = {"effectgate.operation_key": row.op_key, "effectgate.action": row.action}
         try:
-            receipt = adapter.execute(request, timeout=self.dispatch_timeout)
+            with _tracing.span("effectgate.dispatch", where):
+                receipt = adapter.execute(request, timeout=self.dispatch_timeout)
         except Exception as exc:
             log.warning(
                 "dispatch of %s ended without a receipt (%s); left uncertain",
@@ -405,7 +416,10 @@ class Gate:
             receipt = Receipt(Outcome.UNKNOWN, detail={"error": _describe(exc)})
         crashpoint("after_venue_call")
         try:
-            row = self._journal_receipt(row, receipt)
+            with _tracing.span(
+                "effectgate.receipt", {**where, "effectgate.outcome": receipt.outcome.value}
+            ):
+                row = self._journal_receipt(row, receipt)
         except StaleState:
             # The reconciler settled the row while the venue call was in flight. Its state
             # stands (compare-and-set); the receipt is recorded beside it, and the caller gets

@@ -30,7 +30,7 @@ __all__ = ["DIVERGENCE_ALERTS", "check_maintenance", "divergence_alert"]
 #: (orphans, and records under keys the boundary never dispatched), keys the venue did not
 #: honour, and written-off rows that appeared after all.
 DIVERGENCE_ALERTS = frozenset(
-    {"orphan", "duplicate-effect", "ledger-says-failed"}
+    {"orphan", "duplicate-effect", "ledger-says-failed", "resolution-contradicted"}
     | {
         f"ledger-says-{s}"
         for s in ("proposed", "awaiting_approval", "validated", "rejected", "denied", "shadowed")
@@ -50,6 +50,8 @@ def divergence_alert(
         what = "the venue did not honour the operation key"
     elif kind == "ledger-says-failed":
         what = "a row written off as failed has an effect at the venue after all"
+    elif kind == "resolution-contradicted":
+        what = "an operator's resolution of the row is contradicted by what the venue shows"
     elif kind == "orphan":
         what = "an effect made outside the boundary"
     else:

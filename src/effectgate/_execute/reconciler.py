@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from itertools import groupby
 
+from effectgate import _tracing
 from effectgate._core.controls import Alert
 from effectgate._core.intent import Registry
 from effectgate._core.states import State, check_transition
@@ -66,6 +67,7 @@ NEVER_DISPATCHED = frozenset(
 ALARM_KINDS = frozenset(
     {"duplicate-effect", "orphan", "missing-at-venue", "ledger-says-failed"}
     | {f"ledger-says-{s.value}" for s in NEVER_DISPATCHED}
+    | {"resolution-contradicted"}
 )
 
 
@@ -172,10 +174,15 @@ class Reconciler:
 
     def run_once(self) -> ReconcileReport:
         """Sweep if no other replica is sweeping; otherwise take a share of the repairs."""
-        with self.store.sweep_lock(self.owner, now=self.clock(), ttl=self.sweep_ttl) as mine:
-            report = self.sweep() if mine else None
-        if report is None:
-            report = self.repair()
+        with _tracing.span("effectgate.reconcile", {"effectgate.owner": self.owner}):
+            with self.store.sweep_lock(self.owner, now=self.clock(), ttl=self.sweep_ttl) as mine:
+                report = self.sweep() if mine else None
+            if report is None:
+                report = self.repair()
+            _tracing.event(
+                "effectgate.reconciled",
+                {"effectgate.repaired": len(report.repaired), "effectgate.swept": report.swept},
+            )
         if self.alerts is not None:
             check_maintenance(self.store, self.registry, self.alerts, now=self.clock())
         return report
@@ -315,8 +322,12 @@ class Reconciler:
                 )
         elif no_read_view:
             return  # an acknowledged row is never "missing" where nothing can be read
-        elif entry.state is State.ACKNOWLEDGED and now - entry.updated_at >= horizon:
-            self._diverge("missing-at-venue", entry.op_key, [], entry.state.value, run)
+        elif (
+            entry.state is State.ACKNOWLEDGED
+            and now - entry.updated_at >= horizon
+            and self._diverge("missing-at-venue", entry.op_key, [], entry.state.value, run)
+        ):
+            self._check_resolution(entry, [], run)
 
     def _present(self, entry: LedgerEntry, venue_ids: list[str], run: _Pass) -> None:
         """A ledger row with one or more venue records."""
@@ -361,8 +372,34 @@ class Reconciler:
                 # row as it is now, not the snapshot, or live traffic raises false alarms.
                 self._present(fresh, venue_ids, run)
                 return
-            self._diverge(
+            if self._diverge(
                 f"ledger-says-{entry.state.value}", entry.op_key, venue_ids, entry.state.value, run
+            ):
+                self._check_resolution(entry, venue_ids, run)
+
+    def _check_resolution(self, entry: LedgerEntry, venue_ids: list[str], run: _Pass) -> None:
+        """Whether the divergence just seen contradicts an operator's resolution of the row:
+        then it is also a ``resolution-contradicted`` divergence (issue 20), naming who
+        resolved it. Read only on a first sighting, so it costs nothing on the sweep's path."""
+        resolved = _operator_resolution(self.store, entry.op_key)
+        if resolved is None:
+            return
+        outcome, venue_id, by = resolved
+        contradicted = (
+            (outcome == "failed" and bool(venue_ids))
+            or (outcome == "applied" and not venue_ids)
+            or (outcome == "applied" and venue_id is not None and venue_ids != [venue_id])
+        )
+        if contradicted:
+            log.error(
+                "resolution by %s (%s) of %s contradicted by the venue: %s",
+                by,
+                outcome,
+                entry.op_key,
+                venue_ids or "no record",
+            )
+            self._diverge(
+                "resolution-contradicted", entry.op_key, venue_ids, entry.state.value, run
             )
 
     def _unmatched(self, key: str, venue_ids: list[str], run: _Pass) -> None:
@@ -475,6 +512,10 @@ class Reconciler:
             audit={"by": "reconciler", "owner": self.owner, "note": note},
         )
         run.pending.append((move, entry.op_key, note, tally))
+        _tracing.event(
+            "effectgate.repair",
+            {"effectgate.operation_key": entry.op_key, "effectgate.target": target.value},
+        )
         if len(run.pending) >= self.flush_every:
             self._flush(run)
 
@@ -565,3 +606,17 @@ class Reconciler:
                     now,
                 ),
             )
+
+
+def _operator_resolution(store: Store, op_key: str) -> tuple[str, str | None, str] | None:
+    """``(outcome, venue id, by)`` of the last operator resolution in the row's audit trail."""
+    scope, sep, operation_id = op_key.partition(":")
+    if not sep:
+        return None
+    found: tuple[str, str | None, str] | None = None
+    for e in store.audit_entries(scope=scope, operation_id=operation_id, limit=10_000):
+        res = e.detail.get("resolution")
+        if isinstance(res, Mapping) and res.get("outcome") in ("applied", "failed"):
+            vid = res.get("venue_id")
+            found = (str(res["outcome"]), vid if isinstance(vid, str) else None, str(res.get("by")))
+    return found

@@ -43,6 +43,11 @@ def register(app: typer.Typer) -> None:
     """Add the evidence command groups to the main CLI."""
     for sub, name in ((shadow_app, "shadow"), (audit_app, "audit"), (alerts_app, "alerts")):
         app.add_typer(sub, name=name)
+    from effectgate._frontends import cli_anchor
+
+    cli_anchor.register(audit_app)
+    cli_anchor.register_retention(audit_app)
+    app.command("verify")(cli_anchor.verify_command)
 
 
 # --- shadow ------------------------------------------------------------------------------------

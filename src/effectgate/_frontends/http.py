@@ -42,6 +42,7 @@ from effectgate._frontends._http_admin import admin_router
 from effectgate._frontends._http_body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, refuse_deep
 from effectgate._frontends._http_quarantine import quarantine_router
 from effectgate._frontends._http_runs import harness_runs_router
+from effectgate._frontends._http_tracing import TraceContext
 from effectgate._frontends._models import OperationOut, Problem, operation_out, problem_for
 from effectgate._frontends._run_wire import RUN_CALL_HEADER, parse_run_call
 from effectgate._service import Principal, Service
@@ -132,6 +133,7 @@ def create_app(
         description="The boundary between an agent's proposed action and its effect.",
     )
     _install_errors(app)
+    app.add_middleware(TraceContext)
     app.add_middleware(
         BodyGate,
         tokens=service.tokens,

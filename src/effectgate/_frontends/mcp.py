@@ -42,8 +42,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
 from starlette.types import Message, Receive, Scope, Send
 
-from effectgate import __version__
+from effectgate import __version__, _tracing
 from effectgate._core.principals import Capability
+from effectgate._frontends._http_tracing import mcp_carrier
 from effectgate._frontends._mcp_screen import REFUSED_META, ScreenedLines, screen
 from effectgate._frontends._models import OperationOut, operation_out, problem_for
 from effectgate._frontends._run_wire import RUN_CALL_META_KEY, parse_run_call
@@ -216,9 +217,10 @@ async def _call(
         op = await anyio.to_thread.run_sync(service.lookup, who, op_id)
     elif params.name in service.config.registry:
         run_call = parse_run_call((params.meta or {}).get(RUN_CALL_META_KEY))
-        op = await anyio.to_thread.run_sync(
-            service.propose, who, params.name, op_id, args, run_call
-        )
+        with _tracing.attach_remote(mcp_carrier(params.meta)):
+            op = await anyio.to_thread.run_sync(
+                service.propose, who, params.name, op_id, args, run_call
+            )
     else:
         raise UnknownActionClass(f"no tool named {params.name!r}")
     out = operation_out(op, service.config.registry).model_dump(mode="json")

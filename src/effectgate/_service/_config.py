@@ -32,6 +32,7 @@ from effectgate._core.intent import (
 )
 from effectgate._core.policy import LimitPolicy, PolicySet
 from effectgate._core.venue import LISTING_MODES, KeyHonour, ReadView, VenueContract
+from effectgate._service._anchor_config import AnchorConfig, anchor_section
 from effectgate._service._controls_config import (
     AlertsConfig,
     alerts_section,
@@ -149,6 +150,7 @@ class ServiceConfig:
     breakers: Mapping[str, BreakerConfig] = field(default_factory=dict)
     approvals: ApprovalRules = field(default_factory=ApprovalRules)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    anchor: AnchorConfig | None = None
 
 
 def load_config(path: str | os.PathLike[str]) -> ServiceConfig:
@@ -207,6 +209,7 @@ def parse_config(
     breakers = {name: breaker_section(name, sec, registry) for name, sec in top.tables("controls")}
     approvals = approvals_section(top.table("approvals"))
     alerts = alerts_section(top.table("alerts"))
+    anchor = anchor_section(top.table("anchor"))
     tokens = tuple(_token(name, sec) for name, sec in top.tables("tokens"))
     digests = [t.sha256 for t in tokens]
     if len(set(digests)) != len(digests):
@@ -224,6 +227,7 @@ def parse_config(
         breakers=breakers,
         approvals=approvals,
         alerts=alerts,
+        anchor=anchor,
     )
 
 

@@ -31,6 +31,7 @@ from effectgate._execute.dispatcher import Dispatcher, DispatchReport
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import Operator
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
+from effectgate._service._anchor_config import AnchorJob
 from effectgate._service._auth import Principal, RateLimiter, TokenBook
 from effectgate._service._config import AdapterConfig, ServiceConfig, import_object
 from effectgate._service._metrics import Metrics, TimedAdapter
@@ -189,6 +190,7 @@ class Service:
         #: Sends the rows a control released (approvals, a lifted switch, a reset breaker).
         self.dispatcher = Dispatcher(self.gate)
         self._dispatch_watch = _Watch()
+        self.anchoring: AnchorJob | None = None
         unguarded = sorted(set(config.registry.names()) - config.policy_names)
         if unguarded:
             log.warning(
@@ -255,6 +257,10 @@ class Service:
 
     def start_reconciler(self) -> None:
         """Run the reconciler as a standing job (``reconcile_interval`` > 0), once per process."""
+        if self.config.anchor is not None and self.anchoring is None:
+            # [anchor]: checkpoint the audit heads on a schedule, beside the reconciler.
+            self.anchoring = AnchorJob(self.store, self.config.anchor)
+            self.anchoring.start()
         interval = self.config.service.reconcile_interval
         if interval <= 0 or self._watch.thread is not None:
             return
@@ -298,6 +304,8 @@ class Service:
         watch.thread.start()
 
     def close(self) -> None:
+        if self.anchoring is not None:
+            self.anchoring.close()
         for job in (self._watch, self._dispatch_watch):
             job.stop.set()
         for job in (self._watch, self._dispatch_watch):

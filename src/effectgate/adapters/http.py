@@ -8,6 +8,7 @@ and effect fields, never a URL, header or credential (invariant 6).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,7 +25,7 @@ from effectgate._execute.adapter import (
 )
 from effectgate.errors import AdapterError, ConfigError
 
-__all__ = ["HttpVenueAdapter"]
+__all__ = ["HttpVenueAdapter", "SendWatch", "not_sent_proof"]
 
 _ORDERS = "/v1/orders"
 _RECORDS = "/v1/records"
@@ -86,9 +87,12 @@ class HttpVenueAdapter(Adapter):
     def execute(self, request: OutboundRequest, *, timeout: float) -> Receipt:
         """POST the effect with the operation key as ``Idempotency-Key``.
 
-        201 is ``applied``; 422 with a venue refusal is ``not_applied`` with proof; anything
-        else (transport error, timeout, 5xx, an unexpected status or body) raises
-        :class:`AdapterError`: the outcome is unknown.
+        201 is ``applied``; 422 with a venue refusal is ``not_applied`` with proof; a transport
+        failure proven to have happened before any request byte was written (connection
+        refused, DNS failure, TLS handshake failure: see :func:`not_sent_proof`) is
+        ``not_applied`` with that proof; anything else (a reset or timeout once the request
+        may have been written, 5xx, an unexpected status or body) raises :class:`AdapterError`:
+        the outcome is unknown.
         """
         budget = min(timeout, self._timeout)
         if not budget > 0:
@@ -96,7 +100,23 @@ class HttpVenueAdapter(Adapter):
         _check_header_value(request.operation_key, "operation key")
         body = {"action": request.action, "effect": dict(request.effect)}
         headers = {"Idempotency-Key": request.operation_key, **self._auth()}
-        response = self._call("POST", _ORDERS, budget, json=body, headers=headers)
+        watch = SendWatch()
+        try:
+            response = self._client.request(
+                "POST",
+                _ORDERS,
+                timeout=budget,
+                json=body,
+                headers=headers,
+                extensions={"trace": watch},
+            )
+        except httpx.HTTPError as exc:
+            proof = not_sent_proof(exc, watch)
+            if proof is not None:
+                return Receipt(
+                    Outcome.NOT_APPLIED, proof=proof, detail={"transport": type(exc).__name__}
+                )
+            raise AdapterError(f"POST {_ORDERS}: {_transport_failure(exc)}") from exc
         if response.status_code == 201:
             doc = _json(response, "POST", _ORDERS)
             venue_id = doc.get("venue_id")
@@ -205,6 +225,59 @@ class HttpVenueAdapter(Adapter):
             # The exception type says what kind of failure; its text could carry request
             # details, so it is not copied into the message.
             raise AdapterError(f"{method} {path}: {_transport_failure(exc)}") from exc
+
+
+class SendWatch:
+    """An httpx ``trace`` callback recording whether the transport began writing the request.
+
+    httpcore reports each phase of a call (``connection.connect_tcp.*``,
+    ``connection.start_tls.*``, ``http11.send_request_headers.*``, ``http2.send_request_*``...).
+    Once any ``send_request`` phase has *started*, some request bytes may have left the process.
+    """
+
+    __slots__ = ("began_sending", "phases")
+
+    def __init__(self) -> None:
+        self.began_sending = False
+        self.phases: list[str] = []
+
+    def __call__(self, event_name: str, info: Mapping[str, Any]) -> None:
+        self.phases.append(event_name)
+        if "send_request" in event_name:
+            self.began_sending = True
+
+
+#: Failures raised only while a connection is being established (TCP connect with its DNS
+#: lookup, then the TLS handshake) or while waiting for a pooled connection: none writes a
+#: request byte. httpcore maps ``OSError``/``ssl.SSLError`` of ``connect_tcp`` and
+#: ``start_tls`` to these and nothing else.
+_BEFORE_WRITE: tuple[type[httpx.HTTPError], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+)
+
+
+def not_sent_proof(exc: httpx.HTTPError, watch: SendWatch) -> str | None:
+    """Proof that no request byte left the process, or None (the outcome is unknown).
+
+    Two conditions, both required: the exception is one httpx raises only while connecting
+    (:data:`_BEFORE_WRITE`), and the trace shows no ``send_request`` phase began. The second
+    guards what the type alone cannot: behind a tunnelling proxy the ``CONNECT`` request is
+    written before the TLS handshake whose failure is still a ``ConnectError`` (this adapter
+    builds its client with no proxy and ``trust_env=False``, but the proof does not lean on
+    that); and a future transport mapping a later failure to ``ConnectError`` would not be
+    mistaken for proof.
+    """
+    if not isinstance(exc, _BEFORE_WRITE) or watch.began_sending:
+        return None
+    if isinstance(exc, httpx.PoolTimeout):
+        what = "no connection to the venue was available in time"
+    elif isinstance(exc, httpx.ConnectTimeout):
+        what = "connecting to the venue timed out"
+    else:
+        what = "the connection to the venue could not be established"
+    return f"{what} ({type(exc).__name__}) before any request byte was written"
 
 
 def _transport_failure(exc: httpx.HTTPError) -> str:

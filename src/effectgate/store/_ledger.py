@@ -30,6 +30,7 @@ from effectgate.store._hooks import Hold, Work, scoped
 from effectgate.store._principals import PrincipalRoles
 from effectgate.store._quarantine import QuarantineRoles
 from effectgate.store._releases import ReleaseRoles
+from effectgate.store._retention import RetentionRoles
 from effectgate.store._run_receipts import ProviderReceiptRoles
 from effectgate.store._run_snapshots import RunSnapshotRoles
 from effectgate.store._runs import RunRoles
@@ -66,6 +67,7 @@ class SQLStore(
     RunRoles,
     ProviderReceiptRoles,
     RunSnapshotRoles,
+    RetentionRoles,
 ):
     """Every store role over the dialect hooks (see the module docstring)."""
 

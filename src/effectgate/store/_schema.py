@@ -23,6 +23,7 @@ __all__ = [
     "ledger_tables",
     "principals_tables",
     "release_columns",
+    "retention_tables",
     "runs_tables",
     "shadow_columns",
     "shared_migrations",
@@ -246,7 +247,28 @@ def shared_migrations(t: Types) -> list[str]:
         shadow_columns(t),  # what the shadow report compares and groups by
         speculation_tables(t),  # dual-key speculation records (store/_speculation.py)
         runs_tables(t),  # run-call journals, seals, bindings, receipts, snapshots (_runs.py)
+        retention_tables(t),  # legal holds and audit checkpoints (store/_retention.py)
     ]
+
+
+def retention_tables(t: Types) -> str:
+    """The retention role's tables (store/_retention.py, issue 20).
+
+    ``legal_holds``: a hold on a scope (``operation_id`` NULL) or one operation; released holds
+    stay, for the record. ``audit_checkpoints``: per pruned lane, the last removed entry
+    ``(seq, hash)``, which the lane's first remaining entry must follow.
+    """
+    return """
+CREATE TABLE legal_holds (
+    hold_id {text} PRIMARY KEY, scope {text} NOT NULL, operation_id {text},
+    placed_by {text} NOT NULL, reason {text} NOT NULL, placed_at {real} NOT NULL,
+    released_at {real}, released_by {text}
+);
+CREATE TABLE audit_checkpoints (
+    lane {int} PRIMARY KEY, seq {bigint} NOT NULL, hash {text} NOT NULL,
+    pruned_at {real} NOT NULL
+)
+""".format(**asdict(t))
 
 
 def speculation_tables(t: Types) -> str:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     )
     from effectgate._core.principals import IssuedToken, Principal, PrincipalRecord
     from effectgate._core.resolution import Resolution
+    from effectgate._core.retention import LegalHold, PruneReport
     from effectgate._core.runs import (
         ProviderReceipt,
         RunCall,
@@ -60,6 +61,7 @@ __all__ = [
     "Principals",
     "Quarantine",
     "Releases",
+    "Retention",
     "RunSnapshots",
     "Runs",
     "Speculations",
@@ -586,6 +588,36 @@ class RunSnapshots(Protocol):
 
 
 @runtime_checkable
+class Retention(Protocol):
+    """Legal holds and pruning the audit chain from its start (store/_retention.py)."""
+
+    def place_hold(
+        self, scope: str, operation_id: str | None, *, by: str, reason: str, now: float
+    ) -> LegalHold:
+        """Hold a scope or one operation (audited): no prune crosses it."""
+
+    def release_hold(self, hold_id: str, *, by: str, reason: str, now: float) -> LegalHold:
+        """Release an active hold (audited)."""
+
+    def list_holds(self, *, active_only: bool = True) -> list[LegalHold]:
+        """Holds, oldest first."""
+
+    def audit_starts(self) -> dict[int, tuple[int, str]]:
+        """Per pruned lane, the checkpoint ``(seq, hash)`` its first entry must follow."""
+
+    def prune_audit(
+        self,
+        *,
+        before: float,
+        now: float,
+        by: str,
+        anchored: Mapping[int, tuple[int, str]],
+        min_age: Mapping[str, float],
+    ) -> PruneReport:
+        """Remove each lane's prunable prefix up to its anchored head (one transaction)."""
+
+
+@runtime_checkable
 class Store(
     LedgerWrites,
     LedgerReads,
@@ -600,6 +632,7 @@ class Store(
     Quarantine,
     Runs,
     RunSnapshots,
+    Retention,
     Protocol,
 ):
     """Every role: what :func:`effectgate.store.open_store` returns."""

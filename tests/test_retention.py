@@ -1,0 +1,241 @@
+"""Retention with legal holds (issue 20): prune removes terminal history only from the start of
+each audit lane, only after anchoring, never across a hold or a live row, and the chain still
+verifies from the checkpoint (invariant 8). On both stores."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from effectgate import Gate, LimitPolicy, PolicySet, State
+from effectgate._anchor import FileAnchor, verify_against_anchors
+from effectgate._audit import verify_store
+from effectgate._execute.retention import min_ages, prune
+from effectgate.adapters.paper import PaperAdapter, PaperVenue
+from effectgate.errors import ConfigError, OperationNotFound
+from effectgate.examples import EXAMPLE_ORDER, default_registry
+from effectgate.store.roles import Store
+from effectgate.testing import ManualClock
+from test_audit_chain import sql
+
+N = 40
+
+
+def settled(store: Store, *, uncertain: tuple[int, ...] = ()) -> tuple[Gate, ManualClock]:
+    clock = ManualClock()
+    venue = PaperVenue()
+    gate = Gate(
+        store=store,
+        registry=default_registry(),
+        adapters={"paper": PaperAdapter(venue)},
+        policy=PolicySet({"submit_order": LimitPolicy(Decimal("100000"))}),
+        clock=clock,
+    )
+    for i in range(N):
+        if i in uncertain:
+            venue.fail_next(1, after_apply=False)
+        gate.submit("submit_order", f"op-{i}", {**EXAMPLE_ORDER, "quantity": "1"})
+        clock.advance(1)
+    clock.advance(max(min_ages(gate.registry).values()) + 60)
+    return gate, clock
+
+
+def rows(store: Store) -> set[str]:
+    return {
+        e.operation_id
+        for e in store.audit_entries(limit=100_000)
+        if e.operation_id is not None and store.get("default", e.operation_id) is not None
+    }
+
+
+def run_prune(store: Store, gate: Gate, clock: ManualClock, tmp_path: Path, before: float):
+    return prune(
+        store,
+        gate.registry,
+        [FileAnchor(tmp_path / "anchors.jsonl")],
+        before=before,
+        by="alice",
+        clock=clock,
+    )
+
+
+class TestPrune:
+    """Invariant 8 after a prune: the chain verifies from each lane's checkpoint."""
+
+    def test_prunes_from_the_start_and_still_verifies(self, store: Store, tmp_path: Path) -> None:
+        gate, clock = settled(store)
+        report, after = run_prune(store, gate, clock, tmp_path, clock())
+        assert after.ok, after.findings
+        assert report.operations > 0 and report.entries > 0
+        left = rows(store)
+        assert len(left) == N - report.operations
+        # Only whole operations go, oldest first in each lane; the rest keep their full trail.
+        for op_id in left:
+            trail = store.audit_entries(scope="default", operation_id=op_id)
+            assert trail[0].kind == "transition" and "proposed" in trail[0].detail_text
+        assert set(store.audit_starts()) == set(report.cuts)
+        pruned = [e for e in store.audit_entries(limit=100_000) if e.kind == "audit_pruned"]
+        assert pruned and pruned[-1].detail["by"] == "alice"
+        # The anchors written by the prune verify too.
+        checked, _ = verify_against_anchors(store, [FileAnchor(tmp_path / "anchors.jsonl")])
+        assert checked.ok, checked.findings
+
+    def test_nothing_settled_after_the_cut_off_goes(self, store: Store, tmp_path: Path) -> None:
+        gate, clock = settled(store)
+        report, after = run_prune(store, gate, clock, tmp_path, before=0.0)
+        assert after.ok and report.operations == 0 and len(rows(store)) == N
+
+    def test_a_tampered_chain_is_not_pruned(self, store: Store, tmp_path: Path) -> None:
+        gate, clock = settled(store)
+        first = store.audit_entries(limit=1)[0]
+        sql(store, "UPDATE audit_log SET detail = ? WHERE seq = ?", '{"x":1}', first.seq)
+        with pytest.raises(ConfigError, match="does not verify"):
+            run_prune(store, gate, clock, tmp_path, clock())
+        assert len(rows(store)) == N
+
+    def test_no_anchor_no_prune(self, store: Store) -> None:
+        gate, clock = settled(store)
+        with pytest.raises(ConfigError, match="anchor"):
+            prune(store, gate.registry, [], before=clock(), by="alice", clock=clock)
+
+    def test_a_checkpoint_row_moved_to_hide_a_deletion_is_caught(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        gate, clock = settled(store)
+        report, _ = run_prune(store, gate, clock, tmp_path, clock())
+        lane = next(iter(report.cuts))
+        sql(store, "UPDATE audit_checkpoints SET hash = ? WHERE lane = ?", "0" * 64, lane)
+        assert not verify_store(store).ok
+
+
+class TestNeverPruned:
+    """Holds, non-terminal rows: the prefix stops there, whatever comes after."""
+
+    def test_never_across_a_hold(self, store: Store, tmp_path: Path) -> None:
+        gate, clock = settled(store)
+        hold = store.place_hold("default", "op-0", by="alice", reason="matter 12", now=clock())
+        report, after = run_prune(store, gate, clock, tmp_path, clock())
+        assert after.ok and "op-0" in rows(store)
+        assert any("legal hold" in why for why in report.stopped.values())
+        lane_of_op0 = store.audit_entries(scope="default", operation_id="op-0")[0].lane
+        assert lane_of_op0 not in report.cuts  # op-0 is the first of its lane: nothing before
+        store.release_hold(hold.hold_id, by="alice", reason="matter closed", now=clock())
+        run_prune(store, gate, clock, tmp_path, clock())
+        assert "op-0" not in rows(store)
+
+    def test_a_scope_hold_stops_everything(self, store: Store, tmp_path: Path) -> None:
+        gate, clock = settled(store)
+        store.place_hold("default", None, by="alice", reason="litigation", now=clock())
+        report, _ = run_prune(store, gate, clock, tmp_path, clock())
+        assert report.operations == 0 and len(rows(store)) == N
+
+    def test_never_a_non_terminal_row(self, store: Store, tmp_path: Path) -> None:
+        gate, clock = settled(store, uncertain=(0,))
+        assert store.get("default", "op-0").state is State.SUBMITTED  # type: ignore[union-attr]
+        report, after = run_prune(store, gate, clock, tmp_path, clock())
+        assert after.ok and "op-0" in rows(store)
+        assert any("not terminal" in why for why in report.stopped.values())
+
+    def test_holds_are_audited_and_listed(self, store: Store) -> None:
+        hold = store.place_hold("default", None, by="alice", reason="audit 2026", now=5.0)
+        assert [h.hold_id for h in store.list_holds()] == [hold.hold_id]
+        store.release_hold(hold.hold_id, by="bob", reason="done", now=6.0)
+        assert store.list_holds() == []
+        (released,) = store.list_holds(active_only=False)
+        assert released.released_by == "bob"
+        kinds = [e.kind for e in store.audit_entries(limit=1000)]
+        assert kinds[-2:] == ["legal_hold_placed", "legal_hold_released"]
+        with pytest.raises(OperationNotFound):
+            store.release_hold(hold.hold_id, by="bob", reason="again", now=7.0)
+        with pytest.raises(ConfigError):
+            store.place_hold("default", None, by="system:x", reason="r", now=1.0)
+
+
+class TestRetentionCLI:
+    def test_hold_and_prune(self, tmp_path: Path) -> None:
+        from effectgate.store import SQLiteStore
+
+        path = tmp_path / "ledger.db"
+        store = SQLiteStore(str(path))
+        try:
+            settled(store)
+        finally:
+            store.close()
+        url = f"sqlite:///{path}"
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "effectgate", *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                env={**os.environ, "COLUMNS": "200"},
+            )
+
+        placed = cli("audit", "hold", "place", "--store", url, "--reason", "matter 9")
+        assert placed.returncode == 0, placed.stderr
+        listed = json.loads(cli("audit", "hold", "list", "--store", url, "--json").stdout)
+        (hold,) = listed["holds"]
+        anchors = str(tmp_path / "a.jsonl")
+        args = ("audit", "prune", "--store", url, "--before", "2999-01-01", "--file", anchors)
+        refused = cli(*args)
+        assert refused.returncode == 2 and "future" in refused.stderr
+        args = ("audit", "prune", "--store", url, "--before", "1970-02-01", "--file", anchors)
+        held = json.loads(cli(*args, "--json").stdout)
+        assert held["operations"] == 0
+        released = cli(
+            "audit", "hold", "release", hold["hold_id"], "--store", url, "--reason", "over"
+        )
+        assert released.returncode == 0, released.stderr
+        done = cli(*args, "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["operations"] > 0
+        assert cli("audit", "verify", "--store", url).returncode == 0
+
+
+class TestRunBoundOperations:
+    """Invariant 13's journals stay whole: an operation bound to an unsealed run is never
+    pruned; once the run is sealed it is history like any other."""
+
+    def test_an_unsealed_runs_operation_stays(self, store: Store, tmp_path: Path) -> None:
+        from effectgate.store._retention import prunable_operation
+        from runkit import RUN, SCOPE, tool_call
+
+        clock = ManualClock()
+        call = tool_call("t-1")
+        store.record_run_call(SCOPE, call, now=clock(), actor="harness-1")
+        gate = Gate(
+            store=store,
+            registry=default_registry(),
+            adapters={"paper": PaperAdapter(PaperVenue())},
+            policy=PolicySet({"submit_order": LimitPolicy(Decimal("100000"))}),
+            clock=clock,
+        )
+        gate.submit("submit_order", "op-run", dict(EXAMPLE_ORDER), run_call=call.ref)
+        clock.advance(max(min_ages(gate.registry).values()) + 60)
+
+        def verdict() -> str | None:
+            return store._run(  # type: ignore[attr-defined]
+                lambda tx, _: prunable_operation(
+                    tx,
+                    SCOPE,
+                    "op-run",
+                    before=clock(),
+                    now=clock(),
+                    min_age=min_ages(gate.registry),
+                ),
+                "test",
+            )
+
+        assert "unsealed run" in (verdict() or "")
+        report, after = run_prune(store, gate, clock, tmp_path, clock())
+        assert after.ok and "op-run" in rows(store) and report.operations == 0
+        store.seal_run(SCOPE, RUN, actor="ops-1", reason="done", now=clock())
+        assert verdict() is None
