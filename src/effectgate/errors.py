@@ -36,6 +36,7 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   +-- KeyNamespaceDivergence    key_namespace_divergence       409  held
     |   +-- SpeculationStalled        speculation_stalled            503  held
     |   +-- ResolutionRefused         resolution_refused             409
+    |   +-- DispatchRefused           dispatch_refused               409
     |   +-- RunError                  run_refused                    409
     |       +-- RunNotFound           run_not_found                  404
     |       +-- RunCallNotFound       run_call_not_found             404
@@ -87,6 +88,7 @@ __all__ = [
     "CommitOutcomeUnknown",
     "ConfigError",
     "ControlError",
+    "DispatchRefused",
     "DuplicateApprover",
     "EffectgateError",
     "IdempotencyConflict",
@@ -496,6 +498,19 @@ class ResolutionRefused(OperationError):
     dispatched (invariant 10). Nothing was changed."""
 
     code = "resolution_refused"
+
+
+class DispatchRefused(OperationError):
+    """An admission check of the pre-dispatch pipeline refused a dispatch inside its
+    transaction (docs/continuations.md): the transaction rolled back, and the refusal's move
+    (``validated -> rejected`` or a new approval round) is applied instead. ``refusal`` is the
+    check's :class:`~effectgate._execute.predispatch.Refusal`."""
+
+    code = "dispatch_refused"
+
+    def __init__(self, message: str, *, refusal: object = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
 
 
 class RunError(OperationError):

@@ -482,6 +482,8 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     hold_bound = sec.number("hold_bound", 1.0) if sec.has("hold_bound") else None
     venue = _venue_contract(sec.table("venue"))
     speculation = speculation_section(sec.table("speculation"))
+    retries = sec.integer("retries", 0, minimum=0, maximum=7)
+    compensation = sec.text("compensation")
     try:
         ac = ActionClass(
             name=name,
@@ -498,6 +500,8 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             hold_bound=hold_bound,
             venue=venue,
             speculation=speculation,
+            retries=retries,
+            compensation=compensation,
         )
     except EffectgateError as exc:
         # "submit_order: visibility_horizon ...": locate the key the message is about.

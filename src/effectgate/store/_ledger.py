@@ -36,6 +36,7 @@ from effectgate.store._runs import RunRoles
 from effectgate.store._speculation import SpeculationRoles
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import (
+    AdmissionCheck,
     AuditEvent,
     Divergence,
     Journal,
@@ -142,6 +143,7 @@ class SQLStore(
         now: float,
         guard: DispatchGuard | None = None,
         audit: Mapping[str, object] | None = None,
+        checks: Sequence[AdmissionCheck] = (),
     ) -> Journal:
         action = guard.action if guard is not None else None
         if action is None:
@@ -149,7 +151,7 @@ class SQLStore(
             action = self._get_or_raise(scope, operation_id).action
         return self._run(
             lambda tx, row: self._dispatch_checked(
-                tx, row, action, scope, operation_id, guard, audit, now
+                tx, row, action, scope, operation_id, guard, audit, now, checks
             ),
             f"dispatch {scope}:{operation_id}",
             Hold(key=(scope, operation_id), shared_class=action, row=(scope, operation_id)),
@@ -165,10 +167,11 @@ class SQLStore(
         guard: DispatchGuard | None,
         audit: Mapping[str, object] | None,
         now: float,
+        checks: Sequence[AdmissionCheck] = (),
     ) -> Journal:
         if row is not None and row.action != action:
             raise ValueError(f"guard for {action!r} used on a {row.action!r} row")
-        return j.dispatch_row(tx, row, scope, operation_id, guard, audit, now=now)
+        return j.dispatch_row(tx, row, scope, operation_id, guard, audit, now=now, checks=checks)
 
     def transition(
         self,

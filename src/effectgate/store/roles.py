@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from effectgate._core.states import State
 from effectgate.store.base import (
+    AdmissionCheck,
     AuditEvent,
     Divergence,
     Journal,
@@ -108,8 +109,13 @@ class LedgerWrites(Protocol):
         now: float,
         guard: DispatchGuard | None = None,
         audit: Mapping[str, object] | None = None,
+        checks: Sequence[AdmissionCheck] = (),
     ) -> Journal:
         """``validated -> submitted`` with the controls checked in the same transaction.
+
+        ``checks``: the pre-dispatch pipeline's in-transaction admission checks, run after the
+        controls' verdict; one that answers anything but None raises DispatchRefused (carrying
+        the answer) and the transaction rolls back.
 
         The verdict may instead shadow the row (``shadowed``) or hold it (still ``validated``,
         ``detail`` says why). Raises StaleState/OperationNotFound when the row is not
