@@ -293,7 +293,7 @@ class Gate:
             ctx = DispatchContext(row, action_class, self.store, self.clock(), dispatcher)
             refusal = self.pipeline.before_tx(ctx)
             if refusal is not None:
-                stopped = apply_refusal(
+                denied = apply_refusal(
                     self.store,
                     row,
                     refusal,
@@ -301,7 +301,7 @@ class Gate:
                     stage="before",
                     pipeline=self.pipeline,
                 )
-                return self._explain(stopped), None
+                return self._explain(denied), None
         commit: dict[str, object] | None = None
         if action_class.speculation is not None:
             spec = active_speculation(self, action_class)
