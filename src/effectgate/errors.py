@@ -37,6 +37,7 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   +-- SpeculationStalled        speculation_stalled            503  held
     |   +-- ResolutionRefused         resolution_refused             409
     |   +-- DispatchRefused           dispatch_refused               409
+    |   +-- ContinuationRefused       continuation_refused           409
     |   +-- RunError                  run_refused                    409
     |       +-- RunNotFound           run_not_found                  404
     |       +-- RunCallNotFound       run_call_not_found             404
@@ -87,6 +88,7 @@ __all__ = [
     "BodyTooLarge",
     "CommitOutcomeUnknown",
     "ConfigError",
+    "ContinuationRefused",
     "ControlError",
     "DispatchRefused",
     "DuplicateApprover",
@@ -511,6 +513,21 @@ class DispatchRefused(OperationError):
     def __init__(self, message: str, *, refusal: object = None) -> None:
         super().__init__(message)
         self.refusal = refusal
+
+
+class ContinuationRefused(OperationError):
+    """A retry or compensation was refused (docs/continuations.md): no proof or an expired
+    one, a stale sequence or predecessor, the original's worker, a bound reached. ``reason``
+    says which. Nothing was changed but the audit log."""
+
+    code = "continuation_refused"
+
+    def __init__(self, message: str, *, reason: str = "refused") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def details(self) -> dict[str, object]:
+        return {"reason": self.reason}
 
 
 class RunError(OperationError):

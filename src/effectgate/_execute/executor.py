@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -25,6 +27,7 @@ from effectgate._execute.alerts import AlertSink, deliver
 from effectgate._execute.crashpoints import crashpoint
 from effectgate._execute.predispatch import (
     ADAPTER_CALL_CEILING,
+    ADMITTING,
     DispatchContext,
     InTxCheck,
     Pipeline,
@@ -93,6 +96,7 @@ class Gate:
         authorise: Stage | None = None,
         preconditions: Iterable[Stage] = (),
         admission_checks: Iterable[InTxCheck] = (),
+        process_id: str | None = None,
     ) -> None:
         missing = sorted({registry.get(n).adapter for n in registry.names()} - set(adapters))
         if missing:
@@ -110,6 +114,8 @@ class Gate:
                 for n in registry.names()
             }
         )
+        #: This process, as the audit names a dispatcher: a continuation excludes it.
+        self.process_id = process_id or f"process:{socket.gethostname()}:{os.getpid()}"
         self.store = store
         self.registry = registry
         self.adapters = dict(adapters)
@@ -174,7 +180,10 @@ class Gate:
         after the seal raises :class:`~effectgate.errors.RunSealed` carrying the row.
         """
         journal = journal_for(self.store, run_call or current_run_call())
-        if is_continuation_id(operation_id):
+        admission = ADMITTING.get()
+        if admission is not None and admission.operation_id != operation_id:
+            admission = None
+        if is_continuation_id(operation_id) and admission is None:
             # Every agent-facing door (HTTP, MCP, gateway, the Python API) submits through here.
             raise IntentError(
                 f"operation ids starting with {CONTINUATION_PREFIX!r} are reserved for "
@@ -194,6 +203,8 @@ class Gate:
             )
         action_class = self.registry.get(action)
         decision = self.policy.decide(action_class, parsed)
+        if admission is not None:
+            decision = _at_least(decision, Tier(admission.min_tier))
         spec = active_speculation(self, action_class) if action_class.speculation else None
         # A speculating class stops at validated: the dry run comes before any dispatch.
         # With a pipeline configured the row stops at validated and _dispatch sends it, so its
@@ -215,6 +226,8 @@ class Gate:
             # Only the authenticated submitter is excluded from approving: proposed_by is an
             # audit field the agent writes, and audit fields never influence a decision.
             guard.proposers = (principal,) if principal else ()
+            if admission is not None:
+                guard.proposers = tuple(dict.fromkeys((*guard.proposers, *admission.excluded)))
             now = self.clock()
             try:
                 done = journal(
@@ -289,6 +302,10 @@ class Gate:
         if row.state is not State.VALIDATED:
             return self._explain(row), None
         action_class = self.registry.get(row.action)
+        if is_continuation_id(operation_id) and not continuation_may_dispatch(
+            self, row, dispatcher or self.process_id
+        ):
+            return self._explain(row), None
         if self.pipeline.active:
             ctx = DispatchContext(row, action_class, self.store, self.clock(), dispatcher)
             refusal = self.pipeline.before_tx(ctx)
@@ -311,9 +328,8 @@ class Gate:
                 if stopped is not None:
                     return self._explain(stopped), None
         guard = self._guard(action_class, row.effect, correlation_id)
-        if dispatcher is not None:
-            # Who dispatched: a continuation excludes the original's dispatcher.
-            commit = {**(commit or {}), "dispatcher": dispatcher}
+        # Who dispatched: a continuation excludes the original's dispatcher.
+        commit = {**(commit or {}), "dispatcher": dispatcher or self.process_id}
         now = self.clock()
         checks = self.pipeline.in_tx
         try:
@@ -335,12 +351,7 @@ class Gate:
             if not isinstance(answer, Refusal):
                 raise
             refused = apply_refusal(
-                self.store,
-                row,
-                answer,
-                now=self.clock(),
-                stage="admission",
-                pipeline=self.pipeline,
+                self.store, row, answer, now=self.clock(), stage="admission", pipeline=self.pipeline
             )
             return self._explain(refused), None
         except StaleState:
@@ -614,6 +625,39 @@ def _provenance(parsed: Intent, decision: Decision, principal: str | None) -> di
             "policy_version": decision.policy_version,
         },
     }
+
+
+def _at_least(decision: Decision, floor: Tier) -> Decision:
+    """A continuation runs at no lower tier than its original."""
+    order = list(Tier)
+    if not decision.allowed or order.index(decision.tier) >= order.index(floor):
+        return decision
+    return Decision(
+        True,
+        floor,
+        f"{decision.reason}; raised to {floor.value}: a continuation runs at no lower tier "
+        "than its original",
+        decision.policy_version,
+    )
+
+
+def continuation_may_dispatch(gate: Gate, row: Operation, dispatcher: str) -> bool:
+    """Neither the original's proposer nor any process that dispatched it dispatches its
+    continuation (docs/continuations.md). Another dispatcher may."""
+    from effectgate._execute.continuations import original_workers
+
+    link = gate.store.continuation_of(row.scope, row.operation_id)
+    if link is None:
+        return True
+    if dispatcher in original_workers(gate.store, row.scope, link.original_id):
+        log.warning(
+            "%s not dispatched by %s: it worked on the original %s",
+            row.op_key,
+            dispatcher,
+            link.original_id,
+        )
+        return False
+    return True
 
 
 def _replayed(row: Operation) -> Operation:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal
 
@@ -39,6 +40,8 @@ from effectgate.store.roles import Store
 
 __all__ = [
     "ADAPTER_CALL_CEILING",
+    "ADMITTING",
+    "Admission",
     "DispatchContext",
     "InTxCheck",
     "Pipeline",
@@ -71,6 +74,21 @@ class DispatchContext:  # what a stage may read; stages never write
 
 
 Stage = Callable[[DispatchContext], Refusal | None]  # runs BEFORE the dispatch transaction
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """A continuation the continuation service admitted and is journalling now: the one id in
+    the reserved namespace ``Gate.submit`` accepts, the lowest tier it may run at, and who may
+    neither approve nor dispatch it (the original's proposer and dispatchers, its authoriser)."""
+
+    operation_id: str
+    min_tier: str
+    excluded: tuple[str, ...]
+
+
+#: Set only by the continuation service around its own ``Gate.submit`` call.
+ADMITTING: ContextVar[Admission | None] = ContextVar("effectgate_admitting", default=None)
 InTxCheck = Callable[[SharedTx, Operation, float], Refusal | None]
 
 

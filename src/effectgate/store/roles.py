@@ -28,6 +28,7 @@ from effectgate.store.base import (
 
 if TYPE_CHECKING:
     from effectgate._audit import ChainEntry
+    from effectgate._core.continuation import ContinuationLink
     from effectgate._core.controls import (
         Alert,
         ApprovalOutcome,
@@ -592,6 +593,19 @@ class RunSnapshots(Protocol):
 
 
 @runtime_checkable
+class Continuations(Protocol):
+    """Continuation links: retries and compensations of an original (docs/continuations.md)."""
+
+    def link_continuation(self, link: ContinuationLink, *, now: float) -> ContinuationLink:
+        """Keep ``link`` if its sequence is next and its predecessor digest still matches, in
+        one transaction holding the original; the same link again returns the stored one.
+        Raises ContinuationRefused (stale) or OperationNotFound."""
+
+    def continuations(self, scope: str, original_id: str) -> list[ContinuationLink]: ...
+
+    def continuation_of(self, scope: str, operation_id: str) -> ContinuationLink | None: ...
+
+
 class Store(
     LedgerWrites,
     LedgerReads,
@@ -605,6 +619,7 @@ class Store(
     Speculations,
     Quarantine,
     Runs,
+    Continuations,
     RunSnapshots,
     Protocol,
 ):
