@@ -221,6 +221,10 @@ class Gate:
             reason=decision.reason,
             policy_version=decision.policy_version,
         )
+        provenance = _provenance(parsed, decision, principal)
+        if path[-1] is State.SUBMITTED:
+            # Who dispatched: a continuation excludes the original's dispatcher.
+            provenance["dispatcher"] = self.process_id
         for attempt in (1, 2):
             guard = self._guard(action_class, parsed.effect, correlation_id, dispatch)
             # Only the authenticated submitter is excluded from approving: proposed_by is an
@@ -230,9 +234,7 @@ class Gate:
                 guard.proposers = tuple(dict.fromkeys((*guard.proposers, *admission.excluded)))
             now = self.clock()
             try:
-                done = journal(
-                    new, path, now=now, guard=guard, audit=_provenance(parsed, decision, principal)
-                )
+                done = journal(new, path, now=now, guard=guard, audit=provenance)
                 break
             except CommitOutcomeUnknown:
                 # Journal again only when no row is visible: the unique index decides. If the
