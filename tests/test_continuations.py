@@ -149,16 +149,27 @@ class TestFencing:
         assert err.value.reason == "proof_expired"
 
     def test_the_original_worker_is_refused(self, w: World) -> None:
-        """Neither the original's proposer nor its dispatching process continues it."""
+        """The original's proposer may not authorise its continuation, and the process that
+        dispatched the original may not dispatch it: that one admits it but leaves it
+        validated, and another process sends it."""
         w.failed_original()
         chain = w.service.chain("op-1")
         proof = w.proof(Ground.PERMANENT_ABSENCE, EvidenceKind.VENUE_REFUSAL, "r")
-        for service, by in ((w.service, "agent-1"), (ContinuationService(w.agent_gate), "alice")):
-            with pytest.raises(ContinuationRefused) as err:
-                service.retry(
-                    "op-1", proof=proof, by=by, seq=1, predecessor=chain.predecessor_digest or ""
-                )
-            assert err.value.reason == "original_worker"
+        with pytest.raises(ContinuationRefused) as err:
+            w.service.retry(
+                "op-1", proof=proof, by="agent-1", seq=1, predecessor=chain.predecessor_digest or ""
+            )
+        assert err.value.reason == "original_worker"
+        sent = w.adapter.execute_calls
+        row = ContinuationService(w.agent_gate).retry(
+            "op-1", proof=proof, by="alice", seq=1, predecessor=chain.predecessor_digest or ""
+        )
+        assert row.state is State.VALIDATED and w.adapter.execute_calls == sent
+        assert "not dispatched" in (row.detail or "")
+        # The same process asked again still does not send it; another process does.
+        assert w.agent_gate.dispatch(row.operation_id).state is State.VALIDATED
+        assert w.ops_gate.dispatch(row.operation_id).state is State.FAILED  # still too large
+        assert w.adapter.execute_calls == sent + 1
 
     def test_an_assertion_is_not_proof(self, w: World) -> None:
         with pytest.raises(ContinuationRefused) as err:

@@ -107,7 +107,7 @@ class TestAuthorisationAtTheWriteBoundary:
         row = gate.submit("submit_order", "op-1", INTENT, principal="agent-1")
         assert row.state is State.ACKNOWLEDGED and adapter.execute_calls == 1
         assert [c.entry.state for c in grants.calls] == [State.VALIDATED]
-        assert grants.calls[0].dispatcher == "agent-1"
+        assert grants.calls[0].dispatcher is None  # the gate itself, on the first submit
         # A replay sends nothing and asks nothing.
         assert gate.submit("submit_order", "op-1", INTENT).replayed
         assert adapter.execute_calls == 1 and len(grants.calls) == 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from effectgate._core.continuation import (
@@ -28,6 +28,7 @@ from effectgate._core.continuation import (
     observation_digest,
 )
 from effectgate._core.effects import is_continuation_id
+from effectgate._core.states import State
 from effectgate._execute.predispatch import ADAPTER_CALL_CEILING, ADMITTING, Admission
 from effectgate.errors import ContinuationRefused, EffectgateError, OperationNotFound
 from effectgate.store._continuations import observed
@@ -116,19 +117,10 @@ class ContinuationService:
         seq: int,
         predecessor: str,
         scope: str = "default",
-        dispatcher: str | None = None,
     ) -> Operation:
         """A new attempt of the original's exact intent, under its own id and authorisation."""
         return self._continue(
-            ContinuationKind.RETRY,
-            original_id,
-            None,
-            proof,
-            by,
-            seq,
-            predecessor,
-            scope,
-            dispatcher,
+            ContinuationKind.RETRY, original_id, None, proof, by, seq, predecessor, scope
         )
 
     def compensate(
@@ -141,19 +133,10 @@ class ContinuationService:
         seq: int,
         predecessor: str,
         scope: str = "default",
-        dispatcher: str | None = None,
     ) -> Operation:
         """The class's declared compensation (``intent`` of that class) of an applied effect."""
         return self._continue(
-            ContinuationKind.COMPENSATE,
-            original_id,
-            intent,
-            proof,
-            by,
-            seq,
-            predecessor,
-            scope,
-            dispatcher,
+            ContinuationKind.COMPENSATE, original_id, intent, proof, by, seq, predecessor, scope
         )
 
     def _continue(
@@ -166,13 +149,10 @@ class ContinuationService:
         seq: int,
         predecessor: str,
         scope: str,
-        dispatcher: str | None,
     ) -> Operation:
         now = self.gate.clock()
         try:
-            return self._admit(
-                kind, original_id, intent, proof, by, seq, predecessor, scope, dispatcher, now
-            )
+            return self._admit(kind, original_id, intent, proof, by, seq, predecessor, scope, now)
         except ContinuationRefused as exc:
             # A refusal changes nothing but the audit log.
             self.store.append_audit(
@@ -194,7 +174,6 @@ class ContinuationService:
         seq: int,
         predecessor: str,
         scope: str,
-        dispatcher: str | None,
         now: float,
     ) -> Operation:
         if (
@@ -217,13 +196,12 @@ class ContinuationService:
         original = chain.original
         ac = self.gate.registry.get(original.action)
         workers = original_workers(self.store, scope, original_id)
-        for who in (by, dispatcher or self.gate.process_id):
-            if who in workers:
-                raise ContinuationRefused(
-                    f"{who!r} worked on the original (proposed or dispatched it): it may "
-                    "neither authorise nor dispatch its continuation",
-                    reason="original_worker",
-                )
+        if by in workers:
+            raise ContinuationRefused(
+                f"{by!r} worked on the original (proposed or dispatched it): it may neither "
+                "authorise nor dispatch its continuation",
+                reason="original_worker",
+            )
         # An earlier link under this very sequence: a lost acknowledgement. Observe, and
         # journal the SAME admitted continuation (idempotent by its id); never admit anew.
         for link, row in chain.links:
@@ -281,11 +259,18 @@ class ContinuationService:
             Admission(link.operation_id, original.tier or "validate", tuple(sorted(workers | {by})))
         )
         try:
-            return self.gate.submit(
+            row = self.gate.submit(
                 link.action, link.operation_id, body, scope=link.scope, principal=by
             )
         finally:
             ADMITTING.reset(token)
+        if row.state is State.VALIDATED and self.gate.process_id in workers:
+            row = replace(
+                row,
+                detail="admitted, not dispatched: this process dispatched the original; "
+                "dispatch it from another process (Gate.dispatch, effectgate continue)",
+            )
+        return row
 
     def _probe_absent(self, chain: Chain, adapter_name: str, scope: str) -> None:
         """Provider idempotency is confirmed by a probe: the venue holds no record under the

@@ -209,7 +209,8 @@ class Gate:
         # A speculating class stops at validated: the dry run comes before any dispatch.
         # With a pipeline configured the row stops at validated and _dispatch sends it, so its
         # stages run on the first submit too.
-        path = _path_for(decision, dispatch and spec is None and not self.pipeline.active)
+        staged = self.pipeline.active or admission is not None
+        path = _path_for(decision, dispatch and spec is None and not staged)
         new = NewOperation(
             scope=scope,
             operation_id=operation_id,
@@ -261,8 +262,8 @@ class Gate:
         self._after_guard(guard.action, done, now)
         if row.state is State.SUBMITTED:
             return self._call(row)
-        if row.state is State.VALIDATED and dispatch and self.pipeline.active:
-            return self._dispatch(scope, operation_id, correlation_id, principal)[0]
+        if row.state is State.VALIDATED and dispatch and staged:
+            return self._dispatch(scope, operation_id, correlation_id)[0]
         return row
 
     def propose(
