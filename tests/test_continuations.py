@@ -312,3 +312,52 @@ def _cancel(venue_id: str) -> dict[str, object]:
         "context_digest": INTENT["context_digest"],
         "proposed_by": INTENT["proposed_by"],
     }
+
+
+class TestTierAndApproval:
+    def test_a_continuation_runs_at_no_lower_tier_and_its_workers_cannot_approve(
+        self, store: Store
+    ) -> None:
+        """The original needed an approval, so its retry does too (even though the policy would
+        let the retry's own value through); neither the original's proposer nor the retry's
+        authoriser may approve it; another approver does and a standing dispatcher of another
+        process sends it."""
+        from effectgate import Dispatcher, Operator
+        from effectgate.errors import SelfApproval
+
+        w = World(store)
+        w.agent_gate.policy = PolicySet(
+            {
+                "submit_order": LimitPolicy(Decimal("1000000"), approve_above=Decimal("100")),
+                "cancel_order": LimitPolicy(),
+            }
+        )
+        big = {**INTENT, "quantity": "5000"}  # over the venue's maximum: refused when sent
+        row = w.agent_gate.submit("submit_order", "op-1", big, principal="agent-1")
+        assert row.state is State.AWAITING_APPROVAL
+        op = Operator(store=store, registry=w.agent_gate.registry, clock=w.clock)
+        op.approve("op-1", fingerprint=row.fingerprint, approver="bob")
+        Dispatcher(w.agent_gate, owner="process-a").run_once()
+        assert w.agent_gate.get("op-1").state is State.FAILED
+        chain = w.service.chain("op-1")
+        retry = w.service.retry(
+            "op-1",
+            proof=w.proof(Ground.PERMANENT_ABSENCE, EvidenceKind.VENUE_REFUSAL, "refused"),
+            by="alice",
+            seq=1,
+            predecessor=chain.predecessor_digest or "",
+        )
+        assert retry.state is State.AWAITING_APPROVAL and retry.tier == "approve"
+        for who in ("agent-1", "alice"):
+            with pytest.raises(SelfApproval):
+                op.approve(retry.operation_id, fingerprint=retry.fingerprint, approver=who)
+        op.approve(retry.operation_id, fingerprint=retry.fingerprint, approver="carol")
+        # The process that dispatched the original leases it but does not send it.
+        sent = w.adapter.execute_calls
+        Dispatcher(w.agent_gate, owner="process-a").run_once()
+        assert w.adapter.execute_calls == sent
+        # Another process sends it once the first one's lease has expired.
+        w.clock.advance(61)
+        Dispatcher(w.ops_gate, owner="process-b").run_once()
+        assert w.adapter.execute_calls == sent + 1
+        assert w.ops_gate.get(retry.operation_id).state is State.FAILED  # the venue refused
