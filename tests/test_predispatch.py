@@ -248,3 +248,44 @@ class TestEffectRequirements:
                 key_retention=86400.0,
                 compensation="cancel_order",
             )
+
+
+class TestReconcilerReadAuthorisation:
+    def test_refused_or_failing_read_hook_reads_nothing_and_writes_nothing_off(
+        self, store: Store
+    ) -> None:
+        """Invariant 4: a row past its horizon is written off only after an authorised read;
+        a refusing hook, or one that raises, leaves it uncertain; an allowing one settles it."""
+        from effectgate import Reconciler
+
+        gate, adapter, _ = world(store)
+        adapter.inner.venue.fail_next(1, after_apply=False)  # type: ignore[attr-defined]
+        row = gate.submit("submit_order", "op-1", INTENT)
+        assert row.state is State.SUBMITTED
+        gate.clock.advance(120)  # type: ignore[attr-defined]
+
+        def refuse(adapter_name: str, actions: tuple[str, ...]) -> str | None:
+            return "read grant revoked"
+
+        def broken(adapter_name: str, actions: tuple[str, ...]) -> str | None:
+            raise RuntimeError("down")
+
+        for hook in (refuse, broken):
+            rec = Reconciler(
+                store=store,
+                registry=gate.registry,
+                adapters=gate.adapters,
+                clock=gate.clock,
+                authorise_read=hook,
+            )
+            rec.run_once()
+            rec.repair()
+            assert gate.get("op-1").state is State.SUBMITTED
+        Reconciler(
+            store=store,
+            registry=gate.registry,
+            adapters=gate.adapters,
+            clock=gate.clock,
+            authorise_read=lambda name, actions: None,
+        ).run_once()
+        assert gate.get("op-1").state is State.FAILED
