@@ -38,7 +38,7 @@ from effectgate.store.roles import Store
 if TYPE_CHECKING:
     from effectgate._execute.executor import Gate
 
-__all__ = ["Chain", "ContinuationService", "original_workers"]
+__all__ = ["Chain", "ContinuationService", "continuation_may_dispatch", "original_workers"]
 
 log = logging.getLogger("effectgate.continuations")
 
@@ -304,3 +304,20 @@ class ContinuationService:
 
 def _obs(row: Operation) -> Observed:
     return observed(row)
+
+
+def continuation_may_dispatch(gate: Gate, row: Operation, dispatcher: str) -> bool:
+    """Neither the original's proposer nor any process that dispatched it dispatches its
+    continuation (docs/continuations.md). Another dispatcher may."""
+    link = gate.store.continuation_of(row.scope, row.operation_id)
+    if link is None:
+        return True
+    if dispatcher in original_workers(gate.store, row.scope, link.original_id):
+        log.warning(
+            "%s not dispatched by %s: it worked on the original %s",
+            row.op_key,
+            dispatcher,
+            link.original_id,
+        )
+        return False
+    return True

@@ -24,6 +24,7 @@ from effectgate._core.policy import Decision, PolicySet
 from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt
 from effectgate._execute.alerts import AlertSink, deliver
+from effectgate._execute.continuations import continuation_may_dispatch
 from effectgate._execute.crashpoints import crashpoint
 from effectgate._execute.predispatch import (
     ADAPTER_CALL_CEILING,
@@ -34,6 +35,7 @@ from effectgate._execute.predispatch import (
     Refusal,
     Stage,
     apply_refusal,
+    at_least,
     run_in_tx,
 )
 from effectgate._execute.runs import current_run_call, journal_for
@@ -204,7 +206,7 @@ class Gate:
         action_class = self.registry.get(action)
         decision = self.policy.decide(action_class, parsed)
         if admission is not None:
-            decision = _at_least(decision, Tier(admission.min_tier))
+            decision = at_least(decision, Tier(admission.min_tier))
         spec = active_speculation(self, action_class) if action_class.speculation else None
         # A speculating class stops at validated: the dry run comes before any dispatch.
         # With a pipeline configured the row stops at validated and _dispatch sends it, so its
@@ -628,39 +630,6 @@ def _provenance(parsed: Intent, decision: Decision, principal: str | None) -> di
             "policy_version": decision.policy_version,
         },
     }
-
-
-def _at_least(decision: Decision, floor: Tier) -> Decision:
-    """A continuation runs at no lower tier than its original."""
-    order = list(Tier)
-    if not decision.allowed or order.index(decision.tier) >= order.index(floor):
-        return decision
-    return Decision(
-        True,
-        floor,
-        f"{decision.reason}; raised to {floor.value}: a continuation runs at no lower tier "
-        "than its original",
-        decision.policy_version,
-    )
-
-
-def continuation_may_dispatch(gate: Gate, row: Operation, dispatcher: str) -> bool:
-    """Neither the original's proposer nor any process that dispatched it dispatches its
-    continuation (docs/continuations.md). Another dispatcher may."""
-    from effectgate._execute.continuations import original_workers
-
-    link = gate.store.continuation_of(row.scope, row.operation_id)
-    if link is None:
-        return True
-    if dispatcher in original_workers(gate.store, row.scope, link.original_id):
-        log.warning(
-            "%s not dispatched by %s: it worked on the original %s",
-            row.op_key,
-            dispatcher,
-            link.original_id,
-        )
-        return False
-    return True
 
 
 def _replayed(row: Operation) -> Operation:

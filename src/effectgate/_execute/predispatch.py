@@ -31,7 +31,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Literal
 
-from effectgate._core.intent import ActionClass
+from effectgate._core.intent import ActionClass, Tier
+from effectgate._core.policy import Decision
 from effectgate._core.states import State
 from effectgate.errors import StaleState
 from effectgate.store._tx import SharedTx
@@ -48,6 +49,7 @@ __all__ = [
     "Refusal",
     "Stage",
     "apply_refusal",
+    "at_least",
 ]
 
 log = logging.getLogger("effectgate.predispatch")
@@ -190,3 +192,17 @@ def apply_refusal(
     except StaleState:
         current = store.get(row.scope, row.operation_id)
         return current if current is not None else row
+
+
+def at_least(decision: Decision, floor: Tier) -> Decision:
+    """A continuation runs at no lower tier than its original."""
+    order = list(Tier)
+    if not decision.allowed or order.index(decision.tier) >= order.index(floor):
+        return decision
+    return Decision(
+        True,
+        floor,
+        f"{decision.reason}; raised to {floor.value}: a continuation runs at no lower tier "
+        "than its original",
+        decision.policy_version,
+    )
