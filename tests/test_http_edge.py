@@ -59,6 +59,16 @@ BODY_ROUTES = [
     ("POST", "/v1/admin/quarantine/alpha/op-1/take-over", {"reason": "r"}, OPERATOR),
     (
         "POST",
+        "/v1/admin/continuations/alpha/op-1/retry",
+        {
+            "proof": {"ground": "permanent_absence", "kind": "venue_refusal"},
+            "seq": 1,
+            "predecessor": "0" * 64,
+        },
+        OPERATOR,
+    ),
+    (
+        "POST",
         "/v1/runs/run-1/calls",
         {
             "slot": "t-1",

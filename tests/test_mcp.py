@@ -115,6 +115,8 @@ class TestToolsInMemory:
             ({"instrument": "\u0425YZ-PERP"}, "instrument", "string_pattern_mismatch"),  # Cyrillic
             ({"venue_url": "http://evil"}, "venue_url", "extra_forbidden"),
             ({"operation_id": 7}, "operation_id", "invalid_operation_id"),
+            # The continuation namespace is reserved (docs/continuations.md).
+            ({"operation_id": "cont:op-1:1"}, "operation_id", "reserved_operation_id"),
         ],
     )
     def test_bad_arguments_name_the_field(

@@ -239,3 +239,52 @@ class TestRunBoundOperations:
         assert after.ok and "op-run" in rows(store) and report.operations == 0
         store.seal_run(SCOPE, RUN, actor="ops-1", reason="done", now=clock())
         assert verdict() is None
+
+
+class TestContinuationChains:
+    """Invariant 9's chains stay whole: an original whose retry or compensation has not
+    settled is never pruned, nor is that continuation; once the chain has settled it may go."""
+
+    def test_a_live_continuation_keeps_its_chain(self, store: Store) -> None:
+        from effectgate.store._retention import has_live_continuation
+        from effectgate.store.base import NewOperation
+
+        gate, clock = settled(store)
+        parsed = gate.registry.parse("submit_order", {**EXAMPLE_ORDER, "quantity": "1"})
+        follow = "cont:op-3:1"
+        store.insert_operation(
+            NewOperation(
+                scope="default",
+                operation_id=follow,
+                action="submit_order",
+                fingerprint=parsed.fingerprint,
+                intent=parsed.snapshot,
+                effect=parsed.effect,
+                tier="validate",
+                reason="r",
+                policy_version="p",
+            ),
+            [State.PROPOSED, State.VALIDATED],
+            now=clock(),
+        )
+
+        def link(tx, _):  # type: ignore[no-untyped-def]
+            tx.write(
+                "INSERT INTO continuations VALUES (?, ?, 1, 'retry', ?, 'submit_order', "
+                "'d', '{}', 'ops-1', ?)",
+                ("default", "op-3", follow, clock()),
+            )
+
+        store._run(link, "test")  # type: ignore[attr-defined]
+
+        def live(op: str) -> bool:
+            return bool(
+                store._run(  # type: ignore[attr-defined]
+                    lambda tx, _: has_live_continuation(tx, "default", op), "test"
+                )
+            )
+
+        assert live("op-3") and live(follow)
+        assert not live("op-4")  # no chain at all
+        store.transition("default", follow, State.VALIDATED, State.REJECTED, now=clock())
+        assert not live("op-3") and not live(follow)

@@ -8,6 +8,7 @@ records, ``open_store``, the two dialects), ``effectgate.adapters`` (venue adapt
 """
 
 from effectgate._audit import VerifyResult, verify_bundle, verify_entries
+from effectgate._core.continuation import ContinuationKind, ContinuationProof, Ground
 from effectgate._core.controls import (
     Alert,
     ApprovalOutcome,
@@ -61,9 +62,11 @@ from effectgate._execute.adapter import (
     VenueRecord,
 )
 from effectgate._execute.alerts import AlertSink, LogAlertSink, WebhookAlertSink, default_sink
+from effectgate._execute.continuations import Chain, ContinuationService
 from effectgate._execute.dispatcher import Dispatcher, DispatchReport
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import BlastRadius, Operator, ShadowReport
+from effectgate._execute.predispatch import DispatchContext, Refusal
 from effectgate._execute.provider_recovery import ProviderPage, ProviderReconciler
 from effectgate._execute.quarantine import QuarantineService, QuarantineView
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
@@ -83,7 +86,9 @@ from effectgate.errors import (
     BadRequest,
     CommitOutcomeUnknown,
     ConfigError,
+    ContinuationRefused,
     ControlError,
+    DispatchRefused,
     EffectgateError,
     IdempotencyConflict,
     IntentError,
@@ -129,11 +134,18 @@ __all__ = [
     "BadRequest",
     "BlastRadius",
     "BreakerConfig",
+    "Chain",
     "ClassControls",
     "CommitOutcomeUnknown",
     "ConfigError",
+    "ContinuationKind",
+    "ContinuationProof",
+    "ContinuationRefused",
+    "ContinuationService",
     "ControlError",
     "Decision",
+    "DispatchContext",
+    "DispatchRefused",
     "DispatchReport",
     "Dispatcher",
     "DryRun",
@@ -142,6 +154,7 @@ __all__ = [
     "Envelope",
     "EvidenceKind",
     "Gate",
+    "Ground",
     "IdempotencyConflict",
     "Intent",
     "IntentBase",
@@ -180,6 +193,7 @@ __all__ = [
     "Receipt",
     "ReconcileReport",
     "Reconciler",
+    "Refusal",
     "Registry",
     "RegistryError",
     "RequestError",

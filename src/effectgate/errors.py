@@ -36,6 +36,8 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   +-- KeyNamespaceDivergence    key_namespace_divergence       409  held
     |   +-- SpeculationStalled        speculation_stalled            503  held
     |   +-- ResolutionRefused         resolution_refused             409
+    |   +-- DispatchRefused           dispatch_refused               409
+    |   +-- ContinuationRefused       continuation_refused           409
     |   +-- RunError                  run_refused                    409
     |       +-- RunNotFound           run_not_found                  404
     |       +-- RunCallNotFound       run_call_not_found             404
@@ -86,7 +88,9 @@ __all__ = [
     "BodyTooLarge",
     "CommitOutcomeUnknown",
     "ConfigError",
+    "ContinuationRefused",
     "ControlError",
+    "DispatchRefused",
     "DuplicateApprover",
     "EffectgateError",
     "IdempotencyConflict",
@@ -496,6 +500,34 @@ class ResolutionRefused(OperationError):
     dispatched (invariant 10). Nothing was changed."""
 
     code = "resolution_refused"
+
+
+class DispatchRefused(OperationError):
+    """An admission check of the pre-dispatch pipeline refused a dispatch inside its
+    transaction (docs/continuations.md): the transaction rolled back, and the refusal's move
+    (``validated -> rejected`` or a new approval round) is applied instead. ``refusal`` is the
+    check's :class:`~effectgate._execute.predispatch.Refusal`."""
+
+    code = "dispatch_refused"
+
+    def __init__(self, message: str, *, refusal: object = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+
+
+class ContinuationRefused(OperationError):
+    """A retry or compensation was refused (docs/continuations.md): no proof or an expired
+    one, a stale sequence or predecessor, the original's worker, a bound reached. ``reason``
+    says which. Nothing was changed but the audit log."""
+
+    code = "continuation_refused"
+
+    def __init__(self, message: str, *, reason: str = "refused") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def details(self) -> dict[str, object]:
+        return {"reason": self.reason}
 
 
 class RunError(OperationError):

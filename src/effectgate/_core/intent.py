@@ -32,6 +32,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from effectgate._core.canonical import MAX_SAFE_INT, canonical_decimal, fingerprint, nfc
+from effectgate._core.effects import check_effect_requirements
 from effectgate._core.jsonparse import copy_object, load_document, refuse_floats, show
 from effectgate._core.messages import intent_error
 from effectgate._core.speculation import Speculation
@@ -246,6 +247,11 @@ class ActionClass:
     venue: VenueContract = field(default_factory=VenueContract)
     #: Speculative pre-execution (seed 000): :mod:`effectgate._core.speculation`; None: off.
     speculation: Speculation | None = None
+    #: Effect requirements (docs/continuations.md): at most this many separately authorised
+    #: retries of one original (0-7); never permission to retry an unknown effect.
+    retries: int = 0
+    #: The action class that undoes this one (``cancel_order`` for ``submit_order``); None: none.
+    compensation: str | None = None
     _effect_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _decimals: tuple[tuple[str, bool], ...] = field(init=False, repr=False, compare=False)
 
@@ -275,6 +281,9 @@ class ActionClass:
             except RegistryError as exc:
                 raise RegistryError(f"{self.name}: {exc.message}") from None
         self._check_times()
+        check_effect_requirements(
+            self.name, self.effect_class.value, self.retries, self.compensation
+        )
         versions = frozenset(self.schema_versions)
         if not versions or not all(isinstance(v, str) and v for v in versions):
             raise RegistryError(f"{self.name}: schema_versions must be non-empty strings")

@@ -97,7 +97,7 @@ class Dispatcher:
     def _one(self, scope: str, operation_id: str, report: DispatchReport) -> None:
         report.leased += 1
         try:
-            _, verdict = self.gate._dispatch(scope, operation_id, None)
+            _, verdict = self.gate._dispatch(scope, operation_id, None, self.owner)
         except EffectgateError as exc:
             # A store outage or a vanished row: its lease expires and a later pass retries.
             report.errors += 1

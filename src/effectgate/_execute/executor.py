@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
@@ -17,12 +19,26 @@ from typing import TYPE_CHECKING
 
 from effectgate import _tracing
 from effectgate._core.controls import Alert, ApprovalRules, BreakerConfig, DispatchGuard, Verdict
+from effectgate._core.effects import CONTINUATION_PREFIX, check_compensations, is_continuation_id
 from effectgate._core.intent import ActionClass, Intent, Registry, Tier
 from effectgate._core.policy import Decision, PolicySet
 from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt
 from effectgate._execute.alerts import AlertSink, deliver
+from effectgate._execute.continuations import continuation_may_dispatch
 from effectgate._execute.crashpoints import crashpoint
+from effectgate._execute.predispatch import (
+    ADAPTER_CALL_CEILING,
+    ADMITTING,
+    DispatchContext,
+    InTxCheck,
+    Pipeline,
+    Refusal,
+    Stage,
+    apply_refusal,
+    at_least,
+    run_in_tx,
+)
 from effectgate._execute.runs import current_run_call, journal_for
 from effectgate._execute.speculation import (
     active_speculation,
@@ -34,6 +50,7 @@ from effectgate._sim import _bugs
 from effectgate.errors import (
     CommitOutcomeUnknown,
     ConfigError,
+    DispatchRefused,
     EffectgateError,
     IntentError,
     OperationNotFound,
@@ -79,12 +96,29 @@ class Gate:
         approvals: ApprovalRules | None = None,
         alerts: AlertSink | None = None,
         in_flight_grace: float = 2.0,
+        authorise: Stage | None = None,
+        preconditions: Iterable[Stage] = (),
+        admission_checks: Iterable[InTxCheck] = (),
+        process_id: str | None = None,
     ) -> None:
         missing = sorted({registry.get(n).adapter for n in registry.names()} - set(adapters))
         if missing:
             raise ConfigError(f"action classes name adapters that are not configured: {missing}")
         if dispatch_timeout <= 0:
             raise ConfigError("dispatch_timeout must be positive")
+        if dispatch_timeout > ADAPTER_CALL_CEILING:
+            raise ConfigError(
+                f"dispatch_timeout {dispatch_timeout}s is above the {ADAPTER_CALL_CEILING:g}s "
+                "ceiling on any one adapter call"
+            )
+        check_compensations(
+            {
+                n: (registry.get(n).effect_class.value, registry.get(n).compensation)
+                for n in registry.names()
+            }
+        )
+        #: This process, as the audit names a dispatcher: a continuation excludes it.
+        self.process_id = process_id or f"process:{socket.gethostname()}:{os.getpid()}"
         self.store = store
         self.registry = registry
         self.adapters = dict(adapters)
@@ -102,6 +136,13 @@ class Gate:
         self.in_flight_grace = in_flight_grace
         check_speculation(
             {n: registry.get(n) for n in registry.names()}, self.adapters, self.horizon
+        )
+        # The pre-dispatch pipeline (docs/continuations.md); empty: the path is unchanged.
+        self.pipeline = Pipeline(
+            authorise=authorise,
+            preconditions=tuple(preconditions),
+            in_tx=tuple(admission_checks),
+            reapprove_ttl=self.approvals.ttl,
         )
 
     @property
@@ -142,6 +183,17 @@ class Gate:
         after the seal raises :class:`~effectgate.errors.RunSealed` carrying the row.
         """
         journal = journal_for(self.store, run_call or current_run_call())
+        admission = ADMITTING.get()
+        if admission is not None and admission.operation_id != operation_id:
+            admission = None
+        if is_continuation_id(operation_id) and admission is None:
+            # Every agent-facing door (HTTP, MCP, gateway, the Python API) submits through here.
+            raise IntentError(
+                f"operation ids starting with {CONTINUATION_PREFIX!r} are reserved for "
+                "continuations (docs/continuations.md)",
+                field="operation_id",
+                reason="reserved_operation_id",
+            )
         where = {"effectgate.operation_key": f"{scope}:{operation_id}", "effectgate.action": action}
         with _tracing.span("effectgate.parse", where):
             parsed = self._parse(action, operation_id, intent, scope)
@@ -157,9 +209,14 @@ class Gate:
         action_class = self.registry.get(action)
         with _tracing.span("effectgate.policy", where):
             decision = self.policy.decide(action_class, parsed)
+        if admission is not None:
+            decision = at_least(decision, Tier(admission.min_tier))
         spec = active_speculation(self, action_class) if action_class.speculation else None
         # A speculating class stops at validated: the dry run comes before any dispatch.
-        path = _path_for(decision, dispatch and spec is None)
+        # With a pipeline configured the row stops at validated and _dispatch sends it, so its
+        # stages run on the first submit too.
+        staged = self.pipeline.active or admission is not None
+        path = _path_for(decision, dispatch and spec is None and not staged)
         new = NewOperation(
             scope=scope,
             operation_id=operation_id,
@@ -171,21 +228,21 @@ class Gate:
             reason=decision.reason,
             policy_version=decision.policy_version,
         )
+        provenance = _provenance(parsed, decision, principal)
+        if path[-1] is State.SUBMITTED:
+            # Who dispatched: a continuation excludes the original's dispatcher.
+            provenance["dispatcher"] = self.process_id
         for attempt in (1, 2):
             guard = self._guard(action_class, parsed.effect, correlation_id, dispatch)
             # Only the authenticated submitter is excluded from approving: proposed_by is an
             # audit field the agent writes, and audit fields never influence a decision.
             guard.proposers = (principal,) if principal else ()
+            if admission is not None:
+                guard.proposers = tuple(dict.fromkeys((*guard.proposers, *admission.excluded)))
             now = self.clock()
             try:
                 with _tracing.span("effectgate.journal", where):
-                    done = journal(
-                        new,
-                        path,
-                        now=now,
-                        guard=guard,
-                        audit=_provenance(parsed, decision, principal),
-                    )
+                    done = journal(new, path, now=now, guard=guard, audit=provenance)
                 break
             except CommitOutcomeUnknown:
                 # Journal again only when no row is visible: the unique index decides. If the
@@ -212,6 +269,8 @@ class Gate:
         self._after_guard(guard.action, done, now)
         if row.state is State.SUBMITTED:
             return self._call(row)
+        if row.state is State.VALIDATED and dispatch and staged:
+            return self._dispatch(scope, operation_id, correlation_id)[0]
         return row
 
     def propose(
@@ -221,25 +280,55 @@ class Gate:
         return self.submit(action, operation_id, intent, scope=scope, dispatch=False)
 
     def dispatch(
-        self, operation_id: str, *, scope: str = "default", correlation_id: str | None = None
+        self,
+        operation_id: str,
+        *,
+        scope: str = "default",
+        correlation_id: str | None = None,
+        dispatcher: str | None = None,
     ) -> Operation:
         """Send a ``validated`` operation. Any other state is returned untouched.
 
         The controls are checked in the transaction that writes ``submitted``: a held row
         comes back ``validated`` (``detail`` says why), a shadowed class's row ``shadowed``.
         """
-        return self._dispatch(scope, operation_id, correlation_id)[0]
+        return self._dispatch(scope, operation_id, correlation_id, dispatcher)[0]
 
     def _dispatch(
-        self, scope: str, operation_id: str, correlation_id: str | None
+        self,
+        scope: str,
+        operation_id: str,
+        correlation_id: str | None,
+        dispatcher: str | None = None,
     ) -> tuple[Operation, Verdict | None]:
         """:meth:`dispatch`, and the verdict of the dispatching transaction this call ran
         (None: it ran none to its end: the row was not validated, or another process moved
-        it first). The standing dispatcher counts by it."""
+        it first). The standing dispatcher counts by it.
+
+        Every dispatching path comes through here, so the pre-dispatch pipeline runs on each:
+        authorisation, preconditions, the speculation verdict, then the dispatch transaction
+        with the in-transaction checks (docs/continuations.md)."""
         row = self._row(scope, operation_id)
         if row.state is not State.VALIDATED:
             return self._explain(row), None
         action_class = self.registry.get(row.action)
+        if is_continuation_id(operation_id) and not continuation_may_dispatch(
+            self, row, dispatcher or self.process_id
+        ):
+            return self._explain(row), None
+        if self.pipeline.active:
+            ctx = DispatchContext(row, action_class, self.store, self.clock(), dispatcher)
+            refusal = self.pipeline.before_tx(ctx)
+            if refusal is not None:
+                denied = apply_refusal(
+                    self.store,
+                    row,
+                    refusal,
+                    now=self.clock(),
+                    stage="before",
+                    pipeline=self.pipeline,
+                )
+                return self._explain(denied), None
         commit: dict[str, object] | None = None
         if action_class.speculation is not None:
             spec = active_speculation(self, action_class)
@@ -249,9 +338,32 @@ class Gate:
                 if stopped is not None:
                     return self._explain(stopped), None
         guard = self._guard(action_class, row.effect, correlation_id)
+        # Who dispatched: a continuation excludes the original's dispatcher.
+        commit = {**(commit or {}), "dispatcher": dispatcher or self.process_id}
         now = self.clock()
+        checks = self.pipeline.in_tx
         try:
-            done = self.store.dispatch(scope, operation_id, now=now, guard=guard, audit=commit)
+            if checks:
+                done = self.store.dispatch(
+                    scope,
+                    operation_id,
+                    now=now,
+                    guard=guard,
+                    audit=commit,
+                    checks=(lambda tx, r, at: run_in_tx(checks, tx, r, at),),
+                )
+            else:
+                done = self.store.dispatch(scope, operation_id, now=now, guard=guard, audit=commit)
+        except DispatchRefused as exc:
+            # An admission check refused inside the transaction, which rolled back: apply its
+            # move instead (docs/continuations.md).
+            answer = exc.refusal
+            if not isinstance(answer, Refusal):
+                raise
+            refused = apply_refusal(
+                self.store, row, answer, now=self.clock(), stage="admission", pipeline=self.pipeline
+            )
+            return self._explain(refused), None
         except StaleState:
             # Another process won the compare-and-set; it alone dispatches (invariant 1).
             return self.get(operation_id, scope=scope), None

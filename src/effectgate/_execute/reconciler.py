@@ -143,8 +143,14 @@ class Reconciler:
         alerts: AlertSink | None = None,
         flush_every: int = 500,
         trip_on_duplicate: bool = True,
+        authorise_read: Callable[[str, tuple[str, ...]], str | None] | None = None,
     ) -> None:
         self.store = store
+        #: The host's hook authorising the reconciler's reads (docs/continuations.md): called
+        #: with an adapter's name and the classes read through it; a reason refuses the read
+        #: (nothing is read, so nothing is written off), and a hook that raises refuses too.
+        #: None: effectgate's own configuration decides (every configured adapter is read).
+        self.authorise_read = authorise_read
         self.registry = registry
         self.adapters = dict(adapters)
         self.clock = clock
@@ -210,7 +216,8 @@ class Reconciler:
             by_adapter.setdefault(self.registry.get(name).adapter, []).append(name)
         with self._batched(run):
             for adapter_name, actions in sorted(by_adapter.items()):
-                self._sweep_one(self.adapters[adapter_name], sorted(actions), run)
+                if self._may_read(adapter_name, sorted(actions)):
+                    self._sweep_one(self.adapters[adapter_name], sorted(actions), run)
         return run.report
 
     def _ledger(self, actions: list[str]) -> Iterator[LedgerEntry]:
@@ -453,8 +460,24 @@ class Reconciler:
                     return run.report
         return run.report  # unreachable: the loop returns
 
+    def _may_read(self, adapter_name: str, actions: list[str]) -> bool:
+        if self.authorise_read is None:
+            return True
+        try:
+            refused = self.authorise_read(adapter_name, tuple(actions))
+        except Exception as exc:  # a configured hook that errors denies
+            refused = f"the read authorisation hook failed ({type(exc).__name__})"
+        if refused is None:
+            return True
+        log.warning("reads of %s (%s) not authorised: %s", adapter_name, actions, refused)
+        return False
+
     def _repair_one(self, entry: LedgerEntry, run: _Pass) -> None:
-        adapter = self.adapters[self.registry.get(entry.action).adapter]
+        adapter_name = self.registry.get(entry.action).adapter
+        adapter = self.adapters[adapter_name]
+        if not self._may_read(adapter_name, [entry.action]):
+            run.report.probe_errors += 1
+            return
         run.report.ledger_rows += 1
         try:
             venue_ids = adapter.probe(entry.op_key)

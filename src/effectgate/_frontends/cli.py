@@ -21,6 +21,7 @@ from rich.table import Table
 from effectgate._core.states import State
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._frontends import (
+    cli_continue,
     cli_controls,
     cli_gateway,
     cli_quarantine,
@@ -56,6 +57,7 @@ cli_tokens.register(app)
 cli_gateway.register(app)
 cli_quarantine.register(app)
 cli_runs.register(app)
+cli_continue.register(app)
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)
@@ -368,6 +370,7 @@ def ops_show(
             err.print(f"no operation {operation_id!r} in scope {scope!r}")
             raise typer.Exit(EXIT_FAILED)
         entries = ledger.audit_entries(scope=scope, operation_id=operation_id, limit=100_000)
+        continuations = _continuation_view(ledger, scope, row)
     finally:
         ledger.close()
     if row.state is State.SUBMITTED:
@@ -391,10 +394,29 @@ def ops_show(
                 "effect": dict(row.effect),
                 "audit": trail,
                 **({"delivery": delivery} if delivery is not None else {}),
+                **continuations,
             },
             indent=2,
         )
     )
+
+
+def _continuation_view(ledger: Store, scope: str, row: object) -> dict[str, object]:
+    """The continuation chain of an original (docs/continuations.md), or a continuation's
+    link to its original."""
+    from effectgate._execute.continuations import Chain
+    from effectgate.store.base import Operation
+
+    if not isinstance(row, Operation):
+        return {}
+    link = ledger.continuation_of(scope, row.operation_id)
+    if link is not None:
+        return {"continuation_of": link.to_dict() | {"original": link.original_id}}
+    links = tuple(
+        (lk, ledger.get(scope, lk.operation_id))
+        for lk in ledger.continuations(scope, row.operation_id)
+    )
+    return {"continuations": Chain(row, links).to_dict()}
 
 
 @venue_app.command("serve")

@@ -40,6 +40,7 @@ from effectgate import __version__
 from effectgate._core.principals import Capability
 from effectgate._frontends._http_admin import admin_router
 from effectgate._frontends._http_body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, refuse_deep
+from effectgate._frontends._http_continuations import continuations_router
 from effectgate._frontends._http_quarantine import quarantine_router
 from effectgate._frontends._http_runs import harness_runs_router
 from effectgate._frontends._http_tracing import TraceContext
@@ -248,6 +249,9 @@ def create_app(
     )
     app.include_router(
         quarantine_router(service, operator, _ERRORS), prefix="/v1/admin", tags=["operator"]
+    )
+    app.include_router(
+        continuations_router(service, operator, _ERRORS), prefix="/v1/admin", tags=["operator"]
     )
     app.include_router(
         harness_runs_router(service, harness, _ERRORS), prefix="/v1", tags=["harness"]

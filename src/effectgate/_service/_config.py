@@ -190,6 +190,7 @@ def parse_config(
     check_horizons(
         registry, dispatch_timeout=service.dispatch_timeout, in_flight_grace=service.in_flight_grace
     )
+    _check_compensations(top, registry)
     policy = PolicySet()
     policy_names: set[str] = set()
     for name, sec in top.tables("policies"):
@@ -295,7 +296,7 @@ def _service(sec: Section | None) -> ServiceSettings:
             "max_body_bytes", d.max_body_bytes, minimum=256, maximum=16 * 1024 * 1024
         ),
         max_depth=sec.integer("max_depth", d.max_depth, minimum=2, maximum=64),
-        dispatch_timeout=sec.number("dispatch_timeout", d.dispatch_timeout),
+        dispatch_timeout=_capped(sec, "dispatch_timeout", d.dispatch_timeout),
         mcp_http=sec.flag("mcp_http", d.mcp_http),
         reconcile_interval=sec.number("reconcile_interval", d.reconcile_interval, exclusive=False),
         dispatch_interval=sec.number("dispatch_interval", d.dispatch_interval, exclusive=False),
@@ -388,7 +389,7 @@ def _adapter(name: str, sec: Section) -> AdapterConfig:
             endpoint=sec.req_text("endpoint"),
             credential_env=env,
             credential_file=cred_file,
-            timeout=sec.number("timeout", 5.0),
+            timeout=_capped(sec, "timeout", 5.0),
             options={"speculation": sec.flag("speculation", False)},
         )
     elif kind in ("stripe", "aws", "email"):
@@ -413,7 +414,7 @@ def _adapter(name: str, sec: Section) -> AdapterConfig:
             endpoint=sec.text("endpoint"),
             credential_env=given["credential_env"],
             credential_file=given["credential_file"],
-            timeout=sec.number("timeout", 10.0),
+            timeout=_capped(sec, "timeout", 10.0),
             factory=given["credential_hook"],
             options=raw,
         )
@@ -486,6 +487,8 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     hold_bound = sec.number("hold_bound", 1.0) if sec.has("hold_bound") else None
     venue = _venue_contract(sec.table("venue"))
     speculation = speculation_section(sec.table("speculation"))
+    retries = sec.integer("retries", 0, minimum=0, maximum=7)
+    compensation = sec.text("compensation")
     try:
         ac = ActionClass(
             name=name,
@@ -502,6 +505,8 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             hold_bound=hold_bound,
             venue=venue,
             speculation=speculation,
+            retries=retries,
+            compensation=compensation,
         )
     except EffectgateError as exc:
         # "submit_order: visibility_horizon ...": locate the key the message is about.
@@ -615,3 +620,30 @@ def _token(name: str, sec: Section) -> TokenConfig:
     if digest is None:  # unreachable: one of the two is set
         sec.fail("sha256", "is required")
     return TokenConfig(name=name, role=role, scope=scope, sha256=digest, rate_limit=limit)
+
+
+def _capped(sec: Section, key: str, default: float) -> float:
+    """A timeout of one adapter call: above the ceiling (docs/continuations.md) is refused."""
+    from effectgate._execute.predispatch import ADAPTER_CALL_CEILING
+
+    value = sec.number(key, default)
+    if value > ADAPTER_CALL_CEILING:
+        sec.fail(
+            key, f"{value:g}s is above the {ADAPTER_CALL_CEILING:g}s ceiling on one adapter call"
+        )
+    return value
+
+
+def _check_compensations(top: Section, registry: Registry) -> None:
+    """Every declared compensation names a registered mutation class (docs/continuations.md)."""
+    from effectgate._core.effects import check_compensations
+
+    try:
+        check_compensations(
+            {
+                n: (registry.get(n).effect_class.value, registry.get(n).compensation)
+                for n in registry.names()
+            }
+        )
+    except ConfigError as exc:
+        top.fail("classes", exc.message)

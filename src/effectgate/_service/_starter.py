@@ -88,6 +88,7 @@ value = "effectgate_classes:notional"
 adapter = "paper"
 effect_class = "non_idempotent_mutation"
 tier_floor = "validate"
+compensation = "cancel_order"  # the class that undoes it (docs/continuations.md)
 # Facts about the venue, required, never defaulted: take both from the venue's documentation.
 # (These values are the paper venue's: it shows a record at once and never forgets a key.)
 visibility_horizon = 60     # seconds the venue's reads may lag its writes

@@ -43,6 +43,10 @@ class VenueRejection(Exception):
         self.reason = reason
 
 
+ORDER_ACTION = "submit_order"
+CANCEL_ACTION = "cancel_order"
+
+
 @dataclass(frozen=True, slots=True)
 class PaperRecord:
     """One effect at the paper venue, exactly as it was applied."""
@@ -70,6 +74,7 @@ class PaperVenue:
         clock: Callable[[], float] = time.monotonic,
         instruments: frozenset[str] | None = None,
         max_quantity: int | None = None,
+        strict_orders: bool = False,
     ) -> None:
         self._lock = threading.Lock()
         self._honour_key = honour_key
@@ -89,6 +94,11 @@ class PaperVenue:
         self._calls = 0
         self._fail_remaining = 0
         self._fail_after_apply = False
+        # Order state: every submit_order record is an order, open until a cancel_order whose
+        # ``order_ref`` is its venue id cancels it (docs/paper-venue.md). ``strict_orders``:
+        # a cancel of an order this venue never took is refused rather than recorded.
+        self._cancelled: dict[str, str] = {}  # order venue id -> the cancel's venue id
+        self._strict_orders = strict_orders
 
     # -- the venue's API ------------------------------------------------------------------
 
@@ -117,6 +127,14 @@ class PaperVenue:
             if fault:
                 raise ConnectionError("paper venue: connection lost before the reply")
             return result
+
+    def order_state(self, venue_id: str) -> str | None:
+        """``open`` or ``cancelled`` for a submitted order; None: no such order."""
+        with self._lock:
+            record = self._by_id.get(venue_id)
+            if record is None or record.action != ORDER_ACTION:
+                return None
+            return "cancelled" if venue_id in self._cancelled else "open"
 
     def refusal(self, effect: Mapping[str, EffectValue]) -> str | None:
         """Why the venue would refuse ``effect`` (None: it would accept it). Applies nothing."""
@@ -223,7 +241,24 @@ class PaperVenue:
             if existing:
                 return existing[0], False
         self._check(effect)
+        if action == CANCEL_ACTION:
+            return self._cancel(operation_key, effect), True
         return self._append(operation_key, action, effect, None), True
+
+    def _cancel(self, operation_key: str, effect: Mapping[str, EffectValue]) -> str:
+        ref = effect.get("order_ref")
+        order = self._by_id.get(ref) if isinstance(ref, str) else None
+        if order is None or order.action != ORDER_ACTION:
+            if self._strict_orders:
+                raise VenueRejection(f"no order {ref!r} to cancel")
+            return self._append(operation_key, CANCEL_ACTION, effect, None)
+        if order.effect.get("instrument") != effect.get("instrument"):
+            raise VenueRejection(f"order {ref} is not for {effect.get('instrument')!r}")
+        if ref in self._cancelled:
+            raise VenueRejection(f"order {ref} is already cancelled")
+        venue_id = self._append(operation_key, CANCEL_ACTION, effect, None)
+        self._cancelled[str(ref)] = venue_id
+        return venue_id
 
     def _check(self, effect: Mapping[str, EffectValue]) -> None:
         if self._instruments is not None:

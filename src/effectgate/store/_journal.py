@@ -19,6 +19,7 @@ from effectgate._core.intent import Tier
 from effectgate._core.states import State, check_transition
 from effectgate.errors import (
     ApprovalFingerprintMismatch,
+    DispatchRefused,
     NotAwaitingApproval,
     OperationNotFound,
     SelfApproval,
@@ -28,6 +29,7 @@ from effectgate.store._guard import dispatch_verdict, mark_held, observe_proposa
 from effectgate.store._sql import INSERT_REQUEST
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import (
+    AdmissionCheck,
     Journal,
     NewOperation,
     Operation,
@@ -157,6 +159,7 @@ def dispatch_row(
     audit: Mapping[str, object] | None,
     *,
     now: float,
+    checks: Sequence[AdmissionCheck] = (),
 ) -> Journal:
     """``validated -> submitted`` of a row ``tx`` holds, after the controls' verdict: sent,
     shadowed instead, or left ``validated`` with the hold's reason."""
@@ -169,6 +172,12 @@ def dispatch_row(
         mark_held(tx, scope, operation_id, verdict, now)
         tx.audit("dispatch_held", {"reason": verdict.reason}, now, scope, operation_id)
         return Journal(replace(row, detail=verdict.reason, updated_at=now), False, verdict)
+    for check in checks:
+        # The pre-dispatch pipeline's in-transaction checks (docs/continuations.md): a refusal
+        # rolls this transaction back; the gate then applies the refusal's move.
+        refusal = check(tx, row, now)
+        if refusal is not None:
+            raise DispatchRefused(f"dispatch of {row.op_key} refused", refusal=refusal)
     target = State.SUBMITTED
     submitted_at: float | None = now
     if verdict.kind is VerdictKind.SHADOW:

@@ -25,6 +25,7 @@ from effectgate._core.states import State, check_transition
 from effectgate.errors import OperationNotFound, StaleState
 from effectgate.store import _journal as j
 from effectgate.store import _sql as sql
+from effectgate.store._continuations import ContinuationRoles
 from effectgate.store._controls import ControlRoles
 from effectgate.store._hooks import Hold, Work, scoped
 from effectgate.store._principals import PrincipalRoles
@@ -37,6 +38,7 @@ from effectgate.store._runs import RunRoles
 from effectgate.store._speculation import SpeculationRoles
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import (
+    AdmissionCheck,
     AuditEvent,
     Divergence,
     Journal,
@@ -68,6 +70,7 @@ class SQLStore(
     ProviderReceiptRoles,
     RunSnapshotRoles,
     RetentionRoles,
+    ContinuationRoles,
 ):
     """Every store role over the dialect hooks (see the module docstring)."""
 
@@ -144,6 +147,7 @@ class SQLStore(
         now: float,
         guard: DispatchGuard | None = None,
         audit: Mapping[str, object] | None = None,
+        checks: Sequence[AdmissionCheck] = (),
     ) -> Journal:
         action = guard.action if guard is not None else None
         if action is None:
@@ -151,7 +155,7 @@ class SQLStore(
             action = self._get_or_raise(scope, operation_id).action
         return self._run(
             lambda tx, row: self._dispatch_checked(
-                tx, row, action, scope, operation_id, guard, audit, now
+                tx, row, action, scope, operation_id, guard, audit, now, checks
             ),
             f"dispatch {scope}:{operation_id}",
             Hold(key=(scope, operation_id), shared_class=action, row=(scope, operation_id)),
@@ -167,10 +171,11 @@ class SQLStore(
         guard: DispatchGuard | None,
         audit: Mapping[str, object] | None,
         now: float,
+        checks: Sequence[AdmissionCheck] = (),
     ) -> Journal:
         if row is not None and row.action != action:
             raise ValueError(f"guard for {action!r} used on a {row.action!r} row")
-        return j.dispatch_row(tx, row, scope, operation_id, guard, audit, now=now)
+        return j.dispatch_row(tx, row, scope, operation_id, guard, audit, now=now, checks=checks)
 
     def transition(
         self,

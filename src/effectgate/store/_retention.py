@@ -41,12 +41,20 @@ PRUNE_BATCH = 5000
 
 
 def has_live_continuation(tx: SharedTx, scope: str, operation_id: str) -> bool:
-    """Whether an operation still has a live continuation (a follow-up that may act on it).
-
-    Continuations are being built separately; until they land nothing is one. The integrator
-    extends this predicate (and only this one) so that prune never removes such an operation.
-    """
-    return False
+    """Whether the operation's continuation chain (docs/continuations.md) still has a member
+    that is not terminal: the original of a live retry or compensation, or a member of such a
+    chain, stays until the whole chain has settled."""
+    live = ", ".join(f"'{s.value}'" for s in State if s not in TERMINAL)
+    return bool(
+        tx.rows(
+            "SELECT 1 FROM continuations c JOIN operations o "
+            "ON o.scope = c.scope AND o.operation_id = c.operation_id "
+            "WHERE c.scope = ? AND c.original_id = coalesce((SELECT original_id FROM "
+            "continuations WHERE scope = ? AND operation_id = ?), ?) "
+            f"AND o.state IN ({live}) LIMIT 1",
+            (scope, scope, operation_id, operation_id),
+        )
+    )
 
 
 def _bound_to_unsealed_run(tx: SharedTx, scope: str, operation_id: str) -> bool:

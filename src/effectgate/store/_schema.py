@@ -19,6 +19,7 @@ __all__ = [
     "Types",
     "apply_migrations",
     "backfill_chain",
+    "continuation_tables",
     "controls_tables",
     "ledger_tables",
     "principals_tables",
@@ -248,6 +249,7 @@ def shared_migrations(t: Types) -> list[str]:
         speculation_tables(t),  # dual-key speculation records (store/_speculation.py)
         runs_tables(t),  # run-call journals, seals, bindings, receipts, snapshots (_runs.py)
         retention_tables(t),  # legal holds and audit checkpoints (store/_retention.py)
+        continuation_tables(t),  # continuation links (store/_continuations.py)
     ]
 
 
@@ -334,3 +336,18 @@ def apply_migrations(
         if step is not None:
             step()
         record(version)
+
+
+def continuation_tables(t: Types) -> str:
+    """The continuations role's table (store/_continuations.py, docs/continuations.md): one row
+    per retry or compensation of an original, in sequence, with its proof and who authorised it.
+    """
+    return """
+CREATE TABLE continuations (
+    scope {text} NOT NULL, original_id {text} NOT NULL, seq {int} NOT NULL,
+    kind {text} NOT NULL, operation_id {text} NOT NULL, action {text} NOT NULL,
+    predecessor_digest {text} NOT NULL, proof {text} NOT NULL, authorised_by {text} NOT NULL,
+    created_at {real} NOT NULL, PRIMARY KEY (scope, original_id, seq)
+){clustered};
+CREATE UNIQUE INDEX continuations_by_operation ON continuations (scope, operation_id)
+""".format(**asdict(t))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -455,3 +455,9 @@ def where(terms: Iterable[tuple[str, object]]) -> tuple[str, list[Any]]:
     """A whole ``WHERE`` clause (empty when no term applies) and its arguments."""
     clauses, args = where_terms(terms)
     return ("WHERE " + " AND ".join(clauses) if clauses else ""), args
+
+
+#: An in-transaction admission check of the pre-dispatch pipeline (docs/continuations.md): called
+#: with the dispatching transaction (a ``store._tx.SharedTx``), the validated row and the time;
+#: anything but None refuses the dispatch (``effectgate._execute.predispatch.InTxCheck``).
+AdmissionCheck = Callable[[Any, "Operation", float], object]

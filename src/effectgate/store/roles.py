@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from effectgate._core.states import State
 from effectgate.store.base import (
+    AdmissionCheck,
     AuditEvent,
     Divergence,
     Journal,
@@ -27,6 +28,7 @@ from effectgate.store.base import (
 
 if TYPE_CHECKING:
     from effectgate._audit import ChainEntry
+    from effectgate._core.continuation import ContinuationLink
     from effectgate._core.controls import (
         Alert,
         ApprovalOutcome,
@@ -110,8 +112,13 @@ class LedgerWrites(Protocol):
         now: float,
         guard: DispatchGuard | None = None,
         audit: Mapping[str, object] | None = None,
+        checks: Sequence[AdmissionCheck] = (),
     ) -> Journal:
         """``validated -> submitted`` with the controls checked in the same transaction.
+
+        ``checks``: the pre-dispatch pipeline's in-transaction admission checks, run after the
+        controls' verdict; one that answers anything but None raises DispatchRefused (carrying
+        the answer) and the transaction rolls back.
 
         The verdict may instead shadow the row (``shadowed``) or hold it (still ``validated``,
         ``detail`` says why). Raises StaleState/OperationNotFound when the row is not
@@ -618,6 +625,20 @@ class Retention(Protocol):
 
 
 @runtime_checkable
+class Continuations(Protocol):
+    """Continuation links: retries and compensations of an original (docs/continuations.md)."""
+
+    def link_continuation(self, link: ContinuationLink, *, now: float) -> ContinuationLink:
+        """Keep ``link`` if its sequence is next and its predecessor digest still matches, in
+        one transaction holding the original; the same link again returns the stored one.
+        Raises ContinuationRefused (stale) or OperationNotFound."""
+
+    def continuations(self, scope: str, original_id: str) -> list[ContinuationLink]: ...
+
+    def continuation_of(self, scope: str, operation_id: str) -> ContinuationLink | None: ...
+
+
+@runtime_checkable
 class Store(
     LedgerWrites,
     LedgerReads,
@@ -631,6 +652,7 @@ class Store(
     Speculations,
     Quarantine,
     Runs,
+    Continuations,
     RunSnapshots,
     Retention,
     Protocol,

@@ -1,0 +1,69 @@
+"""Effect requirements of an action class (docs/continuations.md): its bounded retry policy and
+its compensation, and the reserved operation-id namespace of continuations. Pure: no I/O.
+
+A retry policy is a bound on how many *separately authorised* retries a continuation may ever
+make of one original; it is never permission to retry an unknown effect (invariant 9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from effectgate.errors import ConfigError, RegistryError
+
+__all__ = [
+    "CONTINUATION_PREFIX",
+    "MAX_COMPENSATIONS",
+    "MAX_RETRIES",
+    "check_compensations",
+    "check_effect_requirements",
+    "is_continuation_id",
+]
+
+#: At most this many retries of one original, whatever a class declares.
+MAX_RETRIES = 7
+#: At most this many compensations of one original.
+MAX_COMPENSATIONS = 8
+#: Operation ids in this namespace belong to continuations; agent-facing doors refuse them.
+CONTINUATION_PREFIX = "cont:"
+
+
+def is_continuation_id(operation_id: object) -> bool:
+    return isinstance(operation_id, str) and operation_id.startswith(CONTINUATION_PREFIX)
+
+
+def check_effect_requirements(
+    name: str, effect_class: str, retries: object, compensation: object
+) -> None:
+    """Refuse an incomplete or unsafe declaration, naming what is wrong."""
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+        raise RegistryError(
+            f"{name}: retries must be an integer from 0 to {MAX_RETRIES}, not {retries!r}"
+        )
+    if effect_class == "read_only" and (retries or compensation is not None):
+        raise RegistryError(
+            f"{name}: a read_only class has no effect to retry or compensate "
+            "(drop retries and compensation)"
+        )
+    if compensation is None:
+        return
+    if not isinstance(compensation, str) or not compensation:
+        raise RegistryError(f"{name}: compensation must name an action class")
+    if compensation == name:
+        raise RegistryError(f"{name}: a class cannot compensate itself")
+
+
+def check_compensations(classes: Mapping[str, tuple[str, str | None]]) -> None:
+    """Across a registry (``name -> (effect_class, compensation)``): every declared compensation
+    names a registered mutation class. Raises ConfigError naming each one missing."""
+    problems: list[str] = []
+    for name, (_, compensation) in sorted(classes.items()):
+        if compensation is None:
+            continue
+        target = classes.get(compensation)
+        if target is None:
+            problems.append(f"{name}: compensation {compensation!r} is not a registered class")
+        elif target[0] == "read_only":
+            problems.append(f"{name}: compensation {compensation!r} is read_only")
+    if problems:
+        raise ConfigError("; ".join(problems))

@@ -1,0 +1,63 @@
+"""The paper venue's order state and cancel, in process and over HTTP (the real wire), so
+``submit_order`` compensated by ``cancel_order`` is real end to end (docs/paper-venue.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from effectgate._execute.adapter import OutboundRequest, Outcome
+from effectgate.adapters._paper_server import serve_paper_venue
+from effectgate.adapters.http import HttpVenueAdapter
+from effectgate.adapters.paper import PaperAdapter, PaperVenue
+
+KEY = "paper-orders-key"
+ENV = "EFFECTGATE_TEST_ORDERS_KEY"
+ORDER = {"instrument": "XYZ-PERP", "side": "buy", "quantity": "4", "limit_price": "100.00"}
+
+
+def order(key: str) -> OutboundRequest:
+    return OutboundRequest(operation_key=key, action="submit_order", effect=ORDER)
+
+
+def cancel(key: str, ref: str, instrument: str = "XYZ-PERP") -> OutboundRequest:
+    return OutboundRequest(
+        operation_key=key,
+        action="cancel_order",
+        effect={"instrument": instrument, "order_ref": ref},
+    )
+
+
+@pytest.fixture(params=["in_process", "http"])
+def wired(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[PaperVenue, object]]:
+    venue = PaperVenue(strict_orders=True)
+    if request.param == "in_process":
+        yield venue, PaperAdapter(venue)
+        return
+    monkeypatch.setenv(ENV, KEY)
+    with serve_paper_venue(venue, api_key=KEY) as server:
+        adapter = HttpVenueAdapter(server.url, credential_env=ENV, timeout=5.0)
+        try:
+            yield venue, adapter
+        finally:
+            adapter.close()
+
+
+class TestOrdersAndCancels:
+    def test_an_order_is_open_until_cancelled_once(self, wired: tuple[PaperVenue, object]) -> None:
+        venue, adapter = wired
+        placed = adapter.execute(order("o-1"), timeout=5.0)  # type: ignore[attr-defined]
+        assert placed.outcome is Outcome.APPLIED and venue.order_state(placed.venue_id) == "open"
+        wrong = adapter.execute(cancel("c-0", placed.venue_id, "ABC-PERP"), timeout=5.0)  # type: ignore[attr-defined]
+        assert wrong.outcome is Outcome.NOT_APPLIED
+        done = adapter.execute(cancel("c-1", placed.venue_id), timeout=5.0)  # type: ignore[attr-defined]
+        assert done.outcome is Outcome.APPLIED
+        assert venue.order_state(placed.venue_id) == "cancelled"
+        again = adapter.execute(cancel("c-2", placed.venue_id), timeout=5.0)  # type: ignore[attr-defined]
+        assert again.outcome is Outcome.NOT_APPLIED and "already cancelled" in (again.proof or "")
+        unknown = adapter.execute(cancel("c-3", "V-999999"), timeout=5.0)  # type: ignore[attr-defined]
+        assert unknown.outcome is Outcome.NOT_APPLIED
+        assert venue.order_state("V-999999") is None
