@@ -25,6 +25,7 @@ from effectgate._core.states import State, check_transition
 from effectgate.errors import OperationNotFound, StaleState
 from effectgate.store import _journal as j
 from effectgate.store import _sql as sql
+from effectgate.store._budgets import BudgetRoles
 from effectgate.store._controls import ControlRoles
 from effectgate.store._hooks import Hold, Work, scoped
 from effectgate.store._principals import PrincipalRoles
@@ -66,6 +67,7 @@ class SQLStore(
     RunRoles,
     ProviderReceiptRoles,
     RunSnapshotRoles,
+    BudgetRoles,
 ):
     """Every store role over the dialect hooks (see the module docstring)."""
 
