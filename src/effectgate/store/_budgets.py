@@ -214,7 +214,9 @@ class BudgetRoles(StoreHooks):
         scope, run_id = check_scope(scope), check_run_id(run_id)
 
         def work(tx: SharedTx, _: Operation | None) -> RunBudgetState:
-            tx.rows("UPDATE runs SET calls = calls WHERE scope = ? AND run_id = ?", (scope, run_id))
+            tx.write(
+                "UPDATE runs SET calls = calls WHERE scope = ? AND run_id = ?", (scope, run_id)
+            )
             rows = tx.rows(
                 f"SELECT {_BUDGET_COLUMNS} FROM run_budgets WHERE scope = ? AND run_id = ?",
                 (scope, run_id),
