@@ -184,7 +184,7 @@ class TestPlanAccount:
         assert store.open_plan_account(SCOPE, p, now=2.0, actor=H) == (p, False)
         with pytest.raises(ReservationConflict):
             store.open_plan_account(SCOPE, replace(p, deadline=2000.0), now=3.0, actor=H)
-        assert store.list_plan_accounts(SCOPE) == ["plan-1"]
+        assert store.list_plan_accounts(SCOPE) == [(SCOPE, "plan-1")]
         with pytest.raises(ReservationNotFound):
             store.plan_account(SCOPE, "plan-2")
 

@@ -41,6 +41,7 @@ from effectgate._core.principals import Capability
 from effectgate._frontends._http_admin import admin_router
 from effectgate._frontends._http_body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, refuse_deep
 from effectgate._frontends._http_quarantine import quarantine_router
+from effectgate._frontends._http_budgets import harness_budgets_router
 from effectgate._frontends._http_runs import harness_runs_router
 from effectgate._frontends._models import OperationOut, Problem, operation_out, problem_for
 from effectgate._frontends._run_wire import RUN_CALL_HEADER, parse_run_call
@@ -249,6 +250,9 @@ def create_app(
     )
     app.include_router(
         harness_runs_router(service, harness, _ERRORS), prefix="/v1", tags=["harness"]
+    )
+    app.include_router(
+        harness_budgets_router(service, harness, _ERRORS), prefix="/v1", tags=["harness"]
     )
     if mount is not None:
         app.router.routes.append(Route("/mcp", endpoint=mount, include_in_schema=False))

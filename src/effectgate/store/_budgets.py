@@ -489,15 +489,18 @@ class BudgetRoles(StoreHooks):
             _plan_hold(scope, plan_id),
         )
 
-    def list_plan_accounts(self, scope: str | None = None, *, limit: int = 100) -> list[str]:
-        """Plan ids, oldest first (``scope`` filters)."""
+    def list_plan_accounts(
+        self, scope: str | None = None, *, limit: int = 100
+    ) -> list[tuple[str, str]]:
+        """``(scope, plan_id)`` of plan accounts, newest first (``scope`` filters)."""
         where, args = ("WHERE scope = ? ", (check_scope(scope),)) if scope else ("", ())
         rows = self._rows(
-            f"SELECT plan_id FROM plan_accounts {where}ORDER BY created_at, plan_id LIMIT ?",
+            f"SELECT scope, plan_id FROM plan_accounts {where}"
+            "ORDER BY created_at DESC, scope, plan_id LIMIT ?",
             (*args, max(1, min(int(limit), 1000))),
             "list_plan_accounts",
         )
-        return [str(r[0]) for r in rows]
+        return [(str(r[0]), str(r[1])) for r in rows]
 
 
 def _walk(snap: AccountSnapshot) -> list[Reservation]:

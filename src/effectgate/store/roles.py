@@ -636,7 +636,10 @@ class Budgets(Protocol):
 
     def plan_account(self, scope: str, plan_id: str) -> AccountSnapshot: ...
 
-    def list_plan_accounts(self, scope: str | None = None, *, limit: int = 100) -> list[str]: ...
+    def list_plan_accounts(
+        self, scope: str | None = None, *, limit: int = 100
+    ) -> list[tuple[str, str]]:
+        """``(scope, plan_id)``, newest first."""
 
 
 @runtime_checkable
