@@ -130,3 +130,14 @@ class TestPlanRoutes:
         assert tree["tree"][0]["reservation_id"] == "a" and tree["tree"][0]["settled"]
         missing = httpx.get(f"{url}/v1/admin/plans/{SCOPE}/nope", headers=op)
         assert missing.status_code == 404 and missing.json()["code"] == "reservation_not_found"
+        # Metrics per plan: used, reserved, remaining per dimension and the count.
+        metrics = httpx.get(f"{url}/metrics", headers=op).text
+        assert (
+            'effectgate_plan_used{dimension="tokens",plan="plan-1",scope="alpha"} 10.0' in metrics
+        )
+        assert (
+            'effectgate_plan_remaining{dimension="tokens",plan="plan-1",scope="alpha"} 90.0'
+            in metrics
+        )
+        assert 'effectgate_plan_reservations{plan="plan-1",scope="alpha"} 1.0' in metrics
+        assert 'effectgate_plan_remaining{dimension="money_micros"' not in metrics

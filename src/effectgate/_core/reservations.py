@@ -364,10 +364,20 @@ class AccountSnapshot:
             for d in DIMENSIONS
         }
 
+    def split(self) -> tuple[Resources, Resources]:
+        """``used`` split into what settled top-level reservations were charged and what open
+        ones still hold (reserved)."""
+        settled = total([n.holds for n in self.roots if n.reservation.settled])[0]
+        reserved = total([n.holds for n in self.roots if not n.reservation.settled])[0]
+        return settled, reserved
+
     def to_dict(self) -> dict[str, Any]:
+        settled, reserved = self.split()
         return {
             "plan": self.policy.to_dict(),
             "used": self.used.to_dict(),
+            "settled": settled.to_dict(),
+            "reserved": reserved.to_dict(),
             "remaining": self.remaining(),
             "overflow": self.overflow,
             "reservations": self.reservations,

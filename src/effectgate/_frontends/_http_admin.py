@@ -23,8 +23,8 @@ from starlette.concurrency import run_in_threadpool
 
 from effectgate._core.states import State
 from effectgate._execute.executor import uncertain_cause
-from effectgate._frontends._http_controls import controls_router, visible_scope
 from effectgate._frontends._http_budgets import operator_budgets_router
+from effectgate._frontends._http_controls import controls_router, visible_scope
 from effectgate._frontends._http_runs import operator_runs_router
 from effectgate._frontends._http_tokens import tokens_router
 from effectgate._frontends._models import OperationOut, operation_dict

@@ -21,6 +21,7 @@ from rich.table import Table
 from effectgate._core.states import State
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._frontends import (
+    cli_budgets,
     cli_controls,
     cli_gateway,
     cli_quarantine,
@@ -56,6 +57,7 @@ cli_tokens.register(app)
 cli_gateway.register(app)
 cli_quarantine.register(app)
 cli_runs.register(app)
+cli_budgets.register(app)
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)

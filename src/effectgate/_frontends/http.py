@@ -40,8 +40,8 @@ from effectgate import __version__
 from effectgate._core.principals import Capability
 from effectgate._frontends._http_admin import admin_router
 from effectgate._frontends._http_body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, refuse_deep
-from effectgate._frontends._http_quarantine import quarantine_router
 from effectgate._frontends._http_budgets import harness_budgets_router
+from effectgate._frontends._http_quarantine import quarantine_router
 from effectgate._frontends._http_runs import harness_runs_router
 from effectgate._frontends._models import OperationOut, Problem, operation_out, problem_for
 from effectgate._frontends._run_wire import RUN_CALL_HEADER, parse_run_call
