@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from effectgate._core.budgets import RunBudget
 from effectgate._core.states import State
 from effectgate._execute.predispatch import Refusal
-from effectgate.errors import StaleState
+from effectgate.errors import BudgetExceeded, StaleState
 from effectgate.store._hooks import Hold, StoreHooks
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import Operation
@@ -45,7 +45,7 @@ def budget_dispatch_check(tx: SharedTx, op: Operation, now: float) -> Refusal | 
     if budget.deadline is not None and now >= budget.deadline:
         return Refusal(
             move="reject",
-            code="budget_exceeded",
+            code=BudgetExceeded.code,
             reason=f"budget_exceeded: run {bound[0][0]!r} is past its deadline (deadline)",
         )
     return None
