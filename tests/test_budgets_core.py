@@ -24,6 +24,7 @@ from effectgate._core.budgets import (
 )
 from effectgate._core.reservations import (
     MAX_DEPTH,
+    MAX_RESERVATIONS,
     OWN_SLOT,
     PlanPolicy,
     Reservation,
@@ -215,8 +216,13 @@ class TestAdmission:
         with pytest.raises(BudgetExceeded) as e:
             admit(snap.policy, snap, request("x", parent="b", alloc=Resources(steps=2)), 1.0)
         assert e.value.dimension == "steps" and "branch 'b'" in e.value.message
-        # The branch's third slot is its own: a third child has no fan-out left.
+        # The branch's third slot is its own: two children fit, a third has no fan-out left.
         admit(snap.policy, snap, request("y", parent="b", alloc=Resources(steps=1)), 1.0)
+        y = Reservation(request("y", parent="b", alloc=Resources(steps=1)), 2, 0.0)
+        full = self.snap([branch, leaf, y], Resources(steps=100, fan_out=10))
+        with pytest.raises(BudgetExceeded) as e:
+            admit(full.policy, full, request("z", parent="b", alloc=Resources()), 1.0)
+        assert e.value.dimension == "fan_out"
         root = self.snap([branch], Resources(steps=6, fan_out=10))
         with pytest.raises(BudgetExceeded) as e:
             admit(root.policy, root, request("z", alloc=Resources(steps=2)), 1.0)
@@ -239,6 +245,18 @@ class TestAdmission:
         snap = self.snap(rs, Resources(fan_out=1000))
         with pytest.raises(InvalidBudget, match="depth 17"):
             admit(snap.policy, snap, request("past", parent="at"), 1.0)
+
+    def test_count_is_bounded_exactly_at_1024(self) -> None:
+        big = Resources(steps=10, tokens=1000, tool_calls=10, fan_out=10_000)
+        rs = [Reservation(request(f"l{i}", alloc=Resources()), 1, 0.0) for i in range(1023)]
+        snap = self.snap(rs, big)
+        admit(snap.policy, snap, request("last"), 1.0)  # the 1,024th
+        rs.append(Reservation(request("last"), 1, 0.0))
+        snap = self.snap(rs, big)
+        assert snap.reservations == MAX_RESERVATIONS
+        with pytest.raises(BudgetExceeded) as e:
+            admit(snap.policy, snap, request("one-past"), 1.0)
+        assert e.value.dimension == "reservations"
 
     def test_a_closed_branch_or_a_leaf_takes_no_children(self) -> None:
         closed = Reservation(request("b", "branch"), 1, 0.0, charge=Resources(fan_out=1))
