@@ -86,9 +86,12 @@ class TestRunBudget:
         with pytest.raises(BudgetExceeded) as e:
             store.begin_run_step(SCOPE, RUN, now=5.0)
         assert e.value.dimension == "steps"
+        with pytest.raises(InvalidBudget, match="negative"):
+            store.begin_run_step(SCOPE, RUN, now=5.0, configured_output=-1)
+        assert refusals(store)[-1]["error"]["code"] == "invalid_budget"
         state = store.run_budget(SCOPE, RUN)
         assert state is not None and state.usage.steps == 2, "a refusal charges nothing"
-        assert refusals(store)[-1]["error"]["dimension"] == "steps"
+        assert refusals(store)[-2]["error"]["dimension"] == "steps"
 
     def test_missing_usage_is_charged_pessimistically_and_overruns_are_kept(
         self, store: Store

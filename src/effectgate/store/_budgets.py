@@ -40,7 +40,13 @@ from effectgate._core.reservations import (
     receipt_digest,
 )
 from effectgate._core.runs import check_run_id, check_scope
-from effectgate.errors import BudgetError, BudgetExceeded, ReservationConflict, ReservationNotFound
+from effectgate.errors import (
+    BudgetError,
+    BudgetExceeded,
+    InvalidBudget,
+    ReservationConflict,
+    ReservationNotFound,
+)
 from effectgate.store._hooks import Hold, StoreHooks
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import Operation, credential_marker, dumps
@@ -243,6 +249,10 @@ class BudgetRoles(StoreHooks):
         narrowed to the tokens left. Raises :class:`BudgetExceeded` naming the dimension."""
 
         def change(_: SharedTx, s: RunBudgetState) -> tuple[RunUsage, Mapping[str, object]]:
+            if isinstance(configured_output, bool) or not isinstance(configured_output, int):
+                raise InvalidBudget("configured_output must be a non-negative integer")
+            if configured_output < 0:
+                raise InvalidBudget("configured_output is negative: an output cap never is")
             short = check_step(s.budget, s.usage, now)
             if short is not None:
                 raise BudgetExceeded(
@@ -481,13 +491,23 @@ class BudgetRoles(StoreHooks):
         )
 
     def plan_account(self, scope: str, plan_id: str) -> AccountSnapshot:
-        """The account's tree, used and remaining (a consistent read: one transaction)."""
+        """The account's tree, used and remaining. Two reads, no lock: the policy never
+        changes, and the reservations come from one statement."""
         scope = check_scope(scope)
-        return self._run(
-            lambda tx, _: self._snapshot_in(tx, scope, plan_id),
-            f"read plan {plan_id}",
-            _plan_hold(scope, plan_id),
+        found = self._rows(
+            "SELECT policy FROM plan_accounts WHERE scope = ? AND plan_id = ?",
+            (scope, plan_id),
+            "plan_account",
         )
+        if not found:
+            raise ReservationNotFound(f"no plan account {plan_id!r} in scope {scope!r}")
+        rows = self._rows(
+            f"SELECT {_RES_COLUMNS} FROM budget_reservations WHERE scope = ? AND plan_id = ?",
+            (scope, plan_id),
+            "plan_account",
+        )
+        policy = PlanPolicy.from_dict(json.loads(found[0][0]))
+        return account(policy, [_reservation(r) for r in rows])
 
     def list_plan_accounts(
         self, scope: str | None = None, *, limit: int = 100
