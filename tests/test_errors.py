@@ -56,6 +56,7 @@ EXTRA: dict[str, dict[str, Any]] = {
     "IdempotencyConflict": {"operation_id": "op-1", "stored": "a", "offered": "b"},
     "OperationInFlight": {"operation_id": "op-1", "retry_after": 1.5},
     "RateLimited": {"retry_after": 2.0},
+    "BudgetExceeded": {"dimension": "tool_calls"},
     "KeyNamespaceDivergence": {
         "operation_id": "op-1",
         "ledger_key": "default:op-1",

@@ -87,6 +87,13 @@ BODY_ROUTES = [
         AGENT_A,
     ),
     ("POST", "/v1/admin/runs/alpha/run-1/seal", {"reason": "r"}, OPERATOR),
+    # Budgets (issue 14): harness routes, checked at the edge before the role.
+    ("PUT", "/v1/runs/run-1/budget", {"max_steps": 1}, AGENT_A),
+    ("POST", "/v1/runs/run-1/budget/steps", {"configured_output": 1}, AGENT_A),
+    ("POST", "/v1/runs/run-1/budget/tokens", {"reported_tokens": 1}, AGENT_A),
+    ("POST", "/v1/plans", {"plan_id": "p", "plan_digest": "0" * 64}, AGENT_A),
+    ("POST", "/v1/plans/p/reservations", {"reservation_id": "r"}, AGENT_A),
+    ("POST", "/v1/plans/p/settlements", {"reservation_id": "r"}, AGENT_A),
 ]
 ROUTE_IDS = [f"{m} {p}" for m, p, _, _ in BODY_ROUTES]
 

@@ -8,6 +8,7 @@ records, ``open_store``, the two dialects), ``effectgate.adapters`` (venue adapt
 """
 
 from effectgate._audit import VerifyResult, verify_bundle, verify_entries
+from effectgate._core.budgets import Resources, RunBudget, RunBudgetState, RunUsage
 from effectgate._core.continuation import ContinuationKind, ContinuationProof, Ground
 from effectgate._core.controls import (
     Alert,
@@ -31,6 +32,14 @@ from effectgate._core.intent import (
 )
 from effectgate._core.policy import Decision, LimitPolicy, Policy, PolicySet
 from effectgate._core.principals import Principal, PrincipalRecord, Role
+from effectgate._core.reservations import (
+    AccountSnapshot,
+    PlanPolicy,
+    Reservation,
+    ReservationKind,
+    ReservationRequest,
+    Settlement,
+)
 from effectgate._core.resolution import EvidenceKind, Proof, Resolution, ResolutionOutcome
 from effectgate._core.run_snapshot import verify as verify_run_snapshot
 from effectgate._core.runs import (
@@ -120,6 +129,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AccessError",
+    "AccountSnapshot",
     "ActionClass",
     "Adapter",
     "AdapterError",
@@ -176,6 +186,7 @@ __all__ = [
     "Outcome",
     "OutcomeUnknown",
     "PermissionDenied",
+    "PlanPolicy",
     "Policy",
     "PolicyError",
     "PolicySet",
@@ -197,10 +208,16 @@ __all__ = [
     "Registry",
     "RegistryError",
     "RequestError",
+    "Reservation",
+    "ReservationKind",
+    "ReservationRequest",
     "Resolution",
     "ResolutionOutcome",
     "ResolutionRefused",
+    "Resources",
     "Role",
+    "RunBudget",
+    "RunBudgetState",
     "RunCall",
     "RunCallKind",
     "RunCallRecord",
@@ -210,8 +227,10 @@ __all__ = [
     "RunSeal",
     "RunSealer",
     "RunSummary",
+    "RunUsage",
     "SQLiteStore",
     "SealRequest",
+    "Settlement",
     "ShadowGroup",
     "ShadowReport",
     "Speculates",

@@ -47,6 +47,12 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |       +-- RunNotSealed          run_not_sealed                 409
     |       +-- RunSnapshotTooLarge   run_snapshot_too_large         413
     |       +-- RunSealDeadline       run_seal_deadline              504
+    |   +-- BudgetError               budget_refused                 409
+    |       +-- BudgetExceeded        budget_exceeded                409
+    |       +-- InvalidBudget         invalid_budget                 400
+    |       +-- ReservationNotFound   reservation_not_found          404
+    |       +-- ReservationConflict   reservation_conflict           409
+    |       +-- SettlementOutOfOrder  settlement_out_of_order        409
     +-- StoreError                    store_error                    503  refused
     +-- OutcomeUnknown                outcome_unknown                503  uncertain
     |   +-- CommitOutcomeUnknown      indeterminate_commit           503
@@ -86,6 +92,8 @@ __all__ = [
     "AuditTampered",
     "BadRequest",
     "BodyTooLarge",
+    "BudgetError",
+    "BudgetExceeded",
     "CommitOutcomeUnknown",
     "ConfigError",
     "ContinuationRefused",
@@ -98,6 +106,7 @@ __all__ = [
     "IntentError",
     "InternalError",
     "InvalidApprover",
+    "InvalidBudget",
     "InvalidIdempotencyKey",
     "InvalidRunCall",
     "InvalidTransition",
@@ -118,6 +127,8 @@ __all__ = [
     "RateLimited",
     "RegistryError",
     "RequestError",
+    "ReservationConflict",
+    "ReservationNotFound",
     "ResolutionRefused",
     "RouteNotFound",
     "RunCallConflict",
@@ -132,6 +143,7 @@ __all__ = [
     "RunSnapshotTooLarge",
     "SelfApproval",
     "ServiceUnavailable",
+    "SettlementOutOfOrder",
     "SpeculationStalled",
     "StaleState",
     "StoreError",
@@ -600,6 +612,57 @@ class RunSealDeadline(RunError):
 
     code = "run_seal_deadline"
     status = 504
+
+
+class BudgetError(OperationError):
+    """A run budget or a plan's shared account refuses the request (docs/budgets.md); nothing
+    was changed but an audit line."""
+
+    code = "budget_refused"
+
+
+class BudgetExceeded(BudgetError):
+    """Admitting this would pass a limit; ``dimension`` names which (``tool_calls``,
+    ``tokens``, ``deadline``, ...). Nothing was written, so the same id may ask again once
+    budget frees."""
+
+    code = "budget_exceeded"
+
+    def __init__(self, message: str, *, dimension: str) -> None:
+        super().__init__(message)
+        self.dimension = dimension
+
+    def details(self) -> dict[str, object]:
+        return {"dimension": self.dimension}
+
+
+class InvalidBudget(BudgetError):
+    """A budget, account, reservation or settlement request is malformed (a negative limit,
+    a depth past 16, a branch reporting its own usage)."""
+
+    code = "invalid_budget"
+    status = 400
+
+
+class ReservationNotFound(BudgetError):
+    """No plan account, or no reservation of that id in it."""
+
+    code = "reservation_not_found"
+    status = 404
+
+
+class ReservationConflict(BudgetError):
+    """The id holds another request (or another settlement): a changed request is never a
+    replay."""
+
+    code = "reservation_conflict"
+
+
+class SettlementOutOfOrder(BudgetError):
+    """A branch closes only after every child settled; a child settles only while its parent
+    is open."""
+
+    code = "settlement_out_of_order"
 
 
 # --- store errors: the ledger failed in a way known to have changed nothing -------------------

@@ -23,6 +23,7 @@ from starlette.concurrency import run_in_threadpool
 
 from effectgate._core.states import State
 from effectgate._execute.executor import uncertain_cause
+from effectgate._frontends._http_budgets import operator_budgets_router
 from effectgate._frontends._http_controls import controls_router, visible_scope
 from effectgate._frontends._http_runs import operator_runs_router
 from effectgate._frontends._http_tokens import tokens_router
@@ -182,4 +183,5 @@ def admin_router(
     router.include_router(controls_router(service, operator, approver, errors))
     router.include_router(tokens_router(service, operator, errors))
     router.include_router(operator_runs_router(service, operator, errors))
+    router.include_router(operator_budgets_router(service, operator, errors))
     return router

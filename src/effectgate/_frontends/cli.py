@@ -21,6 +21,7 @@ from rich.table import Table
 from effectgate._core.states import State
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._frontends import (
+    cli_budgets,
     cli_continue,
     cli_controls,
     cli_gateway,
@@ -58,6 +59,7 @@ cli_gateway.register(app)
 cli_quarantine.register(app)
 cli_runs.register(app)
 cli_continue.register(app)
+cli_budgets.register(app)
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)

@@ -40,6 +40,7 @@ from effectgate import __version__
 from effectgate._core.principals import Capability
 from effectgate._frontends._http_admin import admin_router
 from effectgate._frontends._http_body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, refuse_deep
+from effectgate._frontends._http_budgets import harness_budgets_router
 from effectgate._frontends._http_continuations import continuations_router
 from effectgate._frontends._http_quarantine import quarantine_router
 from effectgate._frontends._http_runs import harness_runs_router
@@ -255,6 +256,9 @@ def create_app(
     )
     app.include_router(
         harness_runs_router(service, harness, _ERRORS), prefix="/v1", tags=["harness"]
+    )
+    app.include_router(
+        harness_budgets_router(service, harness, _ERRORS), prefix="/v1", tags=["harness"]
     )
     if mount is not None:
         app.router.routes.append(Route("/mcp", endpoint=mount, include_in_schema=False))

@@ -24,6 +24,7 @@ from effectgate._execute.adapter import (
     SpeculationPassThrough,
     VenueRecord,
 )
+from effectgate._service._budget_metrics import plan_metrics
 
 if TYPE_CHECKING:
     from effectgate.store.roles import Store
@@ -126,6 +127,7 @@ class _LedgerCollector(Collector):
         yield waited
         yield from self._controls()
         yield from _runs(self._store)
+        yield from plan_metrics(self._store)
 
     def _controls(self) -> Iterator[Metric]:
         stored = {c.action: c for c in self._store.list_controls()}

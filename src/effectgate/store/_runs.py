@@ -33,6 +33,7 @@ from effectgate._core.runs import (
 )
 from effectgate._core.states import State
 from effectgate.errors import (
+    BudgetError,
     IdempotencyConflict,
     RunCallConflict,
     RunCallNotFound,
@@ -40,6 +41,7 @@ from effectgate.errors import (
     RunError,
     RunSealed,
 )
+from effectgate.store._budgets import admit_tool_slot
 from effectgate.store._hooks import Hold, StoreHooks
 from effectgate.store._journal import journal_new
 from effectgate.store._sql import SELECT_OP, operation_from_row
@@ -405,6 +407,8 @@ class RunRoles(StoreHooks):
                 "UPDATE runs SET effects = effects + 1 WHERE scope = ? AND run_id = ?",
                 (scope, ref.run_id),
             )
+            # One tool-call slot per operation id, at its first admission (issue 14).
+            admit_tool_slot(tx, scope, ref.run_id, new.operation_id, now)
             done = journal_new(
                 tx, new, steps, guard, {**(audit or {}), "run_call": ref.to_dict()}, now=now
             )
@@ -451,7 +455,7 @@ def refusing(
     """Run ``work``; a refusal it raises is audited in its own transaction, then raised."""
     try:
         return work()
-    except (RunError, IdempotencyConflict) as exc:
+    except (RunError, IdempotencyConflict, BudgetError) as exc:
         error = exc.to_dict()
         op = what.get("operation_id")
         hooks._run(

@@ -19,6 +19,7 @@ __all__ = [
     "Types",
     "apply_migrations",
     "backfill_chain",
+    "budgets_tables",
     "continuation_tables",
     "controls_tables",
     "ledger_tables",
@@ -250,6 +251,7 @@ def shared_migrations(t: Types) -> list[str]:
         runs_tables(t),  # run-call journals, seals, bindings, receipts, snapshots (_runs.py)
         retention_tables(t),  # legal holds and audit checkpoints (store/_retention.py)
         continuation_tables(t),  # continuation links (store/_continuations.py)
+        budgets_tables(t),  # run budgets, plan accounts, reservations (store/_budgets.py)
     ]
 
 
@@ -270,6 +272,39 @@ CREATE TABLE audit_checkpoints (
     lane {int} PRIMARY KEY, seq {bigint} NOT NULL, hash {text} NOT NULL,
     pruned_at {real} NOT NULL
 )
+""".format(**asdict(t))
+
+
+def budgets_tables(t: Types) -> str:
+    """The budgets role's tables (store/_budgets.py, seed 004).
+
+    ``run_budgets``: one run's fixed limits (JSON) and cumulative usage; ``plan_accounts``: one
+    plan's fixed policy, the row every reservation and settlement of the plan locks first;
+    ``budget_reservations``: immutable requests, and once settled the settlement, its charge
+    and the receipt's digest.
+    """
+    return """
+CREATE TABLE run_budgets (
+    scope {text} NOT NULL, run_id {text} NOT NULL, limits {text} NOT NULL,
+    steps {bigint} NOT NULL DEFAULT 0, tokens {bigint} NOT NULL DEFAULT 0,
+    reported_tokens {bigint} NOT NULL DEFAULT 0, tool_calls {bigint} NOT NULL DEFAULT 0,
+    estimated {int} NOT NULL DEFAULT 0, created_at {real} NOT NULL, updated_at {real} NOT NULL,
+    PRIMARY KEY (scope, run_id)
+){clustered};
+CREATE TABLE plan_accounts (
+    scope {text} NOT NULL, plan_id {text} NOT NULL, policy {text} NOT NULL,
+    policy_digest {text} NOT NULL, reservations {bigint} NOT NULL DEFAULT 0,
+    created_at {real} NOT NULL,
+    PRIMARY KEY (scope, plan_id)
+){clustered};
+CREATE TABLE budget_reservations (
+    scope {text} NOT NULL, plan_id {text} NOT NULL, reservation_id {text} NOT NULL,
+    parent_id {text}, kind {text} NOT NULL, depth {int} NOT NULL, request {text} NOT NULL,
+    request_digest {text} NOT NULL, created_at {real} NOT NULL,
+    settlement {text}, settlement_digest {text}, charge {text}, settled_at {real},
+    receipt_digest {text},
+    PRIMARY KEY (scope, plan_id, reservation_id)
+){clustered}
 """.format(**asdict(t))
 
 

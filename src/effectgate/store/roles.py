@@ -28,6 +28,7 @@ from effectgate.store.base import (
 
 if TYPE_CHECKING:
     from effectgate._audit import ChainEntry
+    from effectgate._core.budgets import RunBudget, RunBudgetState
     from effectgate._core.continuation import ContinuationLink
     from effectgate._core.controls import (
         Alert,
@@ -40,6 +41,13 @@ if TYPE_CHECKING:
         ShadowPair,
     )
     from effectgate._core.principals import IssuedToken, Principal, PrincipalRecord
+    from effectgate._core.reservations import (
+        AccountSnapshot,
+        PlanPolicy,
+        Reservation,
+        ReservationRequest,
+        Settlement,
+    )
     from effectgate._core.resolution import Resolution
     from effectgate._core.retention import LegalHold, PruneReport
     from effectgate._core.runs import (
@@ -57,6 +65,7 @@ __all__ = [
     "Alerts",
     "Approvals",
     "AuditLog",
+    "Budgets",
     "Controls",
     "LedgerReads",
     "LedgerWrites",
@@ -639,6 +648,54 @@ class Continuations(Protocol):
 
 
 @runtime_checkable
+class Budgets(Protocol):
+    """Run budgets and plan accounts with hierarchical reservations (docs/budgets.md). Every
+    change is one transaction with a chained audit entry; a refusal writes an audit line only."""
+
+    def set_run_budget(
+        self, scope: str, run_id: str, budget: RunBudget, *, now: float, actor: str
+    ) -> tuple[RunBudgetState, bool]:
+        """Fix a run's limits (once; the same again is a replay, another a conflict)."""
+
+    def run_budget(self, scope: str, run_id: str) -> RunBudgetState | None: ...
+
+    def begin_run_step(
+        self, scope: str, run_id: str, *, now: float, configured_output: int = 0
+    ) -> tuple[RunBudgetState, int]:
+        """Charge one model step, or refuse (``budget_exceeded``); the narrowed output cap."""
+
+    def record_run_tokens(
+        self, scope: str, run_id: str, reported: object, *, now: float
+    ) -> RunBudgetState:
+        """Charge reported tokens; missing or invalid usage pessimistically."""
+
+    def open_plan_account(
+        self, scope: str, policy: PlanPolicy, *, now: float, actor: str
+    ) -> tuple[PlanPolicy, bool]: ...
+
+    def reserve(
+        self, scope: str, request: ReservationRequest, *, now: float, actor: str
+    ) -> tuple[Reservation, bool]:
+        """Admit against the root and the immediate parent; same id and request: a replay."""
+
+    def check_reservation(
+        self, scope: str, plan_id: str, reservation_id: str, *, now: float
+    ) -> None: ...
+
+    def settle(
+        self, scope: str, plan_id: str, settlement: Settlement, *, now: float, actor: str
+    ) -> tuple[Reservation, bool]:
+        """A leaf from its usage, a branch from its settled children's charges."""
+
+    def plan_account(self, scope: str, plan_id: str) -> AccountSnapshot: ...
+
+    def list_plan_accounts(
+        self, scope: str | None = None, *, limit: int = 100
+    ) -> list[tuple[str, str]]:
+        """``(scope, plan_id)``, newest first."""
+
+
+@runtime_checkable
 class Store(
     LedgerWrites,
     LedgerReads,
@@ -655,6 +712,7 @@ class Store(
     Continuations,
     RunSnapshots,
     Retention,
+    Budgets,
     Protocol,
 ):
     """Every role: what :func:`effectgate.store.open_store` returns."""
