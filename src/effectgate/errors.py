@@ -57,6 +57,8 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   +-- ControlError              invalid_control                400
     |   |   +-- PrincipalExists       principal_exists               409
     |   |   +-- PrincipalNotFound     principal_not_found            404
+    |   |   +-- GrantWider            grant_wider                    403
+    |   |   +-- GrantNotFound         grant_not_found                404
     |   +-- AuditTampered             audit_tampered                 500
     |   +-- RunSnapshotInvalid        run_snapshot_invalid           500
     |   +-- ServiceUnavailable        unavailable                    503
@@ -89,6 +91,8 @@ __all__ = [
     "ControlError",
     "DuplicateApprover",
     "EffectgateError",
+    "GrantNotFound",
+    "GrantWider",
     "IdempotencyConflict",
     "IdempotencyKeyMissing",
     "IntentError",
@@ -694,6 +698,21 @@ class PrincipalNotFound(ControlError):
     """No live principal has that name."""
 
     code = "principal_not_found"
+    status = 404
+
+
+class GrantWider(ControlError):
+    """A delegation would reach beyond the grant it is made under; ``field`` names the axis
+    (actions, targets, max_value, budget, environments, scope, expires_at, hops, delegable)."""
+
+    code = "grant_wider"
+    status = 403
+
+
+class GrantNotFound(ControlError):
+    """No grant has that id (or none is live, where a live one is needed)."""
+
+    code = "grant_not_found"
     status = 404
 
 

@@ -32,6 +32,12 @@ from effectgate._core.intent import (
 )
 from effectgate._core.policy import LimitPolicy, PolicySet
 from effectgate._core.venue import LISTING_MODES, KeyHonour, ReadView, VenueContract
+from effectgate._service._authority_config import (
+    AuthorityConfig,
+    IdentityConfig,
+    authority_section,
+    identity_section,
+)
 from effectgate._service._controls_config import (
     AlertsConfig,
     alerts_section,
@@ -149,6 +155,9 @@ class ServiceConfig:
     breakers: Mapping[str, BreakerConfig] = field(default_factory=dict)
     approvals: ApprovalRules = field(default_factory=ApprovalRules)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    #: Verified identity (JWTs) and the grant axis (docs/authority.md).
+    identity: IdentityConfig | None = None
+    authority: AuthorityConfig = field(default_factory=AuthorityConfig)
 
 
 def load_config(path: str | os.PathLike[str]) -> ServiceConfig:
@@ -207,6 +216,8 @@ def parse_config(
     breakers = {name: breaker_section(name, sec, registry) for name, sec in top.tables("controls")}
     approvals = approvals_section(top.table("approvals"))
     alerts = alerts_section(top.table("alerts"))
+    identity = identity_section(top.table("identity"), base_dir)
+    authority = authority_section(top.table("authority"))
     tokens = tuple(_token(name, sec) for name, sec in top.tables("tokens"))
     digests = [t.sha256 for t in tokens]
     if len(set(digests)) != len(digests):
@@ -224,6 +235,8 @@ def parse_config(
         breakers=breakers,
         approvals=approvals,
         alerts=alerts,
+        identity=identity,
+        authority=authority,
     )
 
 

@@ -26,6 +26,7 @@ from effectgate.errors import OperationNotFound, StaleState
 from effectgate.store import _journal as j
 from effectgate.store import _sql as sql
 from effectgate.store._controls import ControlRoles
+from effectgate.store._grants import GrantRoles
 from effectgate.store._hooks import Hold, Work, scoped
 from effectgate.store._principals import PrincipalRoles
 from effectgate.store._quarantine import QuarantineRoles
@@ -66,6 +67,7 @@ class SQLStore(
     RunRoles,
     ProviderReceiptRoles,
     RunSnapshotRoles,
+    GrantRoles,
 ):
     """Every store role over the dialect hooks (see the module docstring)."""
 

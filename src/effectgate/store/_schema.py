@@ -20,6 +20,7 @@ __all__ = [
     "apply_migrations",
     "backfill_chain",
     "controls_tables",
+    "grants_tables",
     "ledger_tables",
     "principals_tables",
     "release_columns",
@@ -246,6 +247,7 @@ def shared_migrations(t: Types) -> list[str]:
         shadow_columns(t),  # what the shadow report compares and groups by
         speculation_tables(t),  # dual-key speculation records (store/_speculation.py)
         runs_tables(t),  # run-call journals, seals, bindings, receipts, snapshots (_runs.py)
+        grants_tables(t),  # delegated authority (store/_grants.py)
     ]
 
 
@@ -271,6 +273,23 @@ CREATE TABLE speculation_state (
     updated_at {real} NOT NULL, key_mapping {text}, mapped_at {real},
     PRIMARY KEY (scope, operation_id)
 ){clustered}
+""".format(**asdict(t))
+
+
+def grants_tables(t: Types) -> str:
+    """The grants role's table (store/_grants.py): one row per grant, a delegation naming its
+    parent. ``spec``: the axes as JSON; ``expires_at`` and ``break_glass`` repeated as columns
+    for listings. A revoked row stays, for the record."""
+    return """
+CREATE TABLE grants (
+    grant_id {text} PRIMARY KEY, holder {text} NOT NULL, spec {text} NOT NULL,
+    created_by {text} NOT NULL, created_at {real} NOT NULL, parent_id {text},
+    depth {int} NOT NULL, expires_at {real} NOT NULL, break_glass {bool} NOT NULL,
+    revoked_at {real}, revoked_by {text}
+){clustered};
+CREATE INDEX grants_holder ON grants (holder, created_at);
+CREATE INDEX grants_parent ON grants (parent_id);
+CREATE INDEX grants_created_by ON grants (created_by)
 """.format(**asdict(t))
 
 

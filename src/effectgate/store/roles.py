@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         DispatchGuard,
         ShadowPair,
     )
+    from effectgate._core.grants import Grant, GrantSpec
     from effectgate._core.principals import IssuedToken, Principal, PrincipalRecord
     from effectgate._core.resolution import Resolution
     from effectgate._core.runs import (
@@ -55,6 +56,7 @@ __all__ = [
     "Approvals",
     "AuditLog",
     "Controls",
+    "Grants",
     "LedgerReads",
     "LedgerWrites",
     "Principals",
@@ -408,6 +410,45 @@ class Principals(Protocol):
 
 
 @runtime_checkable
+class Grants(Protocol):
+    """Delegated authority (docs/authority.md): grants, delegations contained in their parent
+    on every axis, transitive revocation. Each change is audited in its own transaction."""
+
+    def create_grant(
+        self, holder: str, spec: GrantSpec, *, created_by: str, now: float
+    ) -> Grant: ...
+
+    def delegate_grant(
+        self, parent_id: str, holder: str, spec: GrantSpec, *, by: str, now: float
+    ) -> Grant:
+        """Raises GrantWider naming the axis when ``spec`` is wider than the parent."""
+
+    def revoke_grants(
+        self,
+        *,
+        by: str,
+        now: float,
+        grant_id: str | None = None,
+        holder: str | None = None,
+        created_by: str | None = None,
+        reason: str = "",
+    ) -> list[Grant]:
+        """Revoke by grant, holder or creator, and everything delegated beneath."""
+
+    def get_grant(self, grant_id: str) -> Grant: ...
+
+    def list_grants(
+        self, *, holder: str | None = None, include_revoked: bool = False
+    ) -> list[Grant]: ...
+
+    def live_grants_for(self, holder: str, now: float) -> list[Grant]:
+        """Grants that count now: the grant and every ancestor unrevoked and unexpired."""
+
+    def dispatched_micros(self, holder: str, actions: frozenset[str], since: float) -> int:
+        """Value dispatched since ``since`` of operations ``holder`` proposed in ``actions``."""
+
+
+@runtime_checkable
 class Speculations(Protocol):
     """Dual-key speculation records, proposal arrivals, declared key mappings (seed 000)."""
 
@@ -600,6 +641,7 @@ class Store(
     Quarantine,
     Runs,
     RunSnapshots,
+    Grants,
     Protocol,
 ):
     """Every role: what :func:`effectgate.store.open_store` returns."""
