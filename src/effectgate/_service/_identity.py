@@ -51,7 +51,7 @@ class JwtSettings:
     jwks_url: str | None = None
     public_key_pem: str | None = None
     #: The ``typ`` header a token must carry (RFC 9068 access tokens: ``at+jwt``).
-    token_type: str = "at+jwt"
+    token_type: str = "at+jwt"  # noqa: S105 - a header value, no secret
     algorithms: tuple[str, ...] = ("RS256", "ES256", "EdDSA")
     #: Seconds of clock skew tolerated on ``exp``, ``nbf`` and ``iat``.
     leeway: float = 30.0
