@@ -23,6 +23,7 @@ from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._frontends import (
     cli_controls,
     cli_gateway,
+    cli_grants,
     cli_quarantine,
     cli_runs,
     cli_service,
@@ -56,6 +57,7 @@ cli_tokens.register(app)
 cli_gateway.register(app)
 cli_quarantine.register(app)
 cli_runs.register(app)
+cli_grants.register(app)
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)

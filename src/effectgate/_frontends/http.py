@@ -40,6 +40,7 @@ from effectgate import __version__
 from effectgate._core.principals import Capability
 from effectgate._frontends._http_admin import admin_router
 from effectgate._frontends._http_body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, refuse_deep
+from effectgate._frontends._http_grants import grants_router
 from effectgate._frontends._http_quarantine import quarantine_router
 from effectgate._frontends._http_runs import harness_runs_router
 from effectgate._frontends._models import OperationOut, Problem, operation_out, problem_for
@@ -140,7 +141,7 @@ def create_app(
         skip_prefixes=("/console/",),  # its own gate: session cookie, CSRF, capped forms
     )
 
-    def principal(capability: Capability) -> Callable[..., Coroutine[Any, Any, Principal]]:
+    def principal(capability: Capability | None) -> Callable[..., Coroutine[Any, Any, Principal]]:
         async def dependency(
             request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
         ) -> Principal:
@@ -154,7 +155,8 @@ def create_app(
                     service.tokens.from_header, request.headers.get("authorization")
                 )
             )
-            who.require(capability)
+            if capability is not None:  # None: any authenticated principal
+                who.require(capability)
             service.limiter.check(who)
             return who
 
@@ -164,6 +166,7 @@ def create_app(
     operator = Annotated[Principal, Depends(principal(Capability.OPERATE))]
     approver = Annotated[Principal, Depends(principal(Capability.APPROVE))]
     harness = Annotated[Principal, Depends(principal(Capability.RECORD_RUNS))]
+    anyone = Annotated[Principal, Depends(principal(None))]
 
     for name in service.config.registry.names():
         _add_action_route(app, service, name, agent)
@@ -249,6 +252,9 @@ def create_app(
     )
     app.include_router(
         harness_runs_router(service, harness, _ERRORS), prefix="/v1", tags=["harness"]
+    )
+    app.include_router(
+        grants_router(service, operator, anyone, _ERRORS), prefix="/v1/admin", tags=["operator"]
     )
     if mount is not None:
         app.router.routes.append(Route("/mcp", endpoint=mount, include_in_schema=False))
