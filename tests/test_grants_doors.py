@@ -40,7 +40,8 @@ class TestGrantsCli:
         alice = store.create_principal("alice", "agent", "alpha", created_by="ops", now=1.0)
         store.close()
         out = cli(url, "grants", "create", "alice", "--action", "submit_order", "--scope",
-                  "alpha", "--expires-in", "600", "--max-value", "500", "--hops", "1", "--json")  # fmt: skip
+                  "alpha", "--expires-in", "600", "--max-value", "500", "--hops", "1",
+                  "--json")  # fmt: skip
         assert out.returncode == 0, out.stderr
         [root] = json.loads(out.stdout)
         assert root["holder"] == "alice" and root["created_by"].startswith("os:")
@@ -89,13 +90,13 @@ class TestGrantsHttp:
             assert (
                 client.post("/v1/admin/grants", json=body, headers=bearer(AGENT_A)).status_code
                 == 403
-            )  # noqa: E501
+            )
             assert (
                 client.post(
                     "/v1/admin/grants", json=body, headers=bearer(SCOPED_OPERATOR)
                 ).status_code
                 == 403
-            )  # noqa: E501
+            )
             # The holder (the agent "alpha") delegates beneath it; wider is refused by axis.
             wide = {**body, "holder": "helper", "hops": 0, "budget": "2000"}
             r = client.post(f"/v1/admin/grants/{root['grant_id']}/delegate", json=wide,
