@@ -33,6 +33,7 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |       +-- DuplicateApprover     duplicate_approver             409
     |       +-- InvalidApprover       invalid_approver               400
     |       +-- ApprovalExpired       approval_expired               409
+    |       +-- ApproverNotEntitled   approver_not_entitled          403
     |   +-- KeyNamespaceDivergence    key_namespace_divergence       409  held
     |   +-- SpeculationStalled        speculation_stalled            503  held
     |   +-- ResolutionRefused         resolution_refused             409
@@ -83,6 +84,7 @@ __all__ = [
     "ApprovalError",
     "ApprovalExpired",
     "ApprovalFingerprintMismatch",
+    "ApproverNotEntitled",
     "AuditTampered",
     "BadRequest",
     "BodyTooLarge",
@@ -440,6 +442,14 @@ class ApprovalExpired(ApprovalError):
 
     code = "approval_expired"
     reason = "expired"
+
+
+class ApproverNotEntitled(ApprovalError):
+    """The approver holds none of the approver roles the action class names (who may approve
+    what, docs/authority.md)."""
+
+    code = "approver_not_entitled"
+    status = 403
 
 
 class KeyNamespaceDivergence(OperationError):

@@ -20,6 +20,7 @@ import json
 from collections.abc import Callable, Iterable
 from decimal import Decimal
 
+from effectgate._core.approver_roles import ApproverRoles
 from effectgate._core.grants import grant_refusal
 from effectgate._core.states import State
 from effectgate._execute.predispatch import DispatchContext, Refusal, Stage
@@ -31,6 +32,7 @@ __all__ = [
     "acting_principal",
     "apply_refusal",
     "approver_revocation_check",
+    "approver_role_check",
     "dispatched_micros",
     "grant_authoriser",
     "run_stages",
@@ -126,6 +128,25 @@ def approver_revocation_check(revoked: Revoked) -> Stage:
         if gone:
             return Refusal(
                 "reapprove", "approver_revoked", f"approver(s) revoked since: {', '.join(gone)}"
+            )
+        return None
+
+    return check
+
+
+def approver_role_check(roles: ApproverRoles) -> Stage:
+    """Approvals by a principal who no longer holds an approver role of the class stop
+    counting: ask again."""
+
+    def check(ctx: DispatchContext) -> Refusal | None:
+        out = sorted(
+            a.approver
+            for a in ctx.store.list_approvals(ctx.entry.scope, ctx.entry.operation_id)
+            if a.verdict == "approve" and not roles.entitled(ctx.entry.action, a.approver)
+        )
+        if out:
+            return Refusal(
+                "reapprove", "approver_not_entitled", f"no longer entitled: {', '.join(out)}"
             )
         return None
 

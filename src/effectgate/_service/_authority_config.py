@@ -18,6 +18,11 @@
     grants = true                               # the grant axis: an action needs a grant too
     environment = "production"                  # what a grant's environments are matched to
 
+    [authority.approver_roles]                  # who holds each approver role
+    treasury = ["alice", "bob"]
+    [authority.approvers]                       # which roles may approve each class
+    submit_order = ["treasury"]
+
 Without ``[identity]`` only ledger tokens authenticate; without ``grants = true`` the grant
 axis is off (policy alone decides, as before).
 """
@@ -27,8 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from effectgate._core.approver_roles import ApproverRoles
+from effectgate._core.intent import Registry
 from effectgate._service._identity import ASYMMETRIC, JwtSettings
 from effectgate._service._toml import Section
+from effectgate.errors import ControlError
 
 __all__ = ["AuthorityConfig", "IdentityConfig", "authority_section", "identity_section"]
 
@@ -44,6 +52,7 @@ class IdentityConfig:
 class AuthorityConfig:
     grants: bool = False
     environment: str = "production"
+    approver_roles: ApproverRoles | None = None
 
 
 def identity_section(sec: Section | None, base_dir: Path | None) -> IdentityConfig | None:
@@ -88,10 +97,29 @@ def identity_section(sec: Section | None, base_dir: Path | None) -> IdentityConf
     return IdentityConfig(settings, revocations, interval)
 
 
-def authority_section(sec: Section | None) -> AuthorityConfig:
+def authority_section(sec: Section | None, registry: Registry) -> AuthorityConfig:
     if sec is None:
         return AuthorityConfig()
     grants = sec.flag("grants", False)
     environment = sec.text("environment", "production", pattern=r"[a-z0-9][a-z0-9_-]{0,63}")
+    members: dict[str, frozenset[str]] = {}
+    members_sec = sec.table("approver_roles")
+    if members_sec is not None:
+        for role in members_sec.names():
+            names = members_sec.text_list(role)
+            members[role] = frozenset(names or ())
+        members_sec.done()
+    by_class: dict[str, frozenset[str]] = {}
+    classes_sec = sec.table("approvers")
+    if classes_sec is not None:
+        for action in classes_sec.names():
+            if action not in registry:
+                classes_sec.fail(action, f"no action class named {action!r}")
+            by_class[action] = frozenset(classes_sec.text_list(action) or ())
+        classes_sec.done()
     sec.done()
-    return AuthorityConfig(grants, environment or "production")
+    try:
+        roles = ApproverRoles(members, by_class) if (members or by_class) else None
+    except ControlError as exc:
+        sec.fail("approvers", exc.message)
+    return AuthorityConfig(grants, environment or "production", roles)

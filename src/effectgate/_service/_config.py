@@ -217,7 +217,7 @@ def parse_config(
     approvals = approvals_section(top.table("approvals"))
     alerts = alerts_section(top.table("alerts"))
     identity = identity_section(top.table("identity"), base_dir)
-    authority = authority_section(top.table("authority"))
+    authority = authority_section(top.table("authority"), registry)
     tokens = tuple(_token(name, sec) for name, sec in top.tables("tokens"))
     digests = [t.sha256 for t in tokens]
     if len(set(digests)) != len(digests):

@@ -32,6 +32,7 @@ from effectgate._execute.executor import Gate
 from effectgate._execute.operator import Operator
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._service._auth import Principal, RateLimiter, TokenBook
+from effectgate._service._authority import wire_authority
 from effectgate._service._config import AdapterConfig, ServiceConfig, import_object
 from effectgate._service._identity import JwtVerifier, RevocationFeed
 from effectgate._service._metrics import Metrics, TimedAdapter
@@ -172,6 +173,7 @@ class Service:
         self.operator = Operator(
             store=self.store, registry=config.registry, alerts=self.alerts, clock=clock
         )
+        wire_authority(self)  # approver roles, precondition binding (docs/authority.md)
         # Tokens are looked up in the ledger on every request (a revocation holds at once).
         #: The revocation feed verified identities are checked against (None: no feed).
         self.revocations: RevocationFeed | None = None

@@ -1,0 +1,61 @@
+"""The service's authority wiring: the approval hooks and the pre-dispatch stages it owes.
+
+:func:`wire_authority` gives the operator its approver roles and the precondition binding;
+:func:`authority_stages` returns the stages issue 15's pipeline runs before each dispatch, in
+its fixed order (authorisation, then preconditions). On this branch they are not yet called by
+the gate's dispatch: the integrator wires the tuple in (see docs/authority.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from effectgate._execute.authority import (
+    approver_revocation_check,
+    approver_role_check,
+    grant_authoriser,
+)
+from effectgate._execute.preconditions import bind_precondition, precondition_check
+from effectgate._execute.predispatch import Stage
+
+if TYPE_CHECKING:
+    from effectgate._service._runtime import Service
+
+__all__ = ["authority_stages", "wire_authority"]
+
+
+def wire_authority(service: Service) -> None:
+    authority = service.config.authority
+    service.operator.approver_roles = authority.approver_roles
+
+    def bind(scope: str, operation_id: str, approver: str) -> None:
+        bind_precondition(
+            service.store,
+            service.adapters,
+            service.config.registry,
+            scope,
+            operation_id,
+            approver=approver,
+            now=service.clock(),
+        )
+
+    service.operator.on_approved = bind
+
+
+def authority_stages(service: Service) -> tuple[Stage, ...]:
+    """Authorisation stages first, then the precondition stage."""
+    authority = service.config.authority
+    feed = service.revocations
+    revoked = feed.revoked if feed is not None else None
+    stages: list[Stage] = []
+    if authority.grants:
+        if revoked is not None:
+            stages.append(grant_authoriser(environment=authority.environment, revoked=revoked))
+        else:
+            stages.append(grant_authoriser(environment=authority.environment))
+    if revoked is not None:
+        stages.append(approver_revocation_check(revoked))
+    if authority.approver_roles is not None:
+        stages.append(approver_role_check(authority.approver_roles))
+    stages.append(precondition_check(service.adapters, service.config.registry))
+    return tuple(stages)
