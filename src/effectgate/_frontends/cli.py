@@ -24,6 +24,7 @@ from effectgate._frontends import (
     cli_controls,
     cli_gateway,
     cli_grants,
+    cli_policy,
     cli_quarantine,
     cli_runs,
     cli_service,
@@ -58,6 +59,7 @@ cli_gateway.register(app)
 cli_quarantine.register(app)
 cli_runs.register(app)
 cli_grants.register(app)
+cli_policy.register(app)
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)

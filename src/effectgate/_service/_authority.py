@@ -17,6 +17,7 @@ from effectgate._execute.authority import (
 )
 from effectgate._execute.preconditions import bind_precondition, precondition_check
 from effectgate._execute.predispatch import Stage
+from effectgate._service._policy_gov import PolicyFollower
 
 if TYPE_CHECKING:
     from effectgate._service._runtime import Service
@@ -24,9 +25,16 @@ if TYPE_CHECKING:
 __all__ = ["authority_stages", "wire_authority"]
 
 
-def wire_authority(service: Service) -> None:
+def wire_authority(service: Service) -> PolicyFollower | None:
+    """Approver roles and precondition binding on the operator; the policy follower (started,
+    when ``governed_policy``), which the service stops on close."""
     authority = service.config.authority
     service.operator.approver_roles = authority.approver_roles
+    follower: PolicyFollower | None = None
+    if authority.governed_policy:
+        follower = PolicyFollower(service.store, service.gate, service.config.registry)
+        follower.refresh()
+        follower.start(authority.policy_poll)
 
     def bind(scope: str, operation_id: str, approver: str) -> None:
         bind_precondition(
@@ -40,6 +48,7 @@ def wire_authority(service: Service) -> None:
         )
 
     service.operator.on_approved = bind
+    return follower
 
 
 def authority_stages(service: Service) -> tuple[Stage, ...]:

@@ -16,6 +16,9 @@
 
     [authority]
     grants = true                               # the grant axis: an action needs a grant too
+    governed_policy = true                      # follow the store's active policy version
+    policy_poll = 5                             # seconds between reads of it
+    policy_approval = "required"                # or "optional": a load applies at once
     environment = "production"                  # what a grant's environments are matched to
 
     [authority.approver_roles]                  # who holds each approver role
@@ -53,6 +56,11 @@ class AuthorityConfig:
     grants: bool = False
     environment: str = "production"
     approver_roles: ApproverRoles | None = None
+    #: Follow the store's active policy version (polled every ``policy_poll`` seconds).
+    governed_policy: bool = False
+    policy_poll: float = 5.0
+    #: Whether a policy change needs a second principal's approval (else a load is allowed).
+    policy_approval_required: bool = True
 
 
 def identity_section(sec: Section | None, base_dir: Path | None) -> IdentityConfig | None:
@@ -102,6 +110,9 @@ def authority_section(sec: Section | None, registry: Registry) -> AuthorityConfi
         return AuthorityConfig()
     grants = sec.flag("grants", False)
     environment = sec.text("environment", "production", pattern=r"[a-z0-9][a-z0-9_-]{0,63}")
+    governed = sec.flag("governed_policy", False)
+    poll = sec.number("policy_poll", 5.0)
+    approval = sec.text("policy_approval", "required", choices=["required", "optional"])
     members: dict[str, frozenset[str]] = {}
     members_sec = sec.table("approver_roles")
     if members_sec is not None:
@@ -122,4 +133,6 @@ def authority_section(sec: Section | None, registry: Registry) -> AuthorityConfi
         roles = ApproverRoles(members, by_class) if (members or by_class) else None
     except ControlError as exc:
         sec.fail("approvers", exc.message)
-    return AuthorityConfig(grants, environment or "production", roles)
+    return AuthorityConfig(
+        grants, environment or "production", roles, governed, poll, approval == "required"
+    )

@@ -173,7 +173,8 @@ class Service:
         self.operator = Operator(
             store=self.store, registry=config.registry, alerts=self.alerts, clock=clock
         )
-        wire_authority(self)  # approver roles, precondition binding (docs/authority.md)
+        # Approver roles, precondition binding, the policy follower (docs/authority.md).
+        self.policy_follower = wire_authority(self)
         # Tokens are looked up in the ledger on every request (a revocation holds at once).
         #: The revocation feed verified identities are checked against (None: no feed).
         self.revocations: RevocationFeed | None = None
@@ -316,6 +317,8 @@ class Service:
     def close(self) -> None:
         if self.revocations is not None:
             self.revocations.stop()
+        if self.policy_follower is not None:
+            self.policy_follower.stop()
         for job in (self._watch, self._dispatch_watch):
             job.stop.set()
         for job in (self._watch, self._dispatch_watch):

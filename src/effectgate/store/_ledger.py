@@ -28,6 +28,7 @@ from effectgate.store import _sql as sql
 from effectgate.store._controls import ControlRoles
 from effectgate.store._grants import GrantRoles
 from effectgate.store._hooks import Hold, Work, scoped
+from effectgate.store._policies import PolicyRoles
 from effectgate.store._principals import PrincipalRoles
 from effectgate.store._quarantine import QuarantineRoles
 from effectgate.store._releases import ReleaseRoles
@@ -68,6 +69,7 @@ class SQLStore(
     ProviderReceiptRoles,
     RunSnapshotRoles,
     GrantRoles,
+    PolicyRoles,
 ):
     """Every store role over the dialect hooks (see the module docstring)."""
 

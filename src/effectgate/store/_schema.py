@@ -22,6 +22,7 @@ __all__ = [
     "controls_tables",
     "grants_tables",
     "ledger_tables",
+    "policy_tables",
     "principals_tables",
     "release_columns",
     "runs_tables",
@@ -248,6 +249,7 @@ def shared_migrations(t: Types) -> list[str]:
         speculation_tables(t),  # dual-key speculation records (store/_speculation.py)
         runs_tables(t),  # run-call journals, seals, bindings, receipts, snapshots (_runs.py)
         grants_tables(t),  # delegated authority (store/_grants.py)
+        policy_tables(t),  # governed policy versions (store/_policies.py)
     ]
 
 
@@ -290,6 +292,26 @@ CREATE TABLE grants (
 CREATE INDEX grants_holder ON grants (holder, created_at);
 CREATE INDEX grants_parent ON grants (parent_id);
 CREATE INDEX grants_created_by ON grants (created_by)
+""".format(**asdict(t))
+
+
+def policy_tables(t: Types) -> str:
+    """The policy versions role's tables (store/_policies.py): each document once by hash,
+    the proposals (open, applied, loaded) and the one active version (``slot`` 1)."""
+    return """
+CREATE TABLE policy_versions (
+    policy_hash {text} PRIMARY KEY, document {text} NOT NULL,
+    created_at {real} NOT NULL, created_by {text} NOT NULL
+){clustered};
+CREATE TABLE policy_proposals (
+    proposal_id {text} PRIMARY KEY, policy_hash {text} NOT NULL, base_hash {text},
+    author {text} NOT NULL, created_at {real} NOT NULL, state {text} NOT NULL,
+    decided_by {text}, decided_at {real}, note {text}
+){clustered};
+CREATE TABLE policy_active (
+    slot {int} PRIMARY KEY, policy_hash {text} NOT NULL, activated_at {real} NOT NULL,
+    activated_by {text} NOT NULL, proposal_id {text} NOT NULL
+){clustered}
 """.format(**asdict(t))
 
 

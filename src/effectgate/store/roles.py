@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         DispatchGuard,
         ShadowPair,
     )
+    from effectgate._core.governed_policy import ActivePolicy, PolicyProposal
     from effectgate._core.grants import Grant, GrantSpec
     from effectgate._core.principals import IssuedToken, Principal, PrincipalRecord
     from effectgate._core.resolution import Resolution
@@ -59,6 +60,7 @@ __all__ = [
     "Grants",
     "LedgerReads",
     "LedgerWrites",
+    "PolicyVersions",
     "Principals",
     "Quarantine",
     "Releases",
@@ -449,6 +451,30 @@ class Grants(Protocol):
 
 
 @runtime_checkable
+class PolicyVersions(Protocol):
+    """Governed policy (docs/authority.md): versions by hash, proposals approved by a principal
+    other than their author, the one active version every replica follows."""
+
+    def propose_policy(
+        self, document: str, policy_hash: str, *, author: str, now: float, note: str = ""
+    ) -> PolicyProposal: ...
+
+    def load_policy(
+        self, document: str, policy_hash: str, *, by: str, now: float, note: str = ""
+    ) -> PolicyProposal:
+        """Apply at once, recorded and audited (where approval is not required)."""
+
+    def approve_policy(self, proposal_id: str, *, approver: str, now: float) -> PolicyProposal:
+        """Apply an open proposal; never by its author; only over the base it was made on."""
+
+    def active_policy(self) -> ActivePolicy | None: ...
+
+    def get_policy_proposal(self, proposal_id: str) -> PolicyProposal: ...
+
+    def list_policy_proposals(self, *, limit: int = 100) -> list[PolicyProposal]: ...
+
+
+@runtime_checkable
 class Speculations(Protocol):
     """Dual-key speculation records, proposal arrivals, declared key mappings (seed 000)."""
 
@@ -642,6 +668,7 @@ class Store(
     Runs,
     RunSnapshots,
     Grants,
+    PolicyVersions,
     Protocol,
 ):
     """Every role: what :func:`effectgate.store.open_store` returns."""
