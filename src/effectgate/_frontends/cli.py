@@ -61,6 +61,15 @@ cli_runs.register(app)
 cli_grants.register(app)
 cli_policy.register(app)
 
+
+def _operator_mcp_command() -> None:
+    from effectgate._frontends.mcp_operator import operator_mcp
+
+    app.command("operator-mcp")(operator_mcp)
+
+
+_operator_mcp_command()
+
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)

@@ -40,6 +40,7 @@ from effectgate import __version__
 from effectgate._core.principals import Capability
 from effectgate._frontends._http_admin import admin_router
 from effectgate._frontends._http_body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, refuse_deep
+from effectgate._frontends._http_channels import CHANNELS_PREFIX, channels_router
 from effectgate._frontends._http_grants import grants_router
 from effectgate._frontends._http_quarantine import quarantine_router
 from effectgate._frontends._http_runs import harness_runs_router
@@ -138,7 +139,8 @@ def create_app(
         tokens=service.tokens,
         cap=settings.max_body_bytes,
         skip=("/mcp",) if mount is not None else (),
-        skip_prefixes=("/console/",),  # its own gate: session cookie, CSRF, capped forms
+        # Their own gates: the console (session cookie, CSRF, capped forms); signed callbacks.
+        skip_prefixes=("/console/", CHANNELS_PREFIX),
     )
 
     def principal(capability: Capability | None) -> Callable[..., Coroutine[Any, Any, Principal]]:
@@ -256,6 +258,8 @@ def create_app(
     app.include_router(
         grants_router(service, operator, anyone, _ERRORS), prefix="/v1/admin", tags=["operator"]
     )
+    if service.config.channels:
+        app.include_router(channels_router(service, _ERRORS), tags=["channels"])
     if mount is not None:
         app.router.routes.append(Route("/mcp", endpoint=mount, include_in_schema=False))
     from effectgate._frontends.console import mount_console  # the operator console (/console)

@@ -38,6 +38,7 @@ from effectgate._service._authority_config import (
     authority_section,
     identity_section,
 )
+from effectgate._service._channels import ChannelConfig, channel_section
 from effectgate._service._controls_config import (
     AlertsConfig,
     alerts_section,
@@ -158,6 +159,8 @@ class ServiceConfig:
     #: Verified identity (JWTs) and the grant axis (docs/authority.md).
     identity: IdentityConfig | None = None
     authority: AuthorityConfig = field(default_factory=AuthorityConfig)
+    #: Approval channels: signed webhook out, signed callback in (docs/authority.md).
+    channels: Mapping[str, ChannelConfig] = field(default_factory=dict)
 
 
 def load_config(path: str | os.PathLike[str]) -> ServiceConfig:
@@ -218,6 +221,7 @@ def parse_config(
     alerts = alerts_section(top.table("alerts"))
     identity = identity_section(top.table("identity"), base_dir)
     authority = authority_section(top.table("authority"), registry)
+    channels = {name: channel_section(name, sec) for name, sec in top.tables("channels")}
     tokens = tuple(_token(name, sec) for name, sec in top.tables("tokens"))
     digests = [t.sha256 for t in tokens]
     if len(set(digests)) != len(digests):
@@ -237,6 +241,7 @@ def parse_config(
         alerts=alerts,
         identity=identity,
         authority=authority,
+        channels=channels,
     )
 
 

@@ -25,6 +25,7 @@ from effectgate._core.states import State, check_transition
 from effectgate.errors import OperationNotFound, StaleState
 from effectgate.store import _journal as j
 from effectgate.store import _sql as sql
+from effectgate.store._channels import ChannelRoles
 from effectgate.store._controls import ControlRoles
 from effectgate.store._grants import GrantRoles
 from effectgate.store._hooks import Hold, Work, scoped
@@ -70,6 +71,7 @@ class SQLStore(
     RunSnapshotRoles,
     GrantRoles,
     PolicyRoles,
+    ChannelRoles,
 ):
     """Every store role over the dialect hooks (see the module docstring)."""
 

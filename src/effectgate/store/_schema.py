@@ -19,6 +19,7 @@ __all__ = [
     "Types",
     "apply_migrations",
     "backfill_chain",
+    "channel_tables",
     "controls_tables",
     "grants_tables",
     "ledger_tables",
@@ -250,6 +251,7 @@ def shared_migrations(t: Types) -> list[str]:
         runs_tables(t),  # run-call journals, seals, bindings, receipts, snapshots (_runs.py)
         grants_tables(t),  # delegated authority (store/_grants.py)
         policy_tables(t),  # governed policy versions (store/_policies.py)
+        channel_tables(t),  # signed-callback nonces (store/_channels.py)
     ]
 
 
@@ -312,6 +314,17 @@ CREATE TABLE policy_active (
     slot {int} PRIMARY KEY, policy_hash {text} NOT NULL, activated_at {real} NOT NULL,
     activated_by {text} NOT NULL, proposal_id {text} NOT NULL
 ){clustered}
+""".format(**asdict(t))
+
+
+def channel_tables(t: Types) -> str:
+    """The channel nonces role's table (store/_channels.py): each callback nonce once."""
+    return """
+CREATE TABLE channel_nonces (
+    channel {text} NOT NULL, nonce {text} NOT NULL, seen_at {real} NOT NULL,
+    PRIMARY KEY (channel, nonce)
+){clustered};
+CREATE INDEX channel_nonces_seen ON channel_nonces (channel, seen_at)
 """.format(**asdict(t))
 
 

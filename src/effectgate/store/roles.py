@@ -56,6 +56,7 @@ __all__ = [
     "Alerts",
     "Approvals",
     "AuditLog",
+    "ChannelNonces",
     "Controls",
     "Grants",
     "LedgerReads",
@@ -475,6 +476,14 @@ class PolicyVersions(Protocol):
 
 
 @runtime_checkable
+class ChannelNonces(Protocol):
+    """Replay protection for signed callbacks (docs/authority.md), shared by every replica."""
+
+    def claim_nonce(self, channel: str, nonce: str, *, now: float, forget_before: float) -> bool:
+        """True the first time ``(channel, nonce)`` is seen; False for a replay (audited)."""
+
+
+@runtime_checkable
 class Speculations(Protocol):
     """Dual-key speculation records, proposal arrivals, declared key mappings (seed 000)."""
 
@@ -669,6 +678,7 @@ class Store(
     RunSnapshots,
     Grants,
     PolicyVersions,
+    ChannelNonces,
     Protocol,
 ):
     """Every role: what :func:`effectgate.store.open_store` returns."""
