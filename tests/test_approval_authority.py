@@ -26,7 +26,7 @@ from effectgate._execute.preconditions import BOUND_ENTRY, bind_precondition, pr
 from effectgate._execute.predispatch import DispatchContext, Stage
 from effectgate._frontends.http import create_app
 from effectgate._service import Service, parse_config
-from effectgate._service._authority import authority_stages
+from effectgate._service._authority import authority_stages, revoked_check
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import ApproverNotEntitled, ConfigError, ControlError
 from effectgate.examples import EXAMPLE_ORDER, cancel_order_class, submit_order_class
@@ -173,7 +173,13 @@ submit_order = ["treasury"]
         )
         svc = Service(parse_config(text, "t.toml"), store=store)
         try:
-            assert len(authority_stages(svc)) == 3  # grants, approver roles, preconditions
+            # grants, revoked approvers, approver roles, preconditions
+            assert len(authority_stages(svc)) == 4
+            revoked = revoked_check(svc)
+            store.create_principal("gone", "approver", "alpha", created_by="ops", now=1.0)
+            assert not revoked("gone")
+            store.revoke_principal("gone", revoked_by="ops", now=2.0)
+            assert revoked("gone") and not revoked("never-a-ledger-principal")
             with TestClient(create_app(svc, mcp_http=False)) as client:
                 big = {**ORDER, "quantity": "9.5"}
                 r = client.post(

@@ -8,6 +8,7 @@ the gate's dispatch: the integrator wires the tuple in (see docs/authority.md).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from effectgate._execute.authority import (
@@ -22,7 +23,7 @@ from effectgate._service._policy_gov import PolicyFollower
 if TYPE_CHECKING:
     from effectgate._service._runtime import Service
 
-__all__ = ["authority_stages", "wire_authority"]
+__all__ = ["authority_stages", "revoked_check", "wire_authority"]
 
 
 def wire_authority(service: Service) -> PolicyFollower | None:
@@ -51,19 +52,28 @@ def wire_authority(service: Service) -> PolicyFollower | None:
     return follower
 
 
+def revoked_check(service: Service) -> Callable[[str], bool]:
+    """Whether a principal is revoked now: named by the revocation feed, or a ledger principal
+    whose every token is revoked (read at use time, so a revocation holds at once)."""
+    feed = service.revocations
+
+    def revoked(name: str) -> bool:
+        if feed is not None and feed.revoked(name):
+            return True
+        rows = [p for p in service.store.list_principals(include_revoked=True) if p.name == name]
+        return bool(rows) and not any(p.live for p in rows)
+
+    return revoked
+
+
 def authority_stages(service: Service) -> tuple[Stage, ...]:
     """Authorisation stages first, then the precondition stage."""
     authority = service.config.authority
-    feed = service.revocations
-    revoked = feed.revoked if feed is not None else None
+    revoked = revoked_check(service)
     stages: list[Stage] = []
     if authority.grants:
-        if revoked is not None:
-            stages.append(grant_authoriser(environment=authority.environment, revoked=revoked))
-        else:
-            stages.append(grant_authoriser(environment=authority.environment))
-    if revoked is not None:
-        stages.append(approver_revocation_check(revoked))
+        stages.append(grant_authoriser(environment=authority.environment, revoked=revoked))
+    stages.append(approver_revocation_check(revoked))
     if authority.approver_roles is not None:
         stages.append(approver_role_check(authority.approver_roles))
     stages.append(precondition_check(service.adapters, service.config.registry))
