@@ -24,6 +24,7 @@ from effectgate._frontends import (
     cli_controls,
     cli_gateway,
     cli_grants,
+    cli_operator_mcp,
     cli_policy,
     cli_quarantine,
     cli_runs,
@@ -60,15 +61,7 @@ cli_quarantine.register(app)
 cli_runs.register(app)
 cli_grants.register(app)
 cli_policy.register(app)
-
-
-def _operator_mcp_command() -> None:
-    from effectgate._frontends.mcp_operator import operator_mcp
-
-    app.command("operator-mcp")(operator_mcp)
-
-
-_operator_mcp_command()
+cli_operator_mcp.register(app)
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)

@@ -16,13 +16,11 @@ it over stdio (token from ``EFFECTGATE_APPROVER_TOKEN``).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
 import mcp_types as types
-import typer
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
@@ -34,7 +32,7 @@ from effectgate._frontends._models import problem_for
 from effectgate._service import Principal, Service
 from effectgate.errors import EffectgateError, IntentError, PermissionDenied, UnknownActionClass
 
-__all__ = ["OPERATOR_TOOLS", "build_operator_server", "operator_mcp"]
+__all__ = ["OPERATOR_TOOLS", "build_operator_server", "run_operator_stdio"]
 
 _ANSWER = {
     "type": "object",
@@ -153,29 +151,8 @@ def build_operator_server(service: Service, authenticate: Callable[[], Principal
     )
 
 
-def operator_mcp(
-    config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
-    token_env: Annotated[
-        str, typer.Option(help="Environment variable holding an approver's or operator's token.")
-    ] = "EFFECTGATE_APPROVER_TOKEN",  # noqa: S107 - a variable name
-) -> None:
-    """Serve the operator MCP tool set (approvals) over stdio, on an approver's credential."""
-    from effectgate._frontends.cli_service import service_from
-
-    token = os.environ.get(token_env, "")
-    service = service_from(config, log_level="warning", log_format=None)
-    try:
-        service.tokens.from_token(token).require(Capability.APPROVE)
-    except EffectgateError as exc:
-        service.close()
-        raise typer.BadParameter(f"{token_env}: {exc.message}") from None
-
-    async def run() -> None:
-        server = build_operator_server(service, lambda: service.tokens.from_token(token))
-        async with stdio_server() as (read, write):
-            await server.run(read, write, server.create_initialization_options())
-
-    try:
-        anyio.run(run)
-    finally:
-        service.close()
+async def run_operator_stdio(service: Service, authenticate: Callable[[], Principal]) -> None:
+    """Serve the operator tool set over stdio until the client closes it."""
+    server = build_operator_server(service, authenticate)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
