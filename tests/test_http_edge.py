@@ -77,6 +77,19 @@ BODY_ROUTES = [
         AGENT_A,
     ),
     ("POST", "/v1/admin/runs/alpha/run-1/seal", {"reason": "r"}, OPERATOR),
+    (
+        "POST",
+        "/v1/admin/grants",
+        {"holder": "h", "actions": ["submit_order"], "expires_in": 60},
+        OPERATOR,
+    ),
+    (
+        "POST",
+        "/v1/admin/grants/gr_0/delegate",
+        {"holder": "h", "actions": ["submit_order"], "expires_in": 60},
+        OPERATOR,
+    ),
+    ("POST", "/v1/admin/grants/revoke", {"holder": "h"}, OPERATOR),
 ]
 ROUTE_IDS = [f"{m} {p}" for m, p, _, _ in BODY_ROUTES]
 
