@@ -180,6 +180,37 @@ class TestWebhookOut:
         finally:
             server.shutdown()
 
+    def test_the_service_announces_on_its_own(
+        self, tmp_path: Path, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        _Sink.received = []
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Sink)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        monkeypatch.setenv("EG_TEST_CHATOPS_SECRET", SECRET)
+        text = (
+            config_text(store_url=f"sqlite:///{tmp_path}/l.db")
+            + f"""
+[channels.chatops]
+url = "http://127.0.0.1:{server.server_address[1]}/hook"
+secret_env = "EG_TEST_CHATOPS_SECRET"
+announce_every = 0.05
+"""
+        )
+        svc = Service(parse_config(text, "t.toml"), store=store)
+        try:
+            with TestClient(create_app(svc, mcp_http=False)) as client:
+                pending(client)
+            deadline = time.monotonic() + 10
+            while not _Sink.received:
+                assert time.monotonic() < deadline, "nothing was announced"
+                time.sleep(0.02)
+            assert json.loads(_Sink.received[0][1])["operation_id"] == "op-1"
+        finally:
+            svc.close()
+            server.shutdown()
+        time.sleep(0.2)
+        assert len(_Sink.received) == 1  # once, and nothing after close
+
 
 class TestOperatorMcp:
     def test_list_and_approve_on_its_own_credential(self, service: Service, store: Store) -> None:

@@ -18,12 +18,25 @@ from effectgate._execute.authority import (
 )
 from effectgate._execute.preconditions import bind_precondition, precondition_check
 from effectgate._execute.predispatch import Stage
+from effectgate._service._channels import ApprovalWebhook
 from effectgate._service._policy_gov import PolicyFollower
 
 if TYPE_CHECKING:
     from effectgate._service._runtime import Service
 
-__all__ = ["authority_stages", "revoked_check", "wire_authority"]
+__all__ = ["authority_stages", "revoked_check", "start_announcers", "wire_authority"]
+
+
+def start_announcers(service: Service) -> list[ApprovalWebhook]:
+    """One announcing webhook per channel with a ``url`` (the service closes them)."""
+    hooks = [
+        ApprovalWebhook(channel, service.store)
+        for channel in service.config.channels.values()
+        if channel.url is not None
+    ]
+    for hook in hooks:
+        hook.start()
+    return hooks
 
 
 def wire_authority(service: Service) -> PolicyFollower | None:

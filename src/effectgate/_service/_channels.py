@@ -13,6 +13,7 @@ approvers, the payload's fingerprint).
 
     [channels.chatops]
     url = "https://chat.example.com/hooks/effectgate"   # where requests are announced
+    announce_every = 5                                 # seconds between announcement passes
     secret_env = "EFFECTGATE_CHATOPS_SECRET"           # the shared HMAC secret
     tolerance = 300                                    # seconds a signature stays valid
     users = { U024BE7LH = "alice", U0G9QF9C6 = "bob" } # chat user -> approver principal
@@ -26,6 +27,7 @@ import json
 import logging
 import os
 import secrets
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -66,6 +68,8 @@ class ChannelConfig:
     url: str | None = None
     tolerance: float = 300.0
     users: Mapping[str, str] = field(default_factory=dict)
+    #: Seconds between the service's announcement passes (with a ``url``).
+    announce_every: float = 5.0
 
 
 def channel_section(name: str, sec: Section) -> ChannelConfig:
@@ -75,11 +79,12 @@ def channel_section(name: str, sec: Section) -> ChannelConfig:
     if len(secret) < 16:
         sec.fail("secret_env", f"${env} must hold a secret of at least 16 characters")
     tolerance = sec.number("tolerance", 300.0)
+    every = sec.number("announce_every", 5.0)
     raw = sec.raw("users") or {}
     if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
         sec.fail("users", "must be a table of chat user = principal name")
     sec.done()
-    return ChannelConfig(name, secret.encode(), url, tolerance, dict(raw))
+    return ChannelConfig(name, secret.encode(), url, tolerance, dict(raw), every)
 
 
 def sign(secret: bytes, timestamp: str, nonce: str, body: bytes) -> str:
@@ -172,6 +177,8 @@ class ApprovalWebhook:
         self.channel = channel
         self.store = store
         self._client = client or httpx.Client(timeout=5.0)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def announce(self, row: Operation, *, now: float | None = None) -> bool:
         """POST one request; True when the tool accepted it (2xx). Audited either way."""
@@ -220,5 +227,23 @@ class ApprovalWebhook:
                 sent += 1
         return sent
 
+    def start(self) -> None:
+        """Announce in a daemon thread every ``announce_every`` seconds until :meth:`close`."""
+
+        def run() -> None:
+            while not self._stop.wait(self.channel.announce_every):
+                try:
+                    self.poll()
+                except Exception:  # the next pass tries again
+                    log.exception("announcing on channel %s failed", self.channel.name)
+
+        self._thread = threading.Thread(
+            target=run, name=f"channel-{self.channel.name}", daemon=True
+        )
+        self._thread.start()
+
     def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
         self._client.close()

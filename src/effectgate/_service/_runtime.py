@@ -32,7 +32,7 @@ from effectgate._execute.executor import Gate
 from effectgate._execute.operator import Operator
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._service._auth import Principal, RateLimiter, TokenBook
-from effectgate._service._authority import wire_authority
+from effectgate._service._authority import start_announcers, wire_authority
 from effectgate._service._config import AdapterConfig, ServiceConfig, import_object
 from effectgate._service._identity import JwtVerifier, RevocationFeed
 from effectgate._service._metrics import Metrics, TimedAdapter
@@ -175,6 +175,8 @@ class Service:
         )
         # Approver roles, precondition binding, the policy follower (docs/authority.md).
         self.policy_follower = wire_authority(self)
+        #: Signed webhooks announcing approval requests ([channels.NAME] with a url).
+        self.announcers = start_announcers(self)
         # Tokens are looked up in the ledger on every request (a revocation holds at once).
         #: The revocation feed verified identities are checked against (None: no feed).
         self.revocations: RevocationFeed | None = None
@@ -319,6 +321,8 @@ class Service:
             self.revocations.stop()
         if self.policy_follower is not None:
             self.policy_follower.stop()
+        for hook in self.announcers:
+            hook.close()
         for job in (self._watch, self._dispatch_watch):
             job.stop.set()
         for job in (self._watch, self._dispatch_watch):
