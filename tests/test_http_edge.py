@@ -94,6 +94,19 @@ BODY_ROUTES = [
     ("POST", "/v1/plans", {"plan_id": "p", "plan_digest": "0" * 64}, AGENT_A),
     ("POST", "/v1/plans/p/reservations", {"reservation_id": "r"}, AGENT_A),
     ("POST", "/v1/plans/p/settlements", {"reservation_id": "r"}, AGENT_A),
+    (
+        "POST",
+        "/v1/admin/grants",
+        {"holder": "h", "actions": ["submit_order"], "expires_in": 60},
+        OPERATOR,
+    ),
+    (
+        "POST",
+        "/v1/admin/grants/gr_0/delegate",
+        {"holder": "h", "actions": ["submit_order"], "expires_in": 60},
+        OPERATOR,
+    ),
+    ("POST", "/v1/admin/grants/revoke", {"holder": "h"}, OPERATOR),
 ]
 ROUTE_IDS = [f"{m} {p}" for m, p, _, _ in BODY_ROUTES]
 

@@ -33,6 +33,7 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |       +-- DuplicateApprover     duplicate_approver             409
     |       +-- InvalidApprover       invalid_approver               400
     |       +-- ApprovalExpired       approval_expired               409
+    |       +-- ApproverNotEntitled   approver_not_entitled          403
     |   +-- KeyNamespaceDivergence    key_namespace_divergence       409  held
     |   +-- SpeculationStalled        speculation_stalled            503  held
     |   +-- ResolutionRefused         resolution_refused             409
@@ -65,6 +66,8 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   +-- ControlError              invalid_control                400
     |   |   +-- PrincipalExists       principal_exists               409
     |   |   +-- PrincipalNotFound     principal_not_found            404
+    |   |   +-- GrantWider            grant_wider                    403
+    |   |   +-- GrantNotFound         grant_not_found                404
     |   +-- AuditTampered             audit_tampered                 500
     |   +-- RunSnapshotInvalid        run_snapshot_invalid           500
     |   +-- ServiceUnavailable        unavailable                    503
@@ -89,6 +92,7 @@ __all__ = [
     "ApprovalError",
     "ApprovalExpired",
     "ApprovalFingerprintMismatch",
+    "ApproverNotEntitled",
     "AuditTampered",
     "BadRequest",
     "BodyTooLarge",
@@ -101,6 +105,8 @@ __all__ = [
     "DispatchRefused",
     "DuplicateApprover",
     "EffectgateError",
+    "GrantNotFound",
+    "GrantWider",
     "IdempotencyConflict",
     "IdempotencyKeyMissing",
     "IntentError",
@@ -454,6 +460,14 @@ class ApprovalExpired(ApprovalError):
     reason = "expired"
 
 
+class ApproverNotEntitled(ApprovalError):
+    """The approver holds none of the approver roles the action class names (who may approve
+    what, docs/authority.md)."""
+
+    code = "approver_not_entitled"
+    status = 403
+
+
 class KeyNamespaceDivergence(OperationError):
     """The sandbox's key and the ledger's key for one operation disagree, or the speculation
     record's identity is not the row's (seed 000): the row is quarantined, never retried.
@@ -789,6 +803,21 @@ class PrincipalNotFound(ControlError):
     """No live principal has that name."""
 
     code = "principal_not_found"
+    status = 404
+
+
+class GrantWider(ControlError):
+    """A delegation would reach beyond the grant it is made under; ``field`` names the axis
+    (actions, targets, max_value, budget, environments, scope, expires_at, hops, delegable)."""
+
+    code = "grant_wider"
+    status = 403
+
+
+class GrantNotFound(ControlError):
+    """No grant has that id (or none is live, where a live one is needed)."""
+
+    code = "grant_not_found"
     status = 404
 
 

@@ -107,6 +107,12 @@ class PolicySet:
         return self._policies.get(action)
 
     def decide(self, action_class: ActionClass, intent: Intent) -> Decision:
+        return self.decide_effect(action_class, intent.effect)
+
+    def decide_effect(
+        self, action_class: ActionClass, effect: Mapping[str, str | int | bool]
+    ) -> Decision:
+        """:meth:`decide` on an effect alone (a recorded one, replayed: docs/authority.md)."""
         policy = self._policies.get(action_class.name)
         if policy is None:
             return Decision(
@@ -115,7 +121,7 @@ class PolicySet:
                 f"no policy for action class {action_class.name!r} (deny by default)",
                 "none",
             )
-        decision = policy.decide(action_class, intent.effect)
+        decision = policy.decide(action_class, effect)
         # The floor applies whatever the policy said: a policy can raise a tier, never lower it.
         tier = effective_tier(action_class.tier_floor, decision.tier)
         if tier is not decision.tier:

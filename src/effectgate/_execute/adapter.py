@@ -22,6 +22,7 @@ __all__ = [
     "Listing",
     "OutboundRequest",
     "Outcome",
+    "ReadsPrecondition",
     "Receipt",
     "Speculates",
     "SpeculationPassThrough",
@@ -195,6 +196,21 @@ class Speculates(Protocol):
     """
 
     def speculate(self, request: OutboundRequest, *, attempt: int, timeout: float) -> DryRun: ...
+
+
+@runtime_checkable
+class ReadsPrecondition(Protocol):
+    """An adapter that can read the venue state an approval is given against (optional).
+
+    ``read_precondition`` returns the resource state the effect depends on (an account
+    balance, a position, an order book level) as JSON-able data; an approval binds its
+    fingerprint, and the pre-dispatch check re-reads and compares it (docs/authority.md). It
+    must have no effect at the venue; raising means the state is unknown.
+    """
+
+    def read_precondition(
+        self, action: str, effect: Mapping[str, str | int | bool], *, timeout: float
+    ) -> Mapping[str, object]: ...
 
 
 def speculator(adapter: Adapter) -> Speculates | None:

@@ -316,7 +316,7 @@ class Gate:
             self, row, dispatcher or self.process_id
         ):
             return self._explain(row), None
-        if self.pipeline.active:
+        if self.pipeline.checks_before_tx:
             ctx = DispatchContext(row, action_class, self.store, self.clock(), dispatcher)
             refusal = self.pipeline.before_tx(ctx)
             if refusal is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from effectgate._audit import VerifyResult, export_bundle, verify_store
+from effectgate._core.approver_roles import ApproverRoles
 from effectgate._core.controls import ApprovalOutcome, AuthorityStep, ClassControls, Envelope
 from effectgate._core.intent import ActionClass, Registry
 from effectgate._core.states import State
@@ -66,6 +67,11 @@ class Operator:
         self.registry = registry
         self.alerts = alerts
         self.clock = clock
+        #: Who may approve what (docs/authority.md); None: any approver, as before.
+        self.approver_roles: ApproverRoles | None = None
+        #: Called after an approval is recorded, ``(scope, operation_id, approver)``: binds
+        #: the approval's precondition (``_execute/preconditions.py``).
+        self.on_approved: Callable[[str, str, str], object] | None = None
 
     # --- input checks (before anything is written) ----------------------------------------
 
@@ -236,6 +242,10 @@ class Operator:
             raise InvalidApprover(exc.message) from None
         now = self.clock()
         try:
+            if approve and self.approver_roles is not None:
+                row = self.store.get(scope, operation_id)
+                if row is not None:
+                    self.approver_roles.require(row.action, who)
             outcome = self.store.decide_approval(
                 scope,
                 operation_id,
@@ -258,6 +268,8 @@ class Operator:
             raise ApprovalExpired(
                 f"the approval window of {operation_id!r} closed; it is now denied"
             )
+        if approve and self.on_approved is not None:
+            self.on_approved(scope, operation_id, who)
         return outcome
 
     def expire_approvals(self) -> list[Operation]:

@@ -102,6 +102,11 @@ class Pipeline:
     authorise: Stage | None = None
     #: Stage 2, in order.
     preconditions: tuple[Stage, ...] = ()
+    #: Checks about a row's approvals (an approver revoked since, an approver's role, the
+    #: state an approval was bound to), run after ``authorise`` and before ``preconditions``.
+    #: A row its first submit sends had no approval, so these never move that submit off its
+    #: one-transaction path (they do not make the pipeline :attr:`active`).
+    approved: tuple[Stage, ...] = ()
     #: Run inside the dispatch transaction, in order, after the controls' verdict.
     in_tx: tuple[InTxCheck, ...] = ()
     #: Approval round opened by a ``reapprove`` refusal.
@@ -110,13 +115,21 @@ class Pipeline:
 
     @property
     def active(self) -> bool:
+        """Whether a first submit must stop at ``validated`` so the stages run before it."""
         return self.authorise is not None or bool(self.preconditions) or bool(self.in_tx)
+
+    @property
+    def checks_before_tx(self) -> bool:
+        """Whether :meth:`before_tx` has anything to run on a dispatch of a validated row."""
+        return self.authorise is not None or bool(self.approved) or bool(self.preconditions)
 
     def before_tx(self, ctx: DispatchContext) -> Refusal | None:
         """Stages 1 and 2. A stage that raises denies (no permissive fallback)."""
         stages: Sequence[tuple[str, Stage]] = (
-            [("authorise", self.authorise)] if self.authorise is not None else []
-        ) + [("precondition", s) for s in self.preconditions]
+            ([("authorise", self.authorise)] if self.authorise is not None else [])
+            + [("approval", s) for s in self.approved]
+            + [("precondition", s) for s in self.preconditions]
+        )
         for name, stage in stages:
             try:
                 refusal = stage(ctx)

@@ -25,6 +25,9 @@ from effectgate._frontends import (
     cli_continue,
     cli_controls,
     cli_gateway,
+    cli_grants,
+    cli_operator_mcp,
+    cli_policy,
     cli_quarantine,
     cli_runs,
     cli_service,
@@ -60,6 +63,9 @@ cli_quarantine.register(app)
 cli_runs.register(app)
 cli_continue.register(app)
 cli_budgets.register(app)
+cli_grants.register(app)
+cli_policy.register(app)
+cli_operator_mcp.register(app)
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)

@@ -41,7 +41,9 @@ from effectgate._core.principals import Capability
 from effectgate._frontends._http_admin import admin_router
 from effectgate._frontends._http_body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, refuse_deep
 from effectgate._frontends._http_budgets import harness_budgets_router
+from effectgate._frontends._http_channels import CHANNELS_PREFIX, channels_router
 from effectgate._frontends._http_continuations import continuations_router
+from effectgate._frontends._http_grants import grants_router
 from effectgate._frontends._http_quarantine import quarantine_router
 from effectgate._frontends._http_runs import harness_runs_router
 from effectgate._frontends._http_tracing import TraceContext
@@ -141,10 +143,11 @@ def create_app(
         tokens=service.tokens,
         cap=settings.max_body_bytes,
         skip=("/mcp",) if mount is not None else (),
-        skip_prefixes=("/console/",),  # its own gate: session cookie, CSRF, capped forms
+        # Their own gates: the console (session cookie, CSRF, capped forms); signed callbacks.
+        skip_prefixes=("/console/", CHANNELS_PREFIX),
     )
 
-    def principal(capability: Capability) -> Callable[..., Coroutine[Any, Any, Principal]]:
+    def principal(capability: Capability | None) -> Callable[..., Coroutine[Any, Any, Principal]]:
         async def dependency(
             request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
         ) -> Principal:
@@ -158,7 +161,8 @@ def create_app(
                     service.tokens.from_header, request.headers.get("authorization")
                 )
             )
-            who.require(capability)
+            if capability is not None:  # None: any authenticated principal
+                who.require(capability)
             service.limiter.check(who)
             return who
 
@@ -168,6 +172,7 @@ def create_app(
     operator = Annotated[Principal, Depends(principal(Capability.OPERATE))]
     approver = Annotated[Principal, Depends(principal(Capability.APPROVE))]
     harness = Annotated[Principal, Depends(principal(Capability.RECORD_RUNS))]
+    anyone = Annotated[Principal, Depends(principal(None))]
 
     for name in service.config.registry.names():
         _add_action_route(app, service, name, agent)
@@ -260,6 +265,11 @@ def create_app(
     app.include_router(
         harness_budgets_router(service, harness, _ERRORS), prefix="/v1", tags=["harness"]
     )
+    app.include_router(
+        grants_router(service, operator, anyone, _ERRORS), prefix="/v1/admin", tags=["operator"]
+    )
+    if service.config.channels:
+        app.include_router(channels_router(service, _ERRORS), tags=["channels"])
     if mount is not None:
         app.router.routes.append(Route("/mcp", endpoint=mount, include_in_schema=False))
     from effectgate._frontends.console import mount_console  # the operator console (/console)

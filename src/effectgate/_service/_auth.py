@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from effectgate._core.principals import Principal, Role
 from effectgate._service._config import RateLimit, TokenConfig
+from effectgate._service._identity import JwtVerifier, looks_like_jwt
 from effectgate.errors import PrincipalExists, RateLimited, Unauthenticated
 from effectgate.store._principals import MAX_TOKEN_CHARS, token_digest
 from effectgate.store.base import OS_PREFIX
@@ -43,10 +44,18 @@ def os_actor() -> str:
 class TokenBook:
     """Authenticates bearer tokens: the ledger's principals, then the config's (deprecated)."""
 
-    def __init__(self, tokens: Iterable[TokenConfig], store: Principals | None = None) -> None:
+    def __init__(
+        self,
+        tokens: Iterable[TokenConfig],
+        store: Principals | None = None,
+        *,
+        verifier: JwtVerifier | None = None,
+    ) -> None:
         self._by_digest = {t.sha256: Principal(t.name, Role(t.role), t.scope) for t in tokens}
         self._config_names = frozenset(p.name for p in self._by_digest.values())
         self._store = store
+        #: Verified identities (docs/authority.md): a JWT is checked here, never stored.
+        self.verifier = verifier
 
     def __len__(self) -> int:
         """How many config-file tokens there are (the ledger's are counted by the store)."""
@@ -64,6 +73,8 @@ class TokenBook:
     def from_token(self, token: str) -> Principal:
         """The principal holding ``token``; it reads the store (blocking: call it off the
         event loop)."""
+        if self.verifier is not None and looks_like_jwt(token):
+            return self.verifier.verify(token)
         if not token or len(token) > MAX_TOKEN_CHARS:
             raise Unauthenticated("unknown token")
         digest = token_digest(token)

@@ -33,6 +33,13 @@ from effectgate._core.intent import (
 from effectgate._core.policy import LimitPolicy, PolicySet
 from effectgate._core.venue import LISTING_MODES, KeyHonour, ReadView, VenueContract
 from effectgate._service._anchor_config import AnchorConfig, anchor_section
+from effectgate._service._authority_config import (
+    AuthorityConfig,
+    IdentityConfig,
+    authority_section,
+    identity_section,
+)
+from effectgate._service._channels import ChannelConfig, channel_section
 from effectgate._service._controls_config import (
     AlertsConfig,
     alerts_section,
@@ -151,6 +158,11 @@ class ServiceConfig:
     approvals: ApprovalRules = field(default_factory=ApprovalRules)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     anchor: AnchorConfig | None = None
+    #: Verified identity (JWTs) and the grant axis (docs/authority.md).
+    identity: IdentityConfig | None = None
+    authority: AuthorityConfig = field(default_factory=AuthorityConfig)
+    #: Approval channels: signed webhook out, signed callback in (docs/authority.md).
+    channels: Mapping[str, ChannelConfig] = field(default_factory=dict)
 
 
 def load_config(path: str | os.PathLike[str]) -> ServiceConfig:
@@ -211,6 +223,9 @@ def parse_config(
     approvals = approvals_section(top.table("approvals"))
     alerts = alerts_section(top.table("alerts"))
     anchor = anchor_section(top.table("anchor"))
+    identity = identity_section(top.table("identity"), base_dir)
+    authority = authority_section(top.table("authority"), registry)
+    channels = {name: channel_section(name, sec) for name, sec in top.tables("channels")}
     tokens = tuple(_token(name, sec) for name, sec in top.tables("tokens"))
     digests = [t.sha256 for t in tokens]
     if len(set(digests)) != len(digests):
@@ -229,6 +244,9 @@ def parse_config(
         approvals=approvals,
         alerts=alerts,
         anchor=anchor,
+        identity=identity,
+        authority=authority,
+        channels=channels,
     )
 
 

@@ -33,7 +33,9 @@ from effectgate._execute.operator import Operator
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._service._anchor_config import AnchorJob
 from effectgate._service._auth import Principal, RateLimiter, TokenBook
+from effectgate._service._authority import start_announcers, wire_authority
 from effectgate._service._config import AdapterConfig, ServiceConfig, import_object
+from effectgate._service._identity import JwtVerifier, RevocationFeed
 from effectgate._service._metrics import Metrics, TimedAdapter
 from effectgate._service._venues import (
     VENUE_KINDS,
@@ -173,7 +175,14 @@ class Service:
             store=self.store, registry=config.registry, alerts=self.alerts, clock=clock
         )
         # Tokens are looked up in the ledger on every request (a revocation holds at once).
-        self.tokens = TokenBook(config.tokens, self.store)
+        #: The revocation feed verified identities are checked against (None: no feed).
+        self.revocations: RevocationFeed | None = None
+        self.tokens = TokenBook(config.tokens, self.store, verifier=self._verifier(config))
+        # Approver roles, precondition binding, the pipeline's authority stages, the policy
+        # follower (docs/authority.md); after the verifier, whose revocation feed they read.
+        self.policy_follower = wire_authority(self)
+        #: Signed webhooks announcing approval requests ([channels.NAME] with a url).
+        self.announcers = start_announcers(self)
         self.limiter = RateLimiter(
             settings.rate_limit,
             overrides={t.name: t.rate_limit for t in config.tokens if t.rate_limit},
@@ -303,9 +312,26 @@ class Service:
         watch.thread = threading.Thread(target=run, name="effectgate-dispatcher", daemon=True)
         watch.thread.start()
 
+    def _verifier(self, config: ServiceConfig) -> JwtVerifier | None:
+        """JWT verification and its revocation feed, from ``[identity]`` (docs/authority.md)."""
+        if config.identity is None:
+            return None
+        if config.identity.revocations is not None:
+            self.revocations = RevocationFeed(
+                config.identity.revocations, interval=config.identity.revocation_interval
+            )
+            self.revocations.start()
+        return JwtVerifier(config.identity.jwt, self.revocations)
+
     def close(self) -> None:
         if self.anchoring is not None:
             self.anchoring.close()
+        if self.revocations is not None:
+            self.revocations.stop()
+        if self.policy_follower is not None:
+            self.policy_follower.stop()
+        for hook in self.announcers:
+            hook.close()
         for job in (self._watch, self._dispatch_watch):
             job.stop.set()
         for job in (self._watch, self._dispatch_watch):

@@ -144,6 +144,20 @@ class PaperVenue:
             return exc.reason
         return None
 
+    def position(self, instrument: str) -> tuple[Decimal, int]:
+        """The net position in ``instrument`` (buys minus sells of applied orders) and how
+        many orders made it: the state an approval of an order is given against."""
+        net = Decimal(0)
+        count = 0
+        with self._lock:
+            for r in self._records:
+                if r.effect.get("instrument") != instrument or "quantity" not in r.effect:
+                    continue
+                qty = Decimal(str(r.effect["quantity"]))
+                net += -qty if r.effect.get("side") == "sell" else qty
+                count += 1
+        return net, count
+
     def visible_records(self) -> list[PaperRecord]:
         """Records the read view shows now, in creation order."""
         with self._lock:
@@ -326,6 +340,14 @@ class PaperAdapter(Adapter):
     def __init__(self, venue: PaperVenue, *, sandbox: PaperSandbox | None = None) -> None:
         self.venue = venue
         self.sandbox = sandbox
+
+    def read_precondition(
+        self, action: str, effect: Mapping[str, EffectValue], *, timeout: float
+    ) -> Mapping[str, object]:
+        """The position the effect's instrument stands at (see :class:`ReadsPrecondition`)."""
+        instrument = str(effect.get("instrument", ""))
+        net, orders = self.venue.position(instrument)
+        return {"instrument": instrument, "position": str(net), "orders": orders}
 
     @property
     def can_speculate(self) -> bool:

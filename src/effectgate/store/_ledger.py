@@ -26,9 +26,12 @@ from effectgate.errors import OperationNotFound, StaleState
 from effectgate.store import _journal as j
 from effectgate.store import _sql as sql
 from effectgate.store._budgets import BudgetRoles
+from effectgate.store._channels import ChannelRoles
 from effectgate.store._continuations import ContinuationRoles
 from effectgate.store._controls import ControlRoles
+from effectgate.store._grants import GrantRoles
 from effectgate.store._hooks import Hold, Work, scoped
+from effectgate.store._policies import PolicyRoles
 from effectgate.store._principals import PrincipalRoles
 from effectgate.store._quarantine import QuarantineRoles
 from effectgate.store._releases import ReleaseRoles
@@ -73,6 +76,9 @@ class SQLStore(
     RetentionRoles,
     ContinuationRoles,
     BudgetRoles,
+    GrantRoles,
+    PolicyRoles,
+    ChannelRoles,
 ):
     """Every store role over the dialect hooks (see the module docstring)."""
 

@@ -20,9 +20,12 @@ __all__ = [
     "apply_migrations",
     "backfill_chain",
     "budgets_tables",
+    "channel_tables",
     "continuation_tables",
     "controls_tables",
+    "grants_tables",
     "ledger_tables",
+    "policy_tables",
     "principals_tables",
     "release_columns",
     "retention_tables",
@@ -252,6 +255,9 @@ def shared_migrations(t: Types) -> list[str]:
         retention_tables(t),  # legal holds and audit checkpoints (store/_retention.py)
         continuation_tables(t),  # continuation links (store/_continuations.py)
         budgets_tables(t),  # run budgets, plan accounts, reservations (store/_budgets.py)
+        grants_tables(t),  # delegated authority (store/_grants.py)
+        policy_tables(t),  # governed policy versions (store/_policies.py)
+        channel_tables(t),  # signed-callback nonces (store/_channels.py)
     ]
 
 
@@ -330,6 +336,54 @@ CREATE TABLE speculation_state (
     updated_at {real} NOT NULL, key_mapping {text}, mapped_at {real},
     PRIMARY KEY (scope, operation_id)
 ){clustered}
+""".format(**asdict(t))
+
+
+def grants_tables(t: Types) -> str:
+    """The grants role's table (store/_grants.py): one row per grant, a delegation naming its
+    parent. ``spec``: the axes as JSON; ``expires_at`` and ``break_glass`` repeated as columns
+    for listings. A revoked row stays, for the record."""
+    return """
+CREATE TABLE grants (
+    grant_id {text} PRIMARY KEY, holder {text} NOT NULL, spec {text} NOT NULL,
+    created_by {text} NOT NULL, created_at {real} NOT NULL, parent_id {text},
+    depth {int} NOT NULL, expires_at {real} NOT NULL, break_glass {bool} NOT NULL,
+    revoked_at {real}, revoked_by {text}
+){clustered};
+CREATE INDEX grants_holder ON grants (holder, created_at);
+CREATE INDEX grants_parent ON grants (parent_id);
+CREATE INDEX grants_created_by ON grants (created_by)
+""".format(**asdict(t))
+
+
+def policy_tables(t: Types) -> str:
+    """The policy versions role's tables (store/_policies.py): each document once by hash,
+    the proposals (open, applied, loaded) and the one active version (``slot`` 1)."""
+    return """
+CREATE TABLE policy_versions (
+    policy_hash {text} PRIMARY KEY, document {text} NOT NULL,
+    created_at {real} NOT NULL, created_by {text} NOT NULL
+){clustered};
+CREATE TABLE policy_proposals (
+    proposal_id {text} PRIMARY KEY, policy_hash {text} NOT NULL, base_hash {text},
+    author {text} NOT NULL, created_at {real} NOT NULL, state {text} NOT NULL,
+    decided_by {text}, decided_at {real}, note {text}
+){clustered};
+CREATE TABLE policy_active (
+    slot {int} PRIMARY KEY, policy_hash {text} NOT NULL, activated_at {real} NOT NULL,
+    activated_by {text} NOT NULL, proposal_id {text} NOT NULL
+){clustered}
+""".format(**asdict(t))
+
+
+def channel_tables(t: Types) -> str:
+    """The channel nonces role's table (store/_channels.py): each callback nonce once."""
+    return """
+CREATE TABLE channel_nonces (
+    channel {text} NOT NULL, nonce {text} NOT NULL, seen_at {real} NOT NULL,
+    PRIMARY KEY (channel, nonce)
+){clustered};
+CREATE INDEX channel_nonces_seen ON channel_nonces (channel, seen_at)
 """.format(**asdict(t))
 
 

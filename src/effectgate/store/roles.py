@@ -40,6 +40,8 @@ if TYPE_CHECKING:
         DispatchGuard,
         ShadowPair,
     )
+    from effectgate._core.governed_policy import ActivePolicy, PolicyProposal
+    from effectgate._core.grants import Grant, GrantSpec
     from effectgate._core.principals import IssuedToken, Principal, PrincipalRecord
     from effectgate._core.reservations import (
         AccountSnapshot,
@@ -66,9 +68,12 @@ __all__ = [
     "Approvals",
     "AuditLog",
     "Budgets",
+    "ChannelNonces",
     "Controls",
+    "Grants",
     "LedgerReads",
     "LedgerWrites",
+    "PolicyVersions",
     "Principals",
     "Quarantine",
     "Releases",
@@ -426,6 +431,77 @@ class Principals(Protocol):
 
 
 @runtime_checkable
+class Grants(Protocol):
+    """Delegated authority (docs/authority.md): grants, delegations contained in their parent
+    on every axis, transitive revocation. Each change is audited in its own transaction."""
+
+    def create_grant(
+        self, holder: str, spec: GrantSpec, *, created_by: str, now: float
+    ) -> Grant: ...
+
+    def delegate_grant(
+        self, parent_id: str, holder: str, spec: GrantSpec, *, by: str, now: float
+    ) -> Grant:
+        """Raises GrantWider naming the axis when ``spec`` is wider than the parent."""
+
+    def revoke_grants(
+        self,
+        *,
+        by: str,
+        now: float,
+        grant_id: str | None = None,
+        holder: str | None = None,
+        created_by: str | None = None,
+        reason: str = "",
+    ) -> list[Grant]:
+        """Revoke by grant, holder or creator, and everything delegated beneath."""
+
+    def get_grant(self, grant_id: str) -> Grant: ...
+
+    def list_grants(
+        self, *, holder: str | None = None, include_revoked: bool = False
+    ) -> list[Grant]: ...
+
+    def live_grants_for(self, holder: str, now: float) -> list[Grant]:
+        """Grants that count now: the grant and every ancestor unrevoked and unexpired."""
+
+    def dispatched_micros(self, holder: str, actions: frozenset[str], since: float) -> int:
+        """Value dispatched since ``since`` of operations ``holder`` proposed in ``actions``."""
+
+
+@runtime_checkable
+class PolicyVersions(Protocol):
+    """Governed policy (docs/authority.md): versions by hash, proposals approved by a principal
+    other than their author, the one active version every replica follows."""
+
+    def propose_policy(
+        self, document: str, policy_hash: str, *, author: str, now: float, note: str = ""
+    ) -> PolicyProposal: ...
+
+    def load_policy(
+        self, document: str, policy_hash: str, *, by: str, now: float, note: str = ""
+    ) -> PolicyProposal:
+        """Apply at once, recorded and audited (where approval is not required)."""
+
+    def approve_policy(self, proposal_id: str, *, approver: str, now: float) -> PolicyProposal:
+        """Apply an open proposal; never by its author; only over the base it was made on."""
+
+    def active_policy(self) -> ActivePolicy | None: ...
+
+    def get_policy_proposal(self, proposal_id: str) -> PolicyProposal: ...
+
+    def list_policy_proposals(self, *, limit: int = 100) -> list[PolicyProposal]: ...
+
+
+@runtime_checkable
+class ChannelNonces(Protocol):
+    """Replay protection for signed callbacks (docs/authority.md), shared by every replica."""
+
+    def claim_nonce(self, channel: str, nonce: str, *, now: float, forget_before: float) -> bool:
+        """True the first time ``(channel, nonce)`` is seen; False for a replay (audited)."""
+
+
+@runtime_checkable
 class Speculations(Protocol):
     """Dual-key speculation records, proposal arrivals, declared key mappings (seed 000)."""
 
@@ -713,6 +789,9 @@ class Store(
     RunSnapshots,
     Retention,
     Budgets,
+    Grants,
+    PolicyVersions,
+    ChannelNonces,
     Protocol,
 ):
     """Every role: what :func:`effectgate.store.open_store` returns."""
