@@ -160,7 +160,13 @@ def scenario_checks(store_url: str | None) -> list[Check]:
 
 
 def run_verify(cfg: ServiceConfig, store_url: str | None, store: Store | None) -> list[Check]:
-    return [*config_checks(cfg, store), *scenario_checks(store_url)]
+    from effectgate._verify_own import own_class_checks
+
+    return [
+        *config_checks(cfg, store),
+        *own_class_checks(cfg, store_url),
+        *scenario_checks(store_url),
+    ]
 
 
 def junit_xml(checks: list[Check]) -> bytes:
