@@ -309,3 +309,66 @@ class TestLedgerCasesOnYourOwnClasses:
         found = own(custom, require_pg())
         assert all(c.status != "fail" for c in found.values()), found
         assert found[(CASE_TITLES[3], "scale_service")].status == "pass"
+
+
+class TestConformanceKitOnConfiguredAdapters:
+    """``verify --adapters``: the kit (docs/adapters.md) against each configured adapter where
+    effectgate can drive a sandbox (paper, http against a loopback paper server); n/a with
+    why for every other kind."""
+
+    def test_paper_and_http_adapters_pass_and_others_are_not_applicable(
+        self, starter: Path
+    ) -> None:
+        import dataclasses
+
+        from effectgate._service._config import AdapterConfig
+        from effectgate._verify_adapters import adapter_checks
+
+        cfg = load_config(starter)
+        adapters = {
+            **cfg.adapters,
+            "remote": AdapterConfig("remote", "http", endpoint="http://127.0.0.1:8700"),
+            "cards": AdapterConfig("cards", "stripe"),
+        }
+        found = {
+            (c.guarantee, c.subject): c
+            for c in adapter_checks(dataclasses.replace(cfg, adapters=adapters))
+        }
+        for name in ("paper", "remote"):
+            assert found[("conformance same-key-twice", name)].status == "pass"
+            assert found[("conformance kit", name)].status == "pass", found
+        # The HTTP adapter's transport classification is measured against loopback faults.
+        tc = found[("conformance transport-classification", "remote")]
+        assert tc.status == "pass" and "reset-after-request: unknown" in tc.why
+        assert found[("conformance kit", "cards")].status == "n/a"
+        assert "no sandbox" in found[("conformance kit", "cards")].why
+
+    def test_a_class_claiming_keys_over_a_venue_that_forgets_them_fails(
+        self, starter: Path
+    ) -> None:
+        import dataclasses
+
+        from effectgate._service._config import AdapterConfig
+        from effectgate._verify_adapters import adapter_checks
+
+        edit(
+            starter,
+            "[classes.cancel_order.json_schema]\n",
+            '[classes.cancel_order.venue]\nhonours_key = "true"\n\n'
+            "[classes.cancel_order.json_schema]\n",
+        )
+        cfg = load_config(starter)
+        forgets = AdapterConfig("paper", "paper", options={"honour_key": False})
+        found = {
+            (c.guarantee, c.subject): c
+            for c in adapter_checks(dataclasses.replace(cfg, adapters={"paper": forgets}))
+        }
+        claim = found[("declared honours_key measured by the kit", "cancel_order")]
+        assert claim.status == "fail" and "measured 'false'" in claim.why
+        assert ("declared honours_key measured by the kit", "submit_order") not in found
+
+    def test_the_command_runs_the_kit_with_adapters(self, starter: Path) -> None:
+        done = TestVerifyCommand().run(starter, "--adapters", "--json")
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        rows = json.loads(done.stdout)
+        assert any(r["guarantee"] == "conformance same-key-twice" for r in rows)
