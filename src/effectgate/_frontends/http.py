@@ -41,6 +41,7 @@ from effectgate._core.principals import Capability
 from effectgate._frontends._http_admin import admin_router
 from effectgate._frontends._http_body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, refuse_deep
 from effectgate._frontends._http_quarantine import quarantine_router
+from effectgate._frontends._http_retention import retention_router
 from effectgate._frontends._http_runs import harness_runs_router
 from effectgate._frontends._http_tracing import TraceContext
 from effectgate._frontends._models import OperationOut, Problem, operation_out, problem_for
@@ -251,6 +252,9 @@ def create_app(
     )
     app.include_router(
         harness_runs_router(service, harness, _ERRORS), prefix="/v1", tags=["harness"]
+    )
+    app.include_router(
+        retention_router(service, operator, _ERRORS), prefix="/v1/admin", tags=["operator"]
     )
     if mount is not None:
         app.router.routes.append(Route("/mcp", endpoint=mount, include_in_schema=False))
