@@ -142,8 +142,17 @@ class Gate:
         after the seal raises :class:`~effectgate.errors.RunSealed` carrying the row.
         """
         journal = journal_for(self.store, run_call or current_run_call())
-        where = {"effectgate.operation_key": f"{scope}:{operation_id}", "effectgate.action": action}
-        with _tracing.span("effectgate.parse", where):
+        # Tracing off (the default) is a plain branch: no span, no attribute dict (_tracing).
+        traced = _tracing._tracer is not None
+        where = (
+            {"effectgate.operation_key": f"{scope}:{operation_id}", "effectgate.action": action}
+            if traced
+            else {}
+        )
+        if traced:
+            with _tracing.span("effectgate.parse", where):
+                parsed = self._parse(action, operation_id, intent, scope)
+        else:
             parsed = self._parse(action, operation_id, intent, scope)
         if principal is not None and (
             not IDENTITY_PATTERN.fullmatch(principal) or principal.startswith(SYSTEM_PREFIX)
@@ -155,7 +164,10 @@ class Gate:
                 reason="invalid_principal",
             )
         action_class = self.registry.get(action)
-        with _tracing.span("effectgate.policy", where):
+        if traced:
+            with _tracing.span("effectgate.policy", where):
+                decision = self.policy.decide(action_class, parsed)
+        else:
             decision = self.policy.decide(action_class, parsed)
         spec = active_speculation(self, action_class) if action_class.speculation else None
         # A speculating class stops at validated: the dry run comes before any dispatch.
@@ -178,7 +190,16 @@ class Gate:
             guard.proposers = (principal,) if principal else ()
             now = self.clock()
             try:
-                with _tracing.span("effectgate.journal", where):
+                if traced:
+                    with _tracing.span("effectgate.journal", where):
+                        done = journal(
+                            new,
+                            path,
+                            now=now,
+                            guard=guard,
+                            audit=_provenance(parsed, decision, principal),
+                        )
+                else:
                     done = journal(
                         new,
                         path,
@@ -403,9 +424,17 @@ class Gate:
         crashpoint("after_journal")
         adapter = self.adapters[self.registry.get(row.action).adapter]
         request = OutboundRequest(operation_key=row.op_key, action=row.action, effect=row.effect)
-        where = {"effectgate.operation_key": row.op_key, "effectgate.action": row.action}
+        traced = _tracing._tracer is not None
+        where = (
+            {"effectgate.operation_key": row.op_key, "effectgate.action": row.action}
+            if traced
+            else {}
+        )
         try:
-            with _tracing.span("effectgate.dispatch", where):
+            if traced:
+                with _tracing.span("effectgate.dispatch", where):
+                    receipt = adapter.execute(request, timeout=self.dispatch_timeout)
+            else:
                 receipt = adapter.execute(request, timeout=self.dispatch_timeout)
         except Exception as exc:
             log.warning(
@@ -416,9 +445,12 @@ class Gate:
             receipt = Receipt(Outcome.UNKNOWN, detail={"error": _describe(exc)})
         crashpoint("after_venue_call")
         try:
-            with _tracing.span(
-                "effectgate.receipt", {**where, "effectgate.outcome": receipt.outcome.value}
-            ):
+            if traced:
+                with _tracing.span(
+                    "effectgate.receipt", {**where, "effectgate.outcome": receipt.outcome.value}
+                ):
+                    row = self._journal_receipt(row, receipt)
+            else:
                 row = self._journal_receipt(row, receipt)
         except StaleState:
             # The reconciler settled the row while the venue call was in flight. Its state
