@@ -57,6 +57,9 @@ BODY_ROUTES = [
         OPERATOR,
     ),
     ("POST", "/v1/admin/quarantine/alpha/op-1/take-over", {"reason": "r"}, OPERATOR),
+    ("POST", "/v1/admin/holds", {"scope": "alpha", "reason": "r"}, OPERATOR),
+    ("POST", "/v1/admin/holds/h-1/release", {"reason": "r"}, OPERATOR),
+    ("POST", "/v1/admin/prune", {"before": "2000-01-01T00:00:00Z"}, OPERATOR),
     (
         "POST",
         "/v1/admin/continuations/alpha/op-1/retry",

@@ -288,3 +288,124 @@ class TestContinuationChains:
         assert not live("op-4")  # no chain at all
         store.transition("default", follow, State.VALIDATED, State.REJECTED, now=clock())
         assert not live("op-3") and not live(follow)
+
+
+def controls_then_orders(store: Store, *, keep: str | None = None) -> tuple[Gate, ManualClock]:
+    """A ledger that starts with entries not about an operation (a revoked token, a released
+    hold, kill-switch changes later superseded), then N settled orders, then the kill switch's
+    latest change. ``keep``: also start with one entry that stays in force ("token": a live
+    principal; "hold": an active hold on another scope)."""
+    clock = ManualClock()
+    if keep == "token":
+        store.create_principal("live-agent", "agent", "default", created_by="alice", now=clock())
+    if keep == "hold":
+        store.place_hold("elsewhere", None, by="alice", reason="litigation", now=clock())
+    store.create_principal("old-agent", "agent", "default", created_by="alice", now=clock())
+    store.revoke_principal("old-agent", revoked_by="alice", now=clock())
+    hold = store.place_hold("default", "op-x", by="alice", reason="review", now=clock())
+    store.release_hold(hold.hold_id, by="alice", reason="done", now=clock())
+    store.set_kill("submit_order", True, operator="alice", reason="drill", now=clock())
+    clock.advance(1)
+    store.set_kill("submit_order", False, operator="alice", reason="drill over", now=clock())
+    clock.advance(1)
+    gate, _ = settled_with(store, clock)
+    store.set_kill("submit_order", True, operator="alice", reason="later", now=clock())
+    clock.advance(1)
+    return gate, clock
+
+
+def settled_with(store: Store, clock: ManualClock) -> tuple[Gate, ManualClock]:
+    gate = Gate(
+        store=store,
+        registry=default_registry(),
+        adapters={"paper": PaperAdapter(PaperVenue())},
+        policy=PolicySet({"submit_order": LimitPolicy(Decimal("100000"))}),
+        clock=clock,
+    )
+    for i in range(N):
+        gate.submit("submit_order", f"op-{i}", {**EXAMPLE_ORDER, "quantity": "1"})
+        clock.advance(1)
+    clock.advance(max(min_ages(gate.registry).values()) + 60)
+    return gate, clock
+
+
+def kinds(store: Store) -> list[str]:
+    return [e.kind for e in store.audit_entries(limit=100_000)]
+
+
+class TestEntriesNoLongerInForce:
+    """docs/evidence.md, "Entries not about an operation": a prune cuts past controls,
+    principals and holds that are no longer in force and keeps every one that is; the chain
+    still verifies from the checkpoint (invariant 8)."""
+
+    def test_superseded_controls_revoked_tokens_and_released_holds_go(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        gate, clock = controls_then_orders(store)
+        report, after = run_prune(store, gate, clock, tmp_path, clock())
+        assert after.ok, after.findings
+        # Each lane keeps its head entry (PostgreSQL: sixteen lanes, so a few orders stay);
+        # on SQLite's one lane the head is the last kill switch change, and every order goes.
+        assert report.operations > 0 and len(rows(store)) == N - report.operations
+        if type(store).__name__ == "SQLiteStore":
+            assert report.operations == N
+        assert 0 in report.cuts  # the lane of the entries not about an operation
+        left = kinds(store)
+        for gone in ("principal_created", "principal_revoked", "legal_hold_placed"):
+            assert gone not in left
+        # The kill switch's latest change is in force: it stays, and so does its state.
+        assert "kill_switch_on" in left and store.controls("submit_order").killed
+        assert "kill_switch_off" not in left
+
+    def test_a_live_token_is_in_force_and_stays(self, store: Store, tmp_path: Path) -> None:
+        gate, clock = controls_then_orders(store, keep="token")
+        report, after = run_prune(store, gate, clock, tmp_path, clock())
+        assert after.ok, after.findings
+        live = [e for e in store.audit_entries(limit=100_000) if e.kind == "principal_created"]
+        # The prefix stops at the live token's entry: it (and all after it) stays.
+        assert [e.detail["name"] for e in live][:1] == ["live-agent"]
+        assert any("live" in why for why in report.stopped.values())
+
+    def test_an_active_hold_is_in_force_and_stays(self, store: Store, tmp_path: Path) -> None:
+        gate, clock = controls_then_orders(store, keep="hold")
+        report, after = run_prune(store, gate, clock, tmp_path, clock())
+        assert after.ok, after.findings
+        placed = [e for e in store.audit_entries(limit=100_000) if e.kind == "legal_hold_placed"]
+        assert [e.detail["scope"] for e in placed][:1] == ["elsewhere"]
+        assert any("hold is active" in why for why in report.stopped.values())
+
+    def test_a_token_revoked_too_recently_stays(self, store: Store, tmp_path: Path) -> None:
+        gate, clock = controls_then_orders(store)
+        # Cut-off before the revocation: the token's entries are still in force.
+        report, after = run_prune(store, gate, clock, tmp_path, before=1.0)
+        assert after.ok and report.operations == 0
+        assert "principal_created" in kinds(store)
+
+    def test_a_run_goes_once_sealed_snapshotted_and_past_retention(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        from runkit import RUN, SCOPE, tool_call
+
+        clock = ManualClock()
+        store.record_run_call(SCOPE, tool_call("t-1"), now=clock(), actor="harness-1")
+        gate, _ = settled_with(store, clock)
+
+        def run_entries() -> list[str]:
+            return [k for k in kinds(store) if k.startswith("run_")]
+
+        # Unsealed: the run's journal is in force; the prefix stops at its first entry.
+        report, after = run_prune(store, gate, clock, tmp_path, clock())
+        assert after.ok and "run_call_recorded" in run_entries()
+        assert any("unsealed" in why for why in report.stopped.values())
+        store.seal_run(SCOPE, RUN, actor="ops-1", reason="done", now=clock())
+        # Sealed, not yet snapshotted: still in force.
+        clock.advance(max(min_ages(gate.registry).values()) + 60)
+        run_prune(store, gate, clock, tmp_path, clock())
+        assert "run_call_recorded" in run_entries()
+        store.snapshot_run(SCOPE, RUN, now=clock(), actor="ops-1")
+        clock.advance(max(min_ages(gate.registry).values()) + 60)
+        store.set_kill("submit_order", True, operator="alice", reason="head", now=clock())
+        clock.advance(1)
+        report, after = run_prune(store, gate, clock, tmp_path, clock())
+        assert after.ok, after.findings
+        assert "run_call_recorded" not in run_entries()

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from effectgate._frontends.cli import app
 from effectgate._service._config import load_config
-from effectgate._verify import config_checks
+from effectgate._verify import Check, config_checks
+from effectgate._verify_own import CASES, own_class_checks
 from effectgate.store import open_store
 
 runner = CliRunner()
@@ -140,3 +141,234 @@ class TestVerifyCommand:
         bad = tmp_path / "bad.toml"
         bad.write_text("[store]\n")
         assert self.run(bad).returncode == 2
+
+
+CUSTOM_CLASSES = """
+from __future__ import annotations
+
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Literal
+
+from effectgate import IntentBase, PositiveDecimal, identifier
+
+
+class Refund(IntentBase):
+    action: Literal["refund_payment"]
+    customer: identifier(r"^cus_[a-z0-9]{4,12}$", 16)
+    currency: Literal["EUR", "USD"]
+    amount: PositiveDecimal
+    notify: bool
+
+
+def amount(effect: Mapping[str, str | int | bool]) -> Decimal:
+    return Decimal(str(effect["amount"]))
+"""
+
+CUSTOM_CONFIG = """
+[store]
+url = "sqlite:///ledger.db"
+
+[adapters.payments]
+kind = "paper"
+
+[adapters.infra]
+kind = "paper"
+
+[classes.refund_payment]
+schema = "verify_custom_classes:Refund"
+value = "verify_custom_classes:amount"
+adapter = "payments"
+effect_class = "non_idempotent_mutation"
+visibility_horizon = 30
+key_retention = 3600
+target_field = "customer"
+
+[classes.scale_service]
+adapter = "infra"
+effect_class = "idempotent_mutation"
+visibility_horizon = 20
+key_retention = 3600
+target_field = "service"
+
+[classes.scale_service.json_schema]
+type = "object"
+required = ["service", "replicas", "region"]
+
+[classes.scale_service.json_schema.properties.service]
+type = "string"
+pattern = "^[a-z][a-z0-9-]{2,20}$"
+maxLength = 21
+
+[classes.scale_service.json_schema.properties.replicas]
+type = "integer"
+minimum = 1
+maximum = 50
+
+[classes.scale_service.json_schema.properties.region]
+type = "string"
+enum = ["eu-west-1", "us-east-1"]
+
+[policies.refund_payment]
+kind = "limit"
+max_value = "500"
+approve_above = "100"
+
+[policies.scale_service]
+kind = "limit"
+"""
+
+
+@pytest.fixture
+def custom(tmp_path: Path) -> Path:
+    (tmp_path / "verify_custom_classes.py").write_text(CUSTOM_CLASSES)
+    cfg = tmp_path / "custom.toml"
+    cfg.write_text(CUSTOM_CONFIG)
+    return cfg
+
+
+def own(cfg_path: Path, url: str | None = None) -> dict[tuple[str, str], Check]:
+    cfg = load_config(cfg_path)
+    return {(c.guarantee, c.subject): c for c in own_class_checks(cfg, url)}
+
+
+CASE_TITLES = [title for title, _, _ in CASES]
+
+
+class TestLedgerCasesOnYourOwnClasses:
+    """The ledger cases (invariants 1, 2, 3, 4, the controls, approval tiers) run through a gate
+    built from the user's own classes and policies, with generated intents the policy accepts,
+    and judged by the shared invariant checkers."""
+
+    def test_the_starter_classes_pass_every_case(self, starter: Path) -> None:
+        found = own(starter)
+        for name in ("submit_order", "cancel_order"):
+            for title in CASE_TITLES:
+                assert found[(title, name)].status == "pass", found[(title, name)]
+        ask = "approval where the policy asks (tiers)"
+        assert found[(ask, "submit_order")].status == "pass"
+        assert "awaiting_approval" in found[(ask, "submit_order")].why
+        # cancel_order's policy never asks for approval: not applicable, and said why.
+        assert found[(ask, "cancel_order")].status == "n/a"
+
+    def test_two_custom_classes_one_from_json_schema(self, custom: Path) -> None:
+        found = own(custom)
+        for name in ("refund_payment", "scale_service"):
+            for title in CASE_TITLES:
+                assert found[(title, name)].status == "pass", found[(title, name)]
+        ask = found[("approval where the policy asks (tiers)", "refund_payment")]
+        assert ask.status == "pass", ask
+
+    def test_generated_intents_are_what_the_policy_accepts(self, custom: Path) -> None:
+        from effectgate._core.intent import Tier
+        from effectgate._verify_intents import IntentSource
+
+        cfg = load_config(custom)
+        ac = cfg.registry.get("refund_payment")
+        source = IntentSource(cfg.registry, ac, cfg.policy)
+        auto, ask = source.auto(), source.needs_approval()
+        assert auto is not None and ask is not None
+        assert source.tier(auto) is Tier.VALIDATE and source.tier(ask) is Tier.APPROVE
+        assert str(auto["customer"]).startswith("cus_") and auto["currency"] in ("EUR", "USD")
+
+    def test_a_class_whose_floor_needs_a_human_is_not_applicable(self, custom: Path) -> None:
+        edit(
+            custom, 'target_field = "customer"', 'target_field = "customer"\ntier_floor = "approve"'
+        )
+        found = own(custom)
+        replay = found[(CASE_TITLES[0], "refund_payment")]
+        assert replay.status == "n/a" and "tier floor approve" in replay.why
+
+    def test_a_reintroduced_bug_fails_the_crash_case(self, custom: Path) -> None:
+        # Invariants 1 and 3: with the test-only switch on, a retry of an uncertain row is
+        # dispatched again; verify must say so for the user's own classes.
+        from effectgate._sim._bugs import reintroduced
+
+        with reintroduced("redispatch_uncertain"):
+            found = own(custom)
+        crash = "a crash after the journal stays uncertain, then settles"
+        for name in ("refund_payment", "scale_service"):
+            assert found[(crash, name)].status == "fail", found[(crash, name)]
+            assert "venue calls=1" in found[(crash, name)].why
+        assert found[(CASE_TITLES[0], "refund_payment")].status == "pass"
+
+    def test_a_policy_that_allows_nothing_is_not_applicable(self, custom: Path) -> None:
+        # "nobody" is no valid customer: no intent of the class is ever allowed, so the cases
+        # cannot run; they say so instead of passing.
+        edit(custom, 'approve_above = "100"', 'allowed_targets = ["nobody"]')
+        found = own(custom)
+        replay = found[(CASE_TITLES[0], "refund_payment")]
+        assert replay.status == "n/a"
+        assert "allows no generated intent" in replay.why
+        assert found[(CASE_TITLES[0], "scale_service")].status == "pass"
+
+    @pytest.mark.postgres
+    def test_on_postgresql_scratch_schemas(self, custom: Path) -> None:
+        from conftest import require_pg
+
+        found = own(custom, require_pg())
+        assert all(c.status != "fail" for c in found.values()), found
+        assert found[(CASE_TITLES[3], "scale_service")].status == "pass"
+
+
+class TestConformanceKitOnConfiguredAdapters:
+    """``verify --adapters``: the kit (docs/adapters.md) against each configured adapter where
+    effectgate can drive a sandbox (paper, http against a loopback paper server); n/a with
+    why for every other kind."""
+
+    def test_paper_and_http_adapters_pass_and_others_are_not_applicable(
+        self, starter: Path
+    ) -> None:
+        import dataclasses
+
+        from effectgate._service._config import AdapterConfig
+        from effectgate._verify_adapters import adapter_checks
+
+        cfg = load_config(starter)
+        adapters = {
+            **cfg.adapters,
+            "remote": AdapterConfig("remote", "http", endpoint="http://127.0.0.1:8700"),
+            "cards": AdapterConfig("cards", "stripe"),
+        }
+        found = {
+            (c.guarantee, c.subject): c
+            for c in adapter_checks(dataclasses.replace(cfg, adapters=adapters))
+        }
+        for name in ("paper", "remote"):
+            assert found[("conformance same-key-twice", name)].status == "pass"
+            assert found[("conformance kit", name)].status == "pass", found
+        # The HTTP adapter's transport classification is measured against loopback faults.
+        tc = found[("conformance transport-classification", "remote")]
+        assert tc.status == "pass" and "reset-after-request: unknown" in tc.why
+        assert found[("conformance kit", "cards")].status == "n/a"
+        assert "no sandbox" in found[("conformance kit", "cards")].why
+
+    def test_a_class_claiming_keys_over_a_venue_that_forgets_them_fails(
+        self, starter: Path
+    ) -> None:
+        import dataclasses
+
+        from effectgate._service._config import AdapterConfig
+        from effectgate._verify_adapters import adapter_checks
+
+        edit(
+            starter,
+            "[classes.cancel_order.json_schema]\n",
+            '[classes.cancel_order.venue]\nhonours_key = "true"\n\n'
+            "[classes.cancel_order.json_schema]\n",
+        )
+        cfg = load_config(starter)
+        forgets = AdapterConfig("paper", "paper", options={"honour_key": False})
+        found = {
+            (c.guarantee, c.subject): c
+            for c in adapter_checks(dataclasses.replace(cfg, adapters={"paper": forgets}))
+        }
+        claim = found[("declared honours_key measured by the kit", "cancel_order")]
+        assert claim.status == "fail" and "measured 'false'" in claim.why
+        assert ("declared honours_key measured by the kit", "submit_order") not in found
+
+    def test_the_command_runs_the_kit_with_adapters(self, starter: Path) -> None:
+        done = TestVerifyCommand().run(starter, "--adapters", "--json")
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        rows = json.loads(done.stdout)
+        assert any(r["guarantee"] == "conformance same-key-twice" for r in rows)

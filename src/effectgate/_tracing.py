@@ -7,8 +7,9 @@ pass). Attributes are identifiers and outcomes only: ``effectgate.operation_key`
 venue's reply or a credential.
 
 Tracing is off until :func:`enable` (or ``EFFECTGATE_TRACING=otel`` in the environment, read
-once at import). Off, or with the extra absent, :func:`span` returns one shared no-op context
-manager: a global read and a call, nothing else, on the hot path.
+once at import). Off, or with the extra absent, the gate does not call :func:`span` at all: it
+branches on ``_tracer is not None`` (a plain ``if``); elsewhere :func:`span` returns one shared
+no-op context manager.
 
 The HTTP door extracts a W3C ``traceparent`` from the request's headers and the MCP door from
 a tool call's ``_meta`` (:func:`attach_remote`), so the gate's spans join the caller's trace.

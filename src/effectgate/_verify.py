@@ -159,8 +159,22 @@ def scenario_checks(store_url: str | None) -> list[Check]:
     ]
 
 
-def run_verify(cfg: ServiceConfig, store_url: str | None, store: Store | None) -> list[Check]:
-    return [*config_checks(cfg, store), *scenario_checks(store_url)]
+def run_verify(
+    cfg: ServiceConfig, store_url: str | None, store: Store | None, *, adapters: bool = False
+) -> list[Check]:
+    """Every check; ``adapters``: also the conformance kit against the configured adapters."""
+    from effectgate._verify_own import own_class_checks
+
+    checks = [
+        *config_checks(cfg, store),
+        *own_class_checks(cfg, store_url),
+        *scenario_checks(store_url),
+    ]
+    if adapters:
+        from effectgate._verify_adapters import adapter_checks
+
+        checks += adapter_checks(cfg)
+    return checks
 
 
 def junit_xml(checks: list[Check]) -> bytes:

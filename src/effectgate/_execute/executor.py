@@ -194,8 +194,17 @@ class Gate:
                 field="operation_id",
                 reason="reserved_operation_id",
             )
-        where = {"effectgate.operation_key": f"{scope}:{operation_id}", "effectgate.action": action}
-        with _tracing.span("effectgate.parse", where):
+        # Tracing off (the default) is a plain branch: no span, no attribute dict (_tracing).
+        traced = _tracing._tracer is not None
+        where = (
+            {"effectgate.operation_key": f"{scope}:{operation_id}", "effectgate.action": action}
+            if traced
+            else {}
+        )
+        if traced:
+            with _tracing.span("effectgate.parse", where):
+                parsed = self._parse(action, operation_id, intent, scope)
+        else:
             parsed = self._parse(action, operation_id, intent, scope)
         if principal is not None and (
             not IDENTITY_PATTERN.fullmatch(principal) or principal.startswith(SYSTEM_PREFIX)
@@ -207,7 +216,10 @@ class Gate:
                 reason="invalid_principal",
             )
         action_class = self.registry.get(action)
-        with _tracing.span("effectgate.policy", where):
+        if traced:
+            with _tracing.span("effectgate.policy", where):
+                decision = self.policy.decide(action_class, parsed)
+        else:
             decision = self.policy.decide(action_class, parsed)
         if admission is not None:
             decision = at_least(decision, Tier(admission.min_tier))
@@ -241,7 +253,10 @@ class Gate:
                 guard.proposers = tuple(dict.fromkeys((*guard.proposers, *admission.excluded)))
             now = self.clock()
             try:
-                with _tracing.span("effectgate.journal", where):
+                if traced:
+                    with _tracing.span("effectgate.journal", where):
+                        done = journal(new, path, now=now, guard=guard, audit=provenance)
+                else:
                     done = journal(new, path, now=now, guard=guard, audit=provenance)
                 break
             except CommitOutcomeUnknown:
@@ -515,9 +530,17 @@ class Gate:
         crashpoint("after_journal")
         adapter = self.adapters[self.registry.get(row.action).adapter]
         request = OutboundRequest(operation_key=row.op_key, action=row.action, effect=row.effect)
-        where = {"effectgate.operation_key": row.op_key, "effectgate.action": row.action}
+        traced = _tracing._tracer is not None
+        where = (
+            {"effectgate.operation_key": row.op_key, "effectgate.action": row.action}
+            if traced
+            else {}
+        )
         try:
-            with _tracing.span("effectgate.dispatch", where):
+            if traced:
+                with _tracing.span("effectgate.dispatch", where):
+                    receipt = adapter.execute(request, timeout=self.dispatch_timeout)
+            else:
                 receipt = adapter.execute(request, timeout=self.dispatch_timeout)
         except Exception as exc:
             log.warning(
@@ -528,9 +551,12 @@ class Gate:
             receipt = Receipt(Outcome.UNKNOWN, detail={"error": _describe(exc)})
         crashpoint("after_venue_call")
         try:
-            with _tracing.span(
-                "effectgate.receipt", {**where, "effectgate.outcome": receipt.outcome.value}
-            ):
+            if traced:
+                with _tracing.span(
+                    "effectgate.receipt", {**where, "effectgate.outcome": receipt.outcome.value}
+                ):
+                    row = self._journal_receipt(row, receipt)
+            else:
                 row = self._journal_receipt(row, receipt)
         except StaleState:
             # The reconciler settled the row while the venue call was in flight. Its state

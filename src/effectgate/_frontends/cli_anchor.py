@@ -262,6 +262,12 @@ def verify_command(
     ] = None,
     junit: Annotated[Path | None, typer.Option(help="Also write a JUnit XML report.")] = None,
     as_json: JsonOpt = False,
+    adapters: Annotated[
+        bool,
+        typer.Option(
+            "--adapters", help="Also run the conformance kit against the configured adapters."
+        ),
+    ] = False,
 ) -> None:
     """Check effectgate's guarantees against YOUR configuration: its safety (policies, keys,
     kill switches, approvals) and the ledger cases and invariants in scratch ledgers. Exit 1 on
@@ -287,7 +293,7 @@ def verify_command(
             "its principals are not checked"
         )
     try:
-        checks = run_verify(cfg, url, ledger)
+        checks = run_verify(cfg, url, ledger, adapters=adapters)
     finally:
         if ledger is not None:
             ledger.close()

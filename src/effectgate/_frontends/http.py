@@ -45,6 +45,7 @@ from effectgate._frontends._http_channels import CHANNELS_PREFIX, channels_route
 from effectgate._frontends._http_continuations import continuations_router
 from effectgate._frontends._http_grants import grants_router
 from effectgate._frontends._http_quarantine import quarantine_router
+from effectgate._frontends._http_retention import retention_router
 from effectgate._frontends._http_runs import harness_runs_router
 from effectgate._frontends._http_tracing import TraceContext
 from effectgate._frontends._models import OperationOut, Problem, operation_out, problem_for
@@ -267,6 +268,9 @@ def create_app(
     )
     app.include_router(
         grants_router(service, operator, anyone, _ERRORS), prefix="/v1/admin", tags=["operator"]
+    )
+    app.include_router(
+        retention_router(service, operator, _ERRORS), prefix="/v1/admin", tags=["operator"]
     )
     if service.config.channels:
         app.include_router(channels_router(service, _ERRORS), tags=["channels"])

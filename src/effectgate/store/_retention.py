@@ -8,11 +8,11 @@ rows and approval records; it records each lane's cut ``(seq, hash)`` as the lan
 entry naming every cut, in the same transaction. An operation may go only when
 :func:`prunable_operation` says so: terminal, settled before the cut-off and past its class's
 key retention and reconciler horizon, under no active legal hold, not bound to an unsealed run,
-and with no live continuation (:func:`has_live_continuation`). The prefix stops at the first
-entry that is not about such an operation, in particular at any entry not about an operation
-at all (controls, approvals rounds' settings, policy, principals, holds, prunes), at an
-operation whose entries extend past the cut, and before the lane's head entry, which is
-never removed; it covers only entries at or below an anchored head.
+and with no live continuation (:func:`has_live_continuation`). An entry not about an operation
+(controls, principals, holds, runs, prunes) may go only when it is no longer in force
+(:mod:`effectgate.store._retention_rules`). The prefix stops at the first entry that may not
+go, at an operation whose entries extend past the cut, and before the lane's head entry, which
+is never removed; it covers only entries at or below an anchored head.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from effectgate._core.retention import LegalHold, PruneReport
 from effectgate._core.states import TERMINAL, State
 from effectgate.errors import ConfigError, OperationNotFound
 from effectgate.store._hooks import StoreHooks
+from effectgate.store._retention_rules import entry_in_force
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import IDENTITY_PATTERN, SYSTEM_PREFIX
 
@@ -264,7 +265,7 @@ class RetentionRoles(StoreHooks):
         report: PruneReport,
     ) -> None:
         entries = tx.rows(
-            "SELECT seq, hash, scope, operation_id, at FROM audit_log "
+            "SELECT seq, hash, scope, operation_id, at, kind, detail FROM audit_log "
             "WHERE lane = ? AND seq > ? AND seq < ? ORDER BY seq LIMIT ?",
             (lane, after, anchored_seq, PRUNE_BATCH),  # the anchored head itself stays
         )
@@ -273,13 +274,30 @@ class RetentionRoles(StoreHooks):
         cut: tuple[int, str] | None = None
         ops_in_prefix: set[tuple[str, str]] = set()
         reach = 0  # the highest seq any operation in the prefix has an entry at
-        for seq, entry_hash, scope, operation_id, at in entries:
-            if scope is None or operation_id is None:
-                report.stopped[lane] = f"seq {seq}: an entry not about an operation"
-                break
+        retention = max(min_age.values(), default=0.0)
+        for seq, entry_hash, scope, operation_id, at, kind, detail in entries:
             if float(at) >= before:
                 report.stopped[lane] = f"seq {seq}: after the cut-off"
                 break
+            if operation_id is None:
+                # Controls, principals, holds, runs, prunes: cut only what is no longer in
+                # force (store/_retention_rules.py, docs/evidence.md).
+                why_kept = entry_in_force(
+                    tx,
+                    str(kind),
+                    str(detail),
+                    None if scope is None else str(scope),
+                    float(at),
+                    before=before,
+                    now=now,
+                    retention=retention,
+                )
+                if why_kept is not None:
+                    report.stopped[lane] = f"seq {seq}: {why_kept}"
+                    break
+                if reach <= int(seq):
+                    cut = (int(seq), str(entry_hash))
+                continue
             op = (str(scope), str(operation_id))
             if op not in verdicts:
                 verdicts[op] = prunable_operation(
