@@ -59,8 +59,8 @@ def acting_principal(store: Store, entry: Operation) -> str | None:
 def dispatched_micros(store: Store, holder: str, actions: frozenset[str], since: float) -> int:
     """The value dispatched under ``holder`` in ``actions`` since ``since``, in micros.
 
-    The one read of the record of dispatched value the grant budget makes; at merge, point it
-    at issue 14's record (the same numbers, in one place)."""
+    The one read of the record of dispatched value the grant budget makes; when budgets and
+    envelopes share one record of dispatched value, it reads that instead."""
     return store.dispatched_micros(holder, actions, since)
 
 
