@@ -60,9 +60,12 @@ from effectgate.store.base import OPERATION_ID_PATTERN
 
 __all__ = [
     "LOOKUP_TOOL",
+    "OPERATION_ID_SCHEMA",
     "PIN_META_KEY",
     "McpHttpMount",
     "build_server",
+    "lookup_tool",
+    "principal_for",
     "run_stdio",
     "tool_definitions",
 ]
@@ -70,7 +73,7 @@ __all__ = [
 LOOKUP_TOOL: Final = "get_operation"
 PIN_META_KEY: Final = "io.effectgate/operation_id"
 _PRINCIPAL_KEY: Final = "effectgate.principal"
-_ID_SCHEMA: Final = {
+OPERATION_ID_SCHEMA: Final = {
     "type": "string",
     "pattern": f"^{OPERATION_ID_PATTERN.pattern}$",
     "maxLength": 128,
@@ -84,7 +87,7 @@ def tool_definitions(service: Service) -> list[types.Tool]:
     tools: list[types.Tool] = []
     for ac in service.config.registry:
         schema = ac.json_schema()
-        schema["properties"] = {"operation_id": _ID_SCHEMA, **schema["properties"]}
+        schema["properties"] = {"operation_id": OPERATION_ID_SCHEMA, **schema["properties"]}
         schema["required"] = ["operation_id", *schema.get("required", [])]
         mutation = ac.effect_class.value != "read_only"
         tools.append(
@@ -106,22 +109,25 @@ def tool_definitions(service: Service) -> list[types.Tool]:
                 ),
             )
         )
-    tools.append(
-        types.Tool(
-            name=LOOKUP_TOOL,
-            title="get operation",
-            description="Look up an operation you proposed, by its operation id (read-only).",
-            input_schema={
-                "type": "object",
-                "properties": {"operation_id": _ID_SCHEMA},
-                "required": ["operation_id"],
-                "additionalProperties": False,
-            },
-            output_schema=output,
-            annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
-        )
-    )
+    tools.append(lookup_tool(output))
     return tools
+
+
+def lookup_tool(output: dict[str, Any]) -> types.Tool:
+    """The read-only ``get_operation`` tool, answering with the ``output`` schema."""
+    return types.Tool(
+        name=LOOKUP_TOOL,
+        title="get operation",
+        description="Look up an operation you proposed, by its operation id (read-only).",
+        input_schema={
+            "type": "object",
+            "properties": {"operation_id": OPERATION_ID_SCHEMA},
+            "required": ["operation_id"],
+            "additionalProperties": False,
+        },
+        output_schema=output,
+        annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
+    )
 
 
 def build_server(
@@ -141,7 +147,7 @@ def build_server(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         try:
-            who = await _principal(ctx, principal)
+            who = await principal_for(ctx, principal)
             service.limiter.check(who)
             return await _call(service, who, params)
         except EffectgateError as exc:
@@ -162,9 +168,11 @@ def build_server(
     )
 
 
-async def _principal(
+async def principal_for(
     ctx: ServerRequestContext[Any], fixed: Principal | Callable[[], Principal] | None
 ) -> Principal:
+    """The calling agent: the one :class:`McpHttpMount` put in the HTTP request's scope, else
+    ``fixed`` (a principal, or a callable that authenticates afresh)."""
     request = ctx.request
     scope = getattr(request, "scope", None)
     found = scope.get(_PRINCIPAL_KEY) if isinstance(scope, Mapping) else None

@@ -41,7 +41,14 @@ from mcp.server.stdio import stdio_server
 from effectgate import __version__
 from effectgate._frontends._mcp_screen import REFUSED_META, ScreenedLines
 from effectgate._frontends._models import OperationOut, operation_out, problem_for
-from effectgate._frontends.mcp import LOOKUP_TOOL, PIN_META_KEY, McpHttpMount
+from effectgate._frontends.mcp import (
+    LOOKUP_TOOL,
+    OPERATION_ID_SCHEMA,
+    PIN_META_KEY,
+    McpHttpMount,
+    lookup_tool,
+    principal_for,
+)
 from effectgate._gateway._adapter import UpstreamAdapter
 from effectgate._gateway._config import GatewayConfig, bind, schema_digest
 from effectgate._gateway._upstream import UpstreamLink
@@ -51,7 +58,6 @@ from effectgate.errors import (
     ConfigError,
     EffectgateError,
     IntentError,
-    Unauthenticated,
     UnknownActionClass,
     UpstreamSchemaHeld,
 )
@@ -63,15 +69,7 @@ __all__ = ["Gateway", "build_gateway_server", "gateway_app", "run_gateway_stdio"
 log = logging.getLogger("effectgate.gateway")
 
 HELD_AUDIT: Final = "gateway_schema_held"
-_PRINCIPAL_KEY: Final = "effectgate.principal"
 _SYSTEM: Final = "effectgate.gateway"
-_ID_SCHEMA: Final = {
-    "type": "string",
-    "pattern": f"^{OPERATION_ID_PATTERN.pattern}$",
-    "maxLength": 128,
-    "description": "The operation id: mint it once when you decide on this action and send "
-    "the same id on every retry of it. A new id is a new action.",
-}
 _FILLED = ("action", "intent_version")
 
 
@@ -213,7 +211,7 @@ def _governed_tools(gw: Gateway) -> list[types.Tool]:
         props = {k: v for k, v in schema["properties"].items() if k not in _FILLED}
         required = [r for r in schema.get("required", []) if r not in _FILLED]
         if mode == "argument":
-            props = {"operation_id": _ID_SCHEMA, **props}
+            props = {"operation_id": OPERATION_ID_SCHEMA, **props}
             required = ["operation_id", *required]
         schema.update(properties=props, required=required)
         how = {
@@ -244,21 +242,7 @@ def _governed_tools(gw: Gateway) -> list[types.Tool]:
                 ),
             )
         )
-    tools.append(
-        types.Tool(
-            name=LOOKUP_TOOL,
-            title="get operation",
-            description="Look up an operation you proposed, by its operation id (read-only).",
-            input_schema={
-                "type": "object",
-                "properties": {"operation_id": _ID_SCHEMA},
-                "required": ["operation_id"],
-                "additionalProperties": False,
-            },
-            output_schema=output,
-            annotations=types.ToolAnnotations(read_only_hint=True, idempotent_hint=True),
-        )
-    )
+    tools.append(lookup_tool(output))
     return tools
 
 
@@ -279,7 +263,7 @@ def build_gateway_server(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         try:
-            who = await _principal(ctx, principal)
+            who = await principal_for(ctx, principal)
             gw.service.limiter.check(who)
             return await _call(gw, who, params)
         except EffectgateError as exc:
@@ -298,20 +282,6 @@ def build_gateway_server(
         instructions="Consequential tools are governed by effectgate: each result is the "
         "journalled operation and its outcome; look one up with get_operation.",
     )
-
-
-async def _principal(
-    ctx: ServerRequestContext[Any], fixed: Principal | Callable[[], Principal] | None
-) -> Principal:
-    scope = getattr(ctx.request, "scope", None)
-    found = scope.get(_PRINCIPAL_KEY) if isinstance(scope, Mapping) else None
-    if isinstance(found, Principal):
-        return found
-    if isinstance(fixed, Principal):
-        return fixed
-    if fixed is not None:
-        return await anyio.to_thread.run_sync(fixed)
-    raise Unauthenticated("no agent token for this session")
 
 
 def _operation_id(mode: str, args: dict[str, Any], meta: Mapping[str, Any]) -> str:
