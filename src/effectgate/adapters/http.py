@@ -7,9 +7,7 @@ and effect fields, never a URL, header or credential (invariant 6).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -23,6 +21,7 @@ from effectgate._execute.adapter import (
     Receipt,
     VenueRecord,
 )
+from effectgate.adapters._credentials import Secret, load_secret
 from effectgate.errors import AdapterError, ConfigError
 
 __all__ = ["HttpVenueAdapter", "SendWatch", "not_sent_proof"]
@@ -30,23 +29,6 @@ __all__ = ["HttpVenueAdapter", "SendWatch", "not_sent_proof"]
 _ORDERS = "/v1/orders"
 _RECORDS = "/v1/records"
 _DRY_RUNS = "/v1/dry-runs"
-
-
-class _Secret:
-    """Holds the credential so that no repr, vars() dump or log line shows it."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "_Secret('***')"
-
-    __str__ = __repr__
 
 
 class HttpVenueAdapter(Adapter):
@@ -70,7 +52,7 @@ class HttpVenueAdapter(Adapter):
     ) -> None:
         self._endpoint = _check_endpoint(endpoint)
         self._speculation = speculation
-        self._secret = _Secret(_load_credential(credential_env, credential_file, credential))
+        self._secret = _load_credential(credential_env, credential_file, credential)
         if not timeout > 0:
             raise ConfigError("timeout must be positive")
         self._timeout = float(timeout)
@@ -306,27 +288,18 @@ def _check_endpoint(endpoint: str) -> str:
     return endpoint.rstrip("/")
 
 
-def _load_credential(env: str | None, file: str | None, value: str | None) -> str:
+def _load_credential(env: str | None, file: str | None, value: str | None) -> Secret:
     given = [source for source in (env, file, value) if source is not None]
     if len(given) != 1:
         raise ConfigError("give exactly one of credential_env, credential_file or credential")
-    if env is not None:
-        secret = os.environ.get(env)
-        if not secret:
-            raise ConfigError(f"environment variable {env} is not set or empty")
-    elif file is not None:
-        try:
-            secret = Path(file).read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise ConfigError(f"credential file {file} cannot be read: {exc.strerror}") from None
-        if not secret:
-            raise ConfigError(f"credential file {file} is empty")
+    if value is None:
+        secret = load_secret("credential", env=env, file=file)
+    elif not value:
+        raise ConfigError("credential is empty")
     else:
-        secret = value
-        if not secret:
-            raise ConfigError("credential is empty")
+        secret = Secret(value)
     try:
-        _check_header_value(secret, "credential")
+        _check_header_value(secret.reveal(), "credential")
     except AdapterError:
         raise ConfigError("credential contains characters not allowed in a header") from None
     return secret
