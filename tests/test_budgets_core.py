@@ -173,7 +173,7 @@ class TestConservation:
     def test_the_root_shows_the_sum_of_its_top_level_holds_and_closing_keeps_it(
         self, rs: list[Reservation]
     ) -> None:
-        p = policy(Resources(*(10**9 for _ in DIMENSIONS)))
+        p = policy(Resources(*(10**9 for _ in DIMENSIONS)), value_bound=True)
         snap = account(p, rs)
         assert snap.used == total([n.holds for n in snap.roots])[0]
         assert snap.reservations == len(rs)

@@ -8,9 +8,11 @@ can still answer after its last tool call. Token usage that is missing or invali
 pessimistically: it consumes the rest of the allowance and never resets it. Usage a provider
 reports is never clamped: one call may run past the allowance, and the overrun is kept.
 
-A :class:`Resources` vector holds explicit non-negative allowances in six dimensions. Unlike a
-run budget's limits, zero there permits nothing. Sums saturate at :data:`INT64_MAX` and report
-the overflow; an overflowed sum forbids admission instead of wrapping.
+A :class:`Resources` vector holds explicit non-negative allowances in seven dimensions: the
+seed's six and ``value_micros``, the summed declared value of a run's effects (optional: a
+plan bounds it only when it says so). Unlike a run budget's limits, zero there permits
+nothing. Sums saturate at :data:`INT64_MAX` and report the overflow; an overflowed sum forbids
+admission instead of wrapping.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from effectgate.errors import InvalidBudget
 __all__ = [
     "DIMENSIONS",
     "INT64_MAX",
+    "VALUE",
     "Resources",
     "RunBudget",
     "RunBudgetState",
@@ -38,8 +41,11 @@ __all__ = [
 
 #: Every stored amount fits a signed 64-bit column; sums saturate here.
 INT64_MAX = 2**63 - 1
-#: A plan account's dimensions, in the order reports list them.
-DIMENSIONS = ("steps", "tokens", "tool_calls", "fan_out", "replans", "money_micros")
+#: A plan account's dimensions, in the order reports list them. ``value_micros`` (the summed
+#: declared value of the effects of the runs a reservation admits) is the optional seventh.
+DIMENSIONS = ("steps", "tokens", "tool_calls", "fan_out", "replans", "money_micros", "value_micros")
+#: The optional dimension, left out of the canonical form while zero (see :meth:`to_dict`).
+VALUE = "value_micros"
 
 
 def _amount(value: object, name: str) -> int:
@@ -70,7 +76,7 @@ def saturating_add(a: int, b: int) -> tuple[int, bool]:
 
 @dataclass(frozen=True, slots=True)
 class Resources:
-    """Non-negative amounts in the six dimensions of a plan account (money in micro-units)."""
+    """Non-negative amounts in the dimensions of a plan account (money and value in micro-units)."""
 
     steps: int = 0
     tokens: int = 0
@@ -78,6 +84,7 @@ class Resources:
     fan_out: int = 0
     replans: int = 0
     money_micros: int = 0
+    value_micros: int = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -93,7 +100,12 @@ class Resources:
         return cls(**{k: _amount(v, f"{name}.{k}") for k, v in data.items()})
 
     def to_dict(self) -> dict[str, int]:
-        return asdict(self)
+        """The amounts by name. A zero ``value_micros`` is left out, so the digests of requests
+        and policies written before the seventh dimension existed stay what they were."""
+        out = asdict(self)
+        if not out[VALUE]:
+            del out[VALUE]
+        return out
 
     def add(self, other: Resources) -> tuple[Resources, bool]:
         """The sum, each dimension saturated; the flag says some dimension overflowed."""

@@ -22,6 +22,7 @@ from effectgate.errors import ControlError, GrantNotFound, GrantWider
 from effectgate.store._hooks import StoreHooks
 from effectgate.store._principals import check_actor
 from effectgate.store._tx import SharedTx
+from effectgate.store._value_record import principal_value
 from effectgate.store.base import IDENTITY_PATTERN, Operation, credential_marker
 
 __all__ = ["GrantRoles"]
@@ -225,32 +226,11 @@ class GrantRoles(StoreHooks):
     def dispatched_micros(self, holder: str, actions: frozenset[str], since: float) -> int:
         """Value dispatched since ``since`` of operations ``holder`` proposed, in ``actions``.
 
-        Reads the dispatch record (``dispatch_log``) and, for the proposer, the journal entry
-        the gate wrote from the authenticated credential. The one function to re-point at the
-        shared record of dispatched value (issue 14) when that record names the principal.
+        Reads the one record of dispatched value (store/_value_record.py), which the
+        envelope's exposure window and a plan's value dimension read too; the proposer comes
+        from the journal entry the gate wrote from the authenticated credential.
         """
-        args: list[Any] = [since]
-        only = ""
-        if ANY not in actions:
-            only = f" AND d.action IN ({','.join('?' * len(actions))})"
-            args.extend(sorted(actions))
-        rows = self._rows(
-            "SELECT d.op_key, d.value_micros, a.detail FROM dispatch_log d "
-            "JOIN operations o ON o.op_key = d.op_key "
-            "JOIN audit_log a ON a.scope = o.scope AND a.operation_id = o.operation_id "
-            f"AND a.kind = 'transition' WHERE d.at >= ?{only}",
-            args,
-            "dispatched_micros",
-        )
-        seen: set[str] = set()
-        total = 0
-        for op_key, micros, detail in rows:
-            if op_key in seen or micros is None:
-                continue
-            if json.loads(detail).get("principal") == holder:
-                seen.add(op_key)
-                total += int(micros)
-        return total
+        return principal_value(self._rows, holder, None if ANY in actions else actions, since)
 
     # --- helpers -------------------------------------------------------------------------
 

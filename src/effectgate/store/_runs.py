@@ -41,9 +41,9 @@ from effectgate.errors import (
     RunError,
     RunSealed,
 )
-from effectgate.store._budgets import admit_tool_slot
 from effectgate.store._hooks import Hold, StoreHooks
 from effectgate.store._journal import journal_new
+from effectgate.store._run_budgets import admit_tool_slot
 from effectgate.store._sql import SELECT_OP, operation_from_row
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import (

@@ -258,7 +258,28 @@ def shared_migrations(t: Types) -> list[str]:
         grants_tables(t),  # delegated authority (store/_grants.py)
         policy_tables(t),  # governed policy versions (store/_policies.py)
         channel_tables(t),  # signed-callback nonces (store/_channels.py)
+        value_record_columns(t),  # the shared record of dispatched value (_value_record.py)
     ]
+
+
+def value_record_columns(t: Types) -> str:
+    """The one record of dispatched value (store/_value_record.py) and runs under a plan's
+    reservations (store/_run_plans.py), issue 14.
+
+    ``dispatch_log.run_scope/run_id``: the run whose value dimension reads the entry (NULL for
+    every other dispatch: the partial index is never written for them). ``run_budgets``: the
+    leaf reservation a run was admitted under (one run per leaf) and when that leaf settled.
+    """
+    return """
+ALTER TABLE dispatch_log ADD COLUMN run_scope {text};
+ALTER TABLE dispatch_log ADD COLUMN run_id {text};
+CREATE INDEX dispatch_log_by_run ON dispatch_log (run_scope, run_id) WHERE run_id IS NOT NULL;
+ALTER TABLE run_budgets ADD COLUMN plan_id {text};
+ALTER TABLE run_budgets ADD COLUMN reservation_id {text};
+ALTER TABLE run_budgets ADD COLUMN settled_at {real};
+CREATE UNIQUE INDEX run_budgets_by_reservation ON run_budgets (scope, plan_id, reservation_id)
+    WHERE reservation_id IS NOT NULL
+""".format(**asdict(t))
 
 
 def retention_tables(t: Types) -> str:

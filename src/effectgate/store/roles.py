@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     )
     from effectgate._core.resolution import Resolution
     from effectgate._core.retention import LegalHold, PruneReport
+    from effectgate._core.run_value import RunLink
     from effectgate._core.runs import (
         ProviderReceipt,
         RunCall,
@@ -769,6 +770,25 @@ class Budgets(Protocol):
         self, scope: str | None = None, *, limit: int = 100
     ) -> list[tuple[str, str]]:
         """``(scope, plan_id)``, newest first."""
+
+    def admit_run(
+        self, scope: str, run_id: str, plan_id: str, reservation_id: str, *, now: float, actor: str
+    ) -> tuple[RunLink, bool]:
+        """Admit a run under an open leaf: its budget is the leaf's allocation (one run per
+        leaf; the same again is a replay)."""
+
+    def run_link(self, scope: str, run_id: str) -> RunLink | None: ...
+
+    def settle_run(
+        self, scope: str, run_id: str, *, now: float, actor: str
+    ) -> tuple[Reservation, bool]:
+        """Settle the run's leaf from its stored usage and dispatched value."""
+
+    def run_dispatched_value(self, scope: str, run_id: str) -> int:
+        """The summed declared value of the run's effects in the record, in micros."""
+
+    def prune_dispatch_record(self, *, now: float, keep: float = 86400.0) -> int:
+        """Delete record entries no reader holds any more (window, open run, live grant)."""
 
 
 @runtime_checkable
