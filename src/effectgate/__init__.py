@@ -42,6 +42,7 @@ from effectgate._core.reservations import (
 )
 from effectgate._core.resolution import EvidenceKind, Proof, Resolution, ResolutionOutcome
 from effectgate._core.run_snapshot import verify as verify_run_snapshot
+from effectgate._core.run_value import RunLink
 from effectgate._core.runs import (
     ProviderOutcome,
     ProviderReceipt,
@@ -224,6 +225,7 @@ __all__ = [
     "RunCallRef",
     "RunCompletion",
     "RunJournal",
+    "RunLink",
     "RunSeal",
     "RunSealer",
     "RunSummary",
