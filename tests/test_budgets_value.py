@@ -311,6 +311,7 @@ class TestValueAtDispatch:
             gate.submit("submit_order", f"op-{i}", EXAMPLE_ORDER, run_call=ref) for i in range(3)
         ]
         assert [r.state for r in rows] == [State.ACKNOWLEDGED] * 3
+        assert adapter.execute_calls == 3
         # No reader: the entries name no run.
         assert store.run_dispatched_value(SCOPE, "run-a") == 0
 
@@ -320,7 +321,19 @@ class TestValueAtDispatch:
             assert gate.submit("submit_order", f"free-{i}", EXAMPLE_ORDER).state is (
                 State.ACKNOWLEDGED
             )
+        assert adapter.execute_calls == 4
         assert store.run_dispatched_value(SCOPE, "run-a") == 0
+
+    def test_a_row_admitted_before_its_leaf_settled_is_refused_at_dispatch(
+        self, store: Store
+    ) -> None:
+        gate, adapter, ref = self._run(store)
+        row = gate.submit("submit_order", "op-1", EXAMPLE_ORDER, run_call=ref, dispatch=False)
+        assert row.state is State.VALIDATED
+        store.settle_run(SCOPE, "run-a", now=T0 + 2, actor=H)
+        late = gate.dispatch("op-1")
+        assert late.state is State.REJECTED and "(settled)" in (late.detail or "")
+        assert adapter.execute_calls == 0
 
 
 class TestOneRecordPrune:
