@@ -373,3 +373,37 @@ class TestOneRecordPrune:
         # Without the grant's budget nothing holds the entry past the retention.
         store.revoke_grants(by="ops", now=T0 + 1, holder="alice")
         assert store.prune_dispatch_record(now=later) == 1
+
+
+class TestHotPathUnchanged:
+    """Nothing reads the record for an unbound operation: its dispatch writes the one entry it
+    always wrote and touches the record no further; two commits per action (SQLite's statement
+    trace; PostgreSQL's first submit writes the entry inside its one statement, unchanged)."""
+
+    def test_an_unread_dispatch_writes_one_entry_and_nothing_else(self, tmp_path: Any) -> None:
+        from effectgate.bench.common import SQLiteCommitCounter
+        from effectgate.store.sqlite import SQLiteStore
+
+        store = SQLiteStore(str(tmp_path / "hot.db"))
+        plain = Gate(
+            store=store,
+            registry=default_registry(),
+            adapters={"paper": PaperAdapter(PaperVenue())},
+            policy=PolicySet({"submit_order": LimitPolicy(Decimal("1000"))}),
+            clock=ManualClock(T0),
+        )
+        checked, _ = _gate(store, ManualClock(T0))
+        seen: list[str] = []
+        for gate, op in ((plain, "warm"), (plain, "plain-1"), (checked, "checked-1")):
+            seen.clear()
+            counter = SQLiteCommitCounter(store._conn)  # type: ignore[attr-defined]
+            store._conn.set_trace_callback(  # type: ignore[attr-defined]
+                lambda sql, c=counter: (seen.append(sql), c._trace(sql))
+            )
+            assert gate.submit("submit_order", op, EXAMPLE_ORDER).state is State.ACKNOWLEDGED
+            counter.stop()
+            touching = [s for s in seen if "dispatch_log" in s]
+            assert len(touching) == 1 and touching[0].lstrip().upper().startswith("INSERT")
+            if gate is plain:
+                assert counter.commits == 2
+        store.close()
