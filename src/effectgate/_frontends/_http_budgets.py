@@ -13,11 +13,17 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
-from effectgate._core.budgets import Resources, RunBudget
-from effectgate._core.reservations import PlanPolicy, ReservationRequest, Settlement
+from effectgate._core.budgets import RunBudget
+from effectgate._frontends._budget_wire import (
+    PlanIn,
+    ReservationIn,
+    RunBudgetIn,
+    SettlementIn,
+    StepIn,
+    TokensIn,
+)
 from effectgate._frontends._http_controls import visible_scope
 from effectgate._service import Service
 from effectgate.errors import ReservationNotFound
@@ -25,72 +31,6 @@ from effectgate.errors import ReservationNotFound
 __all__ = ["harness_budgets_router", "operator_budgets_router"]
 
 T = TypeVar("T")
-_ID = Field(max_length=128)
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class ResourcesIn(_Strict):
-    steps: int = 0
-    tokens: int = 0
-    tool_calls: int = 0
-    fan_out: int = 0
-    replans: int = 0
-    money_micros: int = 0
-
-    def value(self) -> Resources:
-        return Resources(**self.model_dump())
-
-
-class RunBudgetIn(_Strict):
-    max_steps: int = 0
-    max_tokens: int = 0
-    max_tool_calls: int = 0
-    deadline: float | None = None
-
-
-class StepIn(_Strict):
-    configured_output: int = Field(0, description="The provider's own per-call output cap")
-
-
-class TokensIn(_Strict):
-    reported_tokens: int | None = Field(
-        description="What the provider reported; null (or negative) is charged pessimistically"
-    )
-
-
-class PlanIn(_Strict):
-    plan_id: str = _ID
-    plan_digest: str = Field(max_length=64)
-    limits: ResourcesIn
-    deadline: float
-    token_only: bool = False
-    pricing_revision: str | None = Field(None, max_length=128)
-
-
-class ReservationIn(_Strict):
-    reservation_id: str = _ID
-    plan_digest: str = Field(max_length=64)
-    task_id: str = _ID
-    owner_ref: str = _ID
-    kind: str = Field(max_length=16, description="leaf or branch")
-    allocation: ResourcesIn
-    deadline: float
-    parent_id: str | None = Field(None, max_length=128)
-    money_bound: bool = False
-    pricing_revision: str | None = Field(None, max_length=128)
-
-
-class SettlementIn(_Strict):
-    reservation_id: str = _ID
-    request_digest: str = Field(max_length=64)
-    usage: ResourcesIn = Field(default_factory=ResourcesIn)
-    known: list[str] = Field(default_factory=list, max_length=6)
-    minimum: ResourcesIn | None = None
-    close_branch: bool = False
-    receipt: str | None = Field(None, max_length=512)
 
 
 def _answer(body: dict[str, Any], new: bool) -> JSONResponse:
@@ -141,8 +81,7 @@ def harness_budgets_router(
 
     @router.post("/plans", status_code=201, summary="Open a plan's shared account (once)")
     async def open_plan(who: harness, body: PlanIn) -> JSONResponse:
-        data = body.model_dump()
-        policy = PlanPolicy(**{**data, "limits": body.limits.value()})
+        policy = body.value()
         got, new = await call(
             store.open_plan_account, who.scope, policy, now=service.clock(), actor=who.name
         )
@@ -150,10 +89,7 @@ def harness_budgets_router(
 
     @router.post("/plans/{plan_id}/reservations", status_code=201, summary="Reserve capacity")
     async def reserve(who: harness, plan_id: str, body: ReservationIn) -> JSONResponse:
-        data = body.model_dump()
-        request = ReservationRequest(
-            **{**data, "plan_id": plan_id, "allocation": body.allocation.value()}
-        )
+        request = body.value(plan_id)
         got, new = await call(
             store.reserve, who.scope, request, now=service.clock(), actor=who.name
         )
@@ -169,17 +105,39 @@ def harness_budgets_router(
 
     @router.post("/plans/{plan_id}/settlements", status_code=201, summary="Settle a reservation")
     async def settle(who: harness, plan_id: str, body: SettlementIn) -> JSONResponse:
-        s = Settlement(
-            reservation_id=body.reservation_id,
-            request_digest=body.request_digest,
-            usage=body.usage.value(),
-            known=frozenset(body.known),
-            minimum=None if body.minimum is None else body.minimum.value(),
-            close_branch=body.close_branch,
-            receipt=body.receipt,
-        )
+        s = body.value()
         got, new = await call(
             store.settle, who.scope, plan_id, s, now=service.clock(), actor=who.name
+        )
+        return _answer(got.to_dict(), new)
+
+    @router.post(
+        "/plans/{plan_id}/reservations/{reservation_id}/runs/{run_id}",
+        status_code=201,
+        summary="Admit a run under an open leaf: its budget is the leaf's allocation",
+    )
+    async def admit_run(
+        who: harness, plan_id: str, reservation_id: str, run_id: str
+    ) -> JSONResponse:
+        link, new = await call(
+            store.admit_run,
+            who.scope,
+            run_id,
+            plan_id,
+            reservation_id,
+            now=service.clock(),
+            actor=who.name,
+        )
+        return _answer(link.to_dict(), new)
+
+    @router.post(
+        "/runs/{run_id}/settlement",
+        status_code=201,
+        summary="Settle the run's leaf from its stored usage and dispatched value",
+    )
+    async def settle_run(who: harness, run_id: str) -> JSONResponse:
+        got, new = await call(
+            store.settle_run, who.scope, run_id, now=service.clock(), actor=who.name
         )
         return _answer(got.to_dict(), new)
 

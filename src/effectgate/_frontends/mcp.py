@@ -6,7 +6,8 @@ carry ``structuredContent``. Arguments go through the same strict core as HTTP b
 is coerced (``"5"`` is not ``5``, ``5.0`` is not a decimal string) and unknown keys are refused.
 A refusal is an ``isError`` result whose structured content names the field and the reason, so
 a model can correct itself. ``get_operation`` looks an operation up; no tool reaches operator
-actions.
+actions. A harness's token also sees the budget tools (:mod:`effectgate._frontends.mcp_budgets`:
+reserve, admit a run, check, settle, usage); an agent's token neither sees nor may call them.
 
 Operation id (see docs/service.md): the caller supplies it as an argument, minted once when the
 action is decided on and repeated verbatim on every retry. It lives in the transcript, so a
@@ -48,6 +49,7 @@ from effectgate._frontends._http_tracing import mcp_carrier
 from effectgate._frontends._mcp_screen import REFUSED_META, ScreenedLines, screen
 from effectgate._frontends._models import OperationOut, operation_out, problem_for
 from effectgate._frontends._run_wire import RUN_CALL_META_KEY, parse_run_call
+from effectgate._frontends.mcp_budgets import BUDGET_TOOL_NAMES, BUDGET_TOOLS, budget_call
 from effectgate._service import Principal, Service
 from effectgate.errors import (
     EffectgateError,
@@ -139,9 +141,15 @@ def build_server(
     tools = tool_definitions(service)
 
     async def list_tools(
-        _: ServerRequestContext[Any], __: types.PaginatedRequestParams | None
+        ctx: ServerRequestContext[Any], __: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=tools)
+        # A harness also sees the budget tools; an agent (a model's token) never does.
+        try:
+            who = await principal_for(ctx, principal)
+        except EffectgateError:
+            return types.ListToolsResult(tools=tools)
+        harness = who.may(Capability.RECORD_RUNS)
+        return types.ListToolsResult(tools=tools + list(BUDGET_TOOLS) if harness else tools)
 
     async def call_tool(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
@@ -149,6 +157,8 @@ def build_server(
         try:
             who = await principal_for(ctx, principal)
             service.limiter.check(who)
+            if params.name in BUDGET_TOOL_NAMES:
+                return await _budget(service, who, params)
             return await _call(service, who, params)
         except EffectgateError as exc:
             _, body, _ = problem_for(exc)
@@ -234,6 +244,22 @@ async def _call(
     out = operation_out(op, service.config.registry).model_dump(mode="json")
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=json.dumps(out))], structured_content=out
+    )
+
+
+async def _budget(
+    service: Service, who: Principal, params: types.CallToolRequestParams
+) -> types.CallToolResult:
+    who.require(Capability.RECORD_RUNS)
+    if (params.meta or {}).get(REFUSED_META) is not None:
+        raise IntentError(
+            "duplicate key in the tool call; send each key once", reason="duplicate_key"
+        )
+    body = await anyio.to_thread.run_sync(
+        budget_call, service, who, params.name, dict(params.arguments or {})
+    )
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps(body))], structured_content=body
     )
 
 
