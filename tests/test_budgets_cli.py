@@ -96,3 +96,26 @@ class TestPlansShow:
         url = seeded(store_factory)
         out = run("plans", "show", "nope", "--store", url)
         assert out.exit_code == 1 and "no plan account 'nope'" in out.output
+
+    def test_the_value_dimension_is_shown_where_the_plan_bounds_it(
+        self, store_factory: Any
+    ) -> None:
+        store: Store = store_factory()
+        limits = Resources(steps=9, tokens=900, tool_calls=3, fan_out=4, value_micros=5000)
+        store.open_plan_account(
+            "default",
+            PlanPolicy("plan-v", DIGEST, limits, 100.0, True, value_bound=True),
+            now=1.0,
+            actor="h",
+        )
+        leaf = ReservationRequest(
+            "a", "plan-v", DIGEST, "t1", "a1", ReservationKind.LEAF,
+            Resources(steps=1, tokens=10, tool_calls=1, fan_out=1, value_micros=2000), 80.0,
+        )  # fmt: skip
+        store.reserve("default", leaf, now=2.0, actor="h")
+        out = run("plans", "show", "plan-v", "--store", str(store_factory.url))
+        assert out.exit_code == 0, out.output
+        assert "value_micros: used 2000 (settled 0, reserved 2000), limit 5000, 3000 left" in (
+            out.output
+        )
+        assert "value=2000" in out.output

@@ -141,3 +141,39 @@ class TestPlanRoutes:
         )
         assert 'effectgate_plan_reservations{plan="plan-1",scope="alpha"} 1.0' in metrics
         assert 'effectgate_plan_remaining{dimension="money_micros"' not in metrics
+
+    def test_admit_a_run_under_a_leaf_and_settle_it(
+        self, url: str, harness: dict[str, str]
+    ) -> None:
+        """Invariant 12: the run's budget is its leaf's; settling the run settles the leaf
+        from the run's stored usage, and value is bounded where the plan says so."""
+        plan = {
+            "plan_id": "plan-2",
+            "plan_digest": DIGEST,
+            "limits": {"steps": 10, "tokens": 100, "tool_calls": 5, "fan_out": 2,
+                       "value_micros": 5_000_000},
+            "deadline": 4_100_000_000.0,
+            "token_only": True,
+            "value_bound": True,
+        }  # fmt: skip
+        assert httpx.post(f"{url}/v1/plans", json=plan, headers=harness).status_code == 201
+        alloc = {"steps": 3, "tokens": 50, "tool_calls": 2, "fan_out": 1, "value_micros": 10}
+        r = httpx.post(
+            f"{url}/v1/plans/plan-2/reservations", json=leaf("a", **alloc), headers=harness
+        )
+        assert r.status_code == 201, r.text
+        admit = f"{url}/v1/plans/plan-2/reservations/a/runs/run-9"
+        first = httpx.post(admit, headers=harness)
+        assert first.status_code == 201, first.text
+        assert first.json()["reservation_id"] == "a"
+        assert httpx.post(admit, headers=harness).status_code == 200  # a replay
+        budget = httpx.get(f"{url}/v1/runs/run-9/budget", headers=harness).json()
+        assert budget["budget"]["max_tokens"] == 50 and budget["budget"]["max_tool_calls"] == 2
+        httpx.post(f"{url}/v1/runs/run-9/budget/steps", json={}, headers=harness)
+        done = httpx.post(f"{url}/v1/runs/run-9/settlement", headers=harness)
+        assert done.status_code == 201, done.text
+        # One step and nothing else used; no effect dispatched, so value charges zero.
+        assert done.json()["charge"] == {"steps": 1, "tokens": 0, "tool_calls": 0, "fan_out": 1,
+                                         "replans": 0, "money_micros": 0}  # fmt: skip
+        late = httpx.post(f"{url}/v1/runs/run-9/budget/steps", json={}, headers=harness)
+        assert late.status_code == 409 and late.json()["dimension"] == "settled"

@@ -30,7 +30,7 @@ plans_app = typer.Typer(
 )
 ScopeOpt = Annotated[str, typer.Option(help="The plan's tenant scope.")]
 _SHORT = {"steps": "steps", "tokens": "tok", "tool_calls": "tools", "fan_out": "fan",
-          "replans": "replans", "money_micros": "µ$"}  # fmt: skip
+          "replans": "replans", "money_micros": "µ$", "value_micros": "value"}  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:
