@@ -59,8 +59,8 @@ def acting_principal(store: Store, entry: Operation) -> str | None:
 def dispatched_micros(store: Store, holder: str, actions: frozenset[str], since: float) -> int:
     """The value dispatched under ``holder`` in ``actions`` since ``since``, in micros.
 
-    The one read of the record of dispatched value the grant budget makes; when budgets and
-    envelopes share one record of dispatched value, it reads that instead."""
+    The grant budget's one read of the record of dispatched value, the same record the
+    envelope's windows and a plan's value dimension read (store/_value_record.py)."""
     return store.dispatched_micros(holder, actions, since)
 
 
