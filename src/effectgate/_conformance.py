@@ -24,6 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from effectgate._conformance_reads import check_reads_bounded
 from effectgate._execute.adapter import Adapter, Listing, OutboundRequest, Outcome, VenueRecord
 from effectgate._execute.adapter import iter_records as _iter_records
 from effectgate._execute.windowing import SpillStats, sorted_window
@@ -371,6 +372,7 @@ def _run(
             f"raised {type(exc).__name__} (treated as unknown by the gate)",
         )
     _transport_classification(driver, report, prefix, texts)
+    check_reads_bounded(adapter, driver, report, prefix, texts)
     bad = driver.refused_request(f"{prefix}:refused")
     if bad is None:
         report.add("refusal-is-not-applied", "n/a", "the driver has no provably refused request")
