@@ -48,15 +48,15 @@ def _pin(pairs: object) -> tuple[tuple[str, str], ...]:
             raise RegistryError(
                 f"venue: unknown contract revision {name!r} (known: {', '.join(REVISION_NAMES)})"
             )
+        if isinstance(revision, str) and revision.lower() in _FLOATING:
+            raise RegistryError(
+                f"venue: {name}_revision {revision!r} is ambiguous: it names whichever "
+                "revision is current; pin a fixed one"
+            )
         if not isinstance(revision, str) or not _REVISION.fullmatch(revision):
             raise RegistryError(
                 f"venue: {name}_revision {revision!r} is not a revision (letters, digits and "
                 "._:+@/- , at most 128)"
-            )
-        if revision.lower() in _FLOATING:
-            raise RegistryError(
-                f"venue: {name}_revision {revision!r} is ambiguous: it names whichever "
-                "revision is current; pin a fixed one"
             )
         if pinned.get(name, revision) != revision:
             raise RegistryError(
