@@ -78,6 +78,8 @@ class TestDispatchId:
         # Read back fresh (a recovering process): the same id.
         again = store.get("default", "op-1")
         assert again is not None and again.dispatch_id == expected
+        journalled = [d for k, d in _trail(store, "op-1") if d.get("state") == "submitted"]
+        assert journalled and journalled[0]["dispatch_id"] == expected
         receipt = [d for k, d in _trail(store, "op-1") if d.get("state") == "acknowledged"][-1]
         assert receipt["dispatch_id"] == expected
         assert receipt["request_sha256"] == request_digest(row.op_key, row.action, row.fingerprint)
@@ -88,6 +90,13 @@ class TestDispatchId:
         assert other.dispatch_id not in (None, expected)
         held = gate.propose("submit_order", "op-3", EXAMPLE_ORDER)
         assert held.state is State.VALIDATED and held.dispatch_id is None
+        # Dispatched later (the validated -> submitted path): the same rule, in its entry.
+        sent = gate.dispatch("op-3")
+        assert sent.state is State.ACKNOWLEDGED and sent.dispatch_id is not None
+        entries = _trail(store, "op-3")
+        assert [d["dispatch_id"] for k, d in entries if d.get("state") == "submitted"] == [
+            sent.dispatch_id
+        ]
 
     def test_the_request_digest_binds_what_the_adapter_was_handed(self) -> None:
         one = request_digest("default:op-1", "submit_order", "a" * 64)
