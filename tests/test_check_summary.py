@@ -19,6 +19,7 @@ honours_key = "true"
 read_view = "lagging"
 sandbox_uses_given_key = true
 sandbox_key_persistence = 3600
+idempotency_revision = "paper-keys-2026-01"
 
 [classes.submit_order.speculation]
 mode = "required"
@@ -92,5 +93,6 @@ class TestVenueContractInCheck:
             "sandbox_uses_given_key": True,
             "sandbox_key_persistence": 3600.0,
             "conformance_report": None,
+            "revisions": {"idempotency": "paper-keys-2026-01"},
         }
         assert doc["classes"]["cancel_order"]["venue"]["honours_key"] == "unknown"

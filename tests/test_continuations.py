@@ -25,7 +25,12 @@ from effectgate.testing import CountingAdapter, ManualClock
 INTENT = dict(EXAMPLE_ORDER)
 
 
-def registry(*, retries: int = 7, read_view: ReadView = ReadView.LAGGING) -> Registry:
+def registry(
+    *,
+    retries: int = 7,
+    read_view: ReadView = ReadView.LAGGING,
+    revisions: tuple[tuple[str, str], ...] = (("reconcile", "paper-read-1"),),
+) -> Registry:
     submit = ActionClass(
         name="submit_order",
         model=SubmitOrder,
@@ -38,7 +43,9 @@ def registry(*, retries: int = 7, read_view: ReadView = ReadView.LAGGING) -> Reg
         tier_floor=Tier.VALIDATE,
         retries=retries,
         compensation="cancel_order",
-        venue=VenueContract(honours_key=KeyHonour.HONOURED, read_view=read_view),
+        venue=VenueContract(
+            honours_key=KeyHonour.HONOURED, read_view=read_view, revisions=revisions
+        ),
     )
     return Registry([submit, cancel_order_class()])
 
@@ -107,6 +114,28 @@ class TestCompensationEndToEnd:
         assert shown["continuations"][0]["state"] == "acknowledged"  # type: ignore[index]
         kinds = [e.kind for e in w.store.audit_entries(scope="default", operation_id="op-1")]
         assert "continuation_linked" in kinds
+
+
+class TestRetryUnderItsOwnKey:
+    def test_a_retry_is_a_new_dispatch_under_the_continuations_own_key(self, w: World) -> None:
+        """Invariant 9: the retry is a new row sent under its own key, with its own dispatch id
+        (docs/adapters.md, "Receipts"); the original's row is unchanged."""
+        w.failed_original()
+        original = w.store.get("default", "op-1")
+        assert original is not None
+        chain = w.service.chain("op-1")
+        row = w.service.retry(
+            "op-1",
+            proof=w.proof(Ground.PERMANENT_ABSENCE, EvidenceKind.VENUE_REFUSAL, "refusal"),
+            by="alice",
+            seq=1,
+            predecessor=chain.predecessor_digest or "",
+        )
+        assert w.adapter.requests[-1].operation_key == "default:cont:op-1:1"
+        assert row.dispatch_id is not None and row.dispatch_id != original.dispatch_id
+        assert w.store.get("default", "op-1") == original
+        shown = w.service.chain("op-1").to_dict()["continuations"]
+        assert shown[0]["dispatch_id"] == row.dispatch_id  # type: ignore[index]
 
 
 class TestFencing:

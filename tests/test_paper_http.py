@@ -103,7 +103,7 @@ class TestReceipts:
     ) -> None:
         receipt = adapter.execute(request("op-1", instrument="NOPE"), timeout=5.0)
         assert receipt.outcome is Outcome.NOT_APPLIED
-        assert receipt.proof is not None and "NOPE" in receipt.proof
+        assert receipt.proof is not None and "NOPE" in (receipt.proof.note or "")
         assert venue.effect_count == 0
 
     @pytest.mark.parametrize("after_apply", [False, True])
@@ -143,7 +143,10 @@ class TestReceipts:
             pass
         else:
             assert receipt.outcome is Outcome.NOT_APPLIED
-            assert receipt.proof and "before any request byte was written" in receipt.proof
+            assert receipt.proof and "before any request byte was written" in (
+                receipt.proof.note or ""
+            )
+            assert receipt.proof.kind.value == "not_sent"
         with pytest.raises(AdapterError):
             adapter.probe("op-1")
 

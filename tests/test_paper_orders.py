@@ -57,7 +57,8 @@ class TestOrdersAndCancels:
         assert done.outcome is Outcome.APPLIED
         assert venue.order_state(placed.venue_id) == "cancelled"
         again = adapter.execute(cancel("c-2", placed.venue_id), timeout=5.0)  # type: ignore[attr-defined]
-        assert again.outcome is Outcome.NOT_APPLIED and "already cancelled" in (again.proof or "")
+        assert again.outcome is Outcome.NOT_APPLIED and again.proof is not None
+        assert "already cancelled" in (again.proof.note or "")
         unknown = adapter.execute(cancel("c-3", "V-999999"), timeout=5.0)  # type: ignore[attr-defined]
         assert unknown.outcome is Outcome.NOT_APPLIED
         assert venue.order_state("V-999999") is None

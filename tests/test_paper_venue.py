@@ -275,7 +275,8 @@ class TestPaperAdapter:
         adapter = PaperAdapter(PaperVenue(max_quantity=1))
         receipt = adapter.execute(request("op-1"), timeout=1.0)
         assert receipt.outcome is Outcome.NOT_APPLIED
-        assert receipt.proof is not None and receipt.proof.startswith("venue rejected: ")
+        assert receipt.proof is not None and receipt.proof.kind.value == "venue_refusal"
+        assert (receipt.proof.note or "").startswith("venue rejected: ")
 
     @pytest.mark.parametrize("after_apply", [False, True])
     def test_lost_connection_is_adapter_error(self, after_apply: bool) -> None:

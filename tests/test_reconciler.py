@@ -121,12 +121,14 @@ class TestLiveTraffic:
         class Racing(PaperAdapter):
             fired = False
 
-            def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
+            def records(
+                self, after: VenueRecord | None, limit: int, *, timeout: float = 10.0
+            ) -> list[VenueRecord]:
                 if not Racing.fired:  # the ledger page is already read: traffic lands now
                     Racing.fired = True
                     gate.submit("submit_order", "op-b", EXAMPLE_ORDER)
                     gate.dispatch("op-c")
-                return super().records(after, limit)
+                return super().records(after, limit, timeout=timeout)
 
         rec = Reconciler(
             store=store,

@@ -43,7 +43,8 @@ class TestNothingWrittenIsNotApplied:
     def test_connection_refused(self, make: type[HttpVenueAdapter]) -> None:
         receipt = make(refused_url()).execute(request(), timeout=2.0)
         assert receipt.outcome is Outcome.NOT_APPLIED
-        assert receipt.proof and "before any request byte was written" in receipt.proof
+        assert receipt.proof and "before any request byte was written" in (receipt.proof.note or "")
+        assert receipt.proof.kind.value == "not_sent"
         assert receipt.detail == {"transport": "ConnectError"}
 
     def test_dns_failure(self, make: type[HttpVenueAdapter]) -> None:
@@ -57,7 +58,7 @@ class TestNothingWrittenIsNotApplied:
             receipt = make(server.url("https")).execute(request(), timeout=2.0)
             assert server.connections == 1 and server.request_bytes == 0
         assert receipt.outcome is Outcome.NOT_APPLIED
-        assert receipt.proof and "could not be established" in receipt.proof
+        assert receipt.proof and "could not be established" in (receipt.proof.note or "")
 
 
 class TestAnythingPossiblyWrittenIsUnknown:

@@ -196,7 +196,7 @@ class TestKitOnShippedKeyOrderAdapters:
     def test_an_adapter_claiming_non_execution_after_writing_fails(self) -> None:
         """Issue 20: an adapter that turns every transport error into not_applied (proof or
         not) fails transport-classification: a reset after the request is not proof."""
-        from effectgate._execute.adapter import Receipt
+        from effectgate._execute.adapter import Receipt, refusal
         from effectgate.adapters._paper_server import serve_paper_venue
         from effectgate.adapters.http import HttpVenueAdapter
         from effectgate.errors import AdapterError
@@ -207,7 +207,7 @@ class TestKitOnShippedKeyOrderAdapters:
                 try:
                     return super().execute(request, timeout=timeout)
                 except AdapterError:
-                    return Receipt(Outcome.NOT_APPLIED, proof="the call failed")
+                    return Receipt(Outcome.NOT_APPLIED, proof=refusal("the call failed"))
 
         venue = PaperVenue(max_quantity=1000)
         with serve_paper_venue(venue, api_key="k-0123456789") as running:

@@ -24,6 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
+from effectgate._conformance_reads import check_reads_bounded
+from effectgate._core.receipts import proof_text
+from effectgate._core.resolution import Proof
 from effectgate._execute.adapter import Adapter, Listing, OutboundRequest, Outcome, VenueRecord
 from effectgate._execute.adapter import iter_records as _iter_records
 from effectgate._execute.windowing import SpillStats, sorted_window
@@ -351,7 +354,9 @@ def _run(
         elif r.outcome is Outcome.NOT_APPLIED and r.proof:
             # Allowed only with proof that nothing was sent; transport-classification
             # measures whether the adapter claims that only when it is true.
-            report.add("unreachable-is-unknown", "pass", f"not_applied with proof: {r.proof}")
+            report.add(
+                "unreachable-is-unknown", "pass", f"not_applied with proof: {_said(r.proof)}"
+            )
         else:
             report.add(
                 "unreachable-is-unknown",
@@ -371,6 +376,7 @@ def _run(
             f"raised {type(exc).__name__} (treated as unknown by the gate)",
         )
     _transport_classification(driver, report, prefix, texts)
+    check_reads_bounded(adapter, driver, report, prefix, texts)
     bad = driver.refused_request(f"{prefix}:refused")
     if bad is None:
         report.add("refusal-is-not-applied", "n/a", "the driver has no provably refused request")
@@ -379,7 +385,7 @@ def _run(
             r = adapter.execute(bad, timeout=10.0)
             texts.append(repr(r))
             status = "pass" if r.outcome is Outcome.NOT_APPLIED and r.proof else "fail"
-            report.add("refusal-is-not-applied", status, f"{r.outcome.value}: {r.proof}")
+            report.add("refusal-is-not-applied", status, f"{r.outcome.value}: {_said(r.proof)}")
         except AdapterError as exc:
             texts += [str(exc), repr(exc)]
             report.add(
@@ -477,3 +483,8 @@ def delivery_claim(honours_key: str, report_path: str | None, adapter: str) -> t
     if rep.failed:
         return AT_MOST_ONCE, f"the report has failed checks: {', '.join(rep.failed)}"
     return EXACTLY_ONCE, f"key honoured, verified by {report_path} ({rep.date}, {rep.venue})"
+
+
+def _said(proof: Proof | None) -> str:
+    """A receipt's proof as one line of a report."""
+    return "none" if proof is None else f"{proof.kind.value}: {proof_text(proof)}"

@@ -38,6 +38,7 @@ from effectgate._conformance import (
     run_conformance,
 )
 from effectgate._execute.adapter import (
+    DEFAULT_CALL_TIMEOUT,
     Adapter,
     OutboundRequest,
     Receipt,
@@ -140,18 +141,22 @@ class CountingAdapter(SpeculationPassThrough, Adapter):
             self.requests.append(request)
         return self.inner.execute(request, timeout=timeout)
 
-    def probe(self, operation_key: str) -> list[str]:
+    def probe(self, operation_key: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> list[str]:
         with self._lock:
             self.probe_calls += 1
-        return self.inner.probe(operation_key)
+        return self.inner.probe(operation_key, timeout=timeout)
 
-    def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
+    def records(
+        self, after: VenueRecord | None, limit: int, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> list[VenueRecord]:
         with self._lock:
             self.records_calls += 1
-        return self.inner.records(after, limit)
+        return self.inner.records(after, limit, timeout=timeout)
 
-    def window_records(self, start: float, end: float) -> Iterator[VenueRecord]:
-        return self.inner.window_records(start, end)
+    def window_records(
+        self, start: float, end: float, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> Iterator[VenueRecord]:
+        return self.inner.window_records(start, end, timeout=timeout)
 
     def close(self) -> None:
         self.inner.close()

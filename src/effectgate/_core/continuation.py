@@ -305,6 +305,13 @@ def _check_retry(
                 "absence unless the class declares its venue's read view authoritative",
                 reason="absence_unproven",
             )
+        if written_off and venue.revision("reconcile") is None:
+            raise ContinuationRefused(
+                "a write-off is proof of permanent absence only under a pinned reconcile "
+                "contract: the class declares its read view authoritative but pins no "
+                "reconcile_revision",
+                reason="revision_unpinned",
+            )
         if predecessor.state is not State.FAILED:
             raise ContinuationRefused(
                 f"permanent absence needs a failed predecessor, not {predecessor.state.value}",
@@ -315,4 +322,10 @@ def _check_retry(
         raise ContinuationRefused(
             "provider_idempotency needs a class whose venue is declared to honour the key",
             reason="key_not_honoured",
+        )
+    if venue.revision("idempotency") is None:
+        raise ContinuationRefused(
+            "provider_idempotency needs the class to pin the venue's key contract "
+            "(idempotency_revision): an unpinned promise may have changed since it was checked",
+            reason="revision_unpinned",
         )

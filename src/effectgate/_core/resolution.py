@@ -49,6 +49,9 @@ class EvidenceKind(StrEnum):
     OPERATOR_ATTESTATION = "operator_attestation"
     #: The ledger shows the row never reached ``submitted`` (a release needs nothing more).
     NEVER_DISPATCHED = "never_dispatched"
+    #: The request provably never left effectgate: the transport's record that no request byte
+    #: was written, or the gateway's own refusal before sending (``note``: which).
+    NOT_SENT = "not_sent"
 
 
 _FOR: dict[ResolutionOutcome, frozenset[EvidenceKind]] = {
@@ -65,6 +68,7 @@ _FOR: dict[ResolutionOutcome, frozenset[EvidenceKind]] = {
             EvidenceKind.VENUE_REFUSAL,
             EvidenceKind.PROVIDER_CONSOLE,
             EvidenceKind.OPERATOR_ATTESTATION,
+            EvidenceKind.NOT_SENT,
         }
     ),
     ResolutionOutcome.RELEASED: frozenset(
@@ -102,6 +106,8 @@ class Proof:
         _text("evidence note", self.note, required=False)
         if self.kind in (EvidenceKind.VENUE_RECORD, EvidenceKind.PROVIDER_CONSOLE):
             _text(f"{self.kind.value} evidence's reference", self.reference, required=True)
+        if self.kind is EvidenceKind.NOT_SENT:
+            _text("not_sent evidence's note (how it is known)", self.note, required=True)
         if self.kind is EvidenceKind.OPERATOR_ATTESTATION:
             _text("an operator's attestation's note (its reason)", self.note, required=True)
         if self.kind is EvidenceKind.RECIPIENT_CONFIRMATION and not (self.reference or self.note):

@@ -9,14 +9,19 @@ those fields reaches it (invariant 6).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, cast, runtime_checkable
 
-from effectgate.errors import AdapterError
+from effectgate._core.resolution import EvidenceKind, Proof
+from effectgate.errors import AdapterError, ConfigError
 
 __all__ = [
+    "ADAPTER_CALL_CEILING",
+    "DEFAULT_CALL_TIMEOUT",
     "Adapter",
     "DryRun",
     "Listing",
@@ -27,10 +32,82 @@ __all__ = [
     "Speculates",
     "SpeculationPassThrough",
     "VenueRecord",
+    "call_budget",
+    "check_call_timeout",
     "iter_records",
+    "not_sent",
+    "refusal",
     "speculator",
     "unkeyed",
+    "within",
+    "within_each",
 ]
+
+_T = TypeVar("_T")
+
+#: No one adapter call (dispatch, probe, record listing, dry run) may be given longer than this,
+#: in seconds: a stuck venue must not hold a dispatcher, a reconciler pass or a recovery probe
+#: for longer. A configured timeout above it is refused (:func:`check_call_timeout`), and every
+#: adapter bounds what it is given by it (:func:`call_budget`).
+ADAPTER_CALL_CEILING = 30.0
+#: What a probe or a listing is given when its caller names no timeout.
+DEFAULT_CALL_TIMEOUT = 10.0
+
+
+def check_call_timeout(value: object, field: str) -> float:
+    """``value`` as a timeout of one adapter call; :class:`ConfigError` naming ``field`` when
+    it is not a number in (0, :data:`ADAPTER_CALL_CEILING`]."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"{field}: a timeout must be a positive number of seconds")
+    if value > ADAPTER_CALL_CEILING:
+        raise ConfigError(
+            f"{field}: {value:g}s is above the {ADAPTER_CALL_CEILING:g}s ceiling on one adapter "
+            "call"
+        )
+    return float(value)
+
+
+def call_budget(timeout: float, own: float | None = None) -> float:
+    """The seconds one call may take: what the caller gave, no more than the adapter's own
+    configured timeout (``own``) and never above the ceiling. A non-positive or non-numeric
+    timeout raises :class:`AdapterError` (the call is not made)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+        raise AdapterError(f"an adapter call needs a positive timeout, not {timeout!r}")
+    budget = min(float(timeout), ADAPTER_CALL_CEILING)
+    return budget if own is None else min(budget, own)
+
+
+def within(budget: float, call: Callable[[], _T], what: str) -> _T:
+    """``call()`` on a helper thread, waited for at most ``budget`` seconds; past it,
+    :class:`AdapterError` (the caller treats the venue as not answering). For read-only venue
+    SDK calls whose client cannot be given a per-call timeout: the abandoned thread ends with
+    the client's own timeout, which the configuration caps at the ceiling."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effectgate-venue-call")
+    try:
+        return pool.submit(call).result(timeout=budget)
+    except FutureTimeout:
+        raise AdapterError(f"{what}: no answer within {budget:g}s") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
+def within_each(budget: float, items: Iterator[_T], what: str) -> Iterator[_T]:
+    """``items`` with each step (one venue page fetch at most) bounded by ``budget`` seconds,
+    as :func:`within`; the listing stays lazy (bounded memory)."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="effectgate-venue-list")
+    done = object()
+    try:
+        while True:
+            try:
+                item = pool.submit(next, items, done).result(timeout=budget)
+            except FutureTimeout:
+                raise AdapterError(f"{what}: no page within {budget:g}s") from None
+            if item is done:
+                return
+            yield cast(_T, item)
+    finally:
+        pool.shutdown(wait=False)
+
 
 #: Prefix of the operation key given to a venue record that carries none (made outside the
 #: boundary, e.g. in the venue's dashboard). It holds no ``:``, so no ledger row can match it.
@@ -76,20 +153,39 @@ class OutboundRequest:
 class Receipt:
     """The adapter's account of one call.
 
-    ``not_applied`` must carry ``proof`` (the venue's explicit refusal); anything less certain is
-    ``unknown`` and leaves the operation uncertain for the reconciler.
+    ``not_applied`` must carry ``proof``: a :class:`~effectgate._core.resolution.Proof` that the
+    request cannot apply later (the venue's refusal, see :func:`refusal`). The gate settles the
+    row ``failed`` only with such proof; a ``not_applied`` whose proof is of another kind is
+    journalled as an unknown outcome and leaves the operation uncertain for the reconciler.
+    ``venue_version``: the venue's version of the record it answered about (an ETag, a revision,
+    an update time), when it reports one; the gate journals it with the receipt.
     """
 
     outcome: Outcome
     venue_id: str | None = None
-    proof: str | None = None
+    proof: Proof | None = None
     detail: Mapping[str, str] = field(default_factory=dict)
+    venue_version: str | None = None
 
     def __post_init__(self) -> None:
         if self.outcome is Outcome.APPLIED and not self.venue_id:
             raise ValueError("an applied receipt needs the venue's id")
-        if self.outcome is Outcome.NOT_APPLIED and not self.proof:
-            raise ValueError("a not_applied receipt needs proof from the venue")
+        if self.outcome is Outcome.NOT_APPLIED and not isinstance(self.proof, Proof):
+            raise ValueError(
+                "a not_applied receipt needs a Proof that it cannot apply later (a text, a "
+                "digest or nothing is not proof)"
+            )
+
+
+def not_sent(text: str, **detail: str) -> Proof:
+    """Proof that the request never left effectgate (nothing was written to the venue)."""
+    return Proof(EvidenceKind.NOT_SENT, note=text[:2000], detail=detail)
+
+
+def refusal(text: str, *, reference: str | None = None, **detail: str) -> Proof:
+    """The venue's explicit refusal of a request, as the proof a ``not_applied`` receipt
+    carries (at most 2000 characters of ``text``)."""
+    return Proof(EvidenceKind.VENUE_REFUSAL, reference=reference, note=text[:2000], detail=detail)
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -122,22 +218,31 @@ class Adapter(ABC):
         """
 
     @abstractmethod
-    def probe(self, operation_key: str) -> list[str]:
+    def probe(self, operation_key: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> list[str]:
         """Venue ids of every record under ``operation_key`` (empty: not visible now).
 
-        Read-only. Raise :class:`~effectgate.errors.AdapterError` when the venue cannot answer.
+        Read-only. Raise :class:`~effectgate.errors.AdapterError` when the venue cannot answer,
+        including when it has not answered within ``timeout`` seconds (bounded by
+        :func:`call_budget`).
         """
 
     @abstractmethod
-    def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
+    def records(
+        self, after: VenueRecord | None, limit: int, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> list[VenueRecord]:
         """Up to ``limit`` venue records strictly after ``after``, sorted by (key, venue id).
 
         Each record is one effect, enumerated individually, so several effects under one key are
-        visible (invariant 5).
+        visible (invariant 5). ``timeout`` bounds this one page's call, as for :meth:`probe`.
         """
 
-    def window_records(self, start: float, end: float) -> Iterator[VenueRecord]:
+    def window_records(
+        self, start: float, end: float, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> Iterator[VenueRecord]:
         """Every venue record created in ``[start, end]`` (epoch seconds), in any order.
+
+        ``timeout`` bounds each call the listing makes to the venue (one per page), as for
+        :meth:`probe`; a page not answered in time raises :class:`AdapterError`.
 
         Only for ``listing = time_window``. Every record of the window once, effectgate's or
         not (an effect made outside the boundary must show as an orphan); a record without an
@@ -149,11 +254,14 @@ class Adapter(ABC):
         """Release connections. Optional."""
 
 
-def iter_records(adapter: Adapter, page_size: int = 1000) -> Iterator[VenueRecord]:
-    """Every venue record in key order, fetched page by page (bounded memory)."""
+def iter_records(
+    adapter: Adapter, page_size: int = 1000, *, timeout: float = DEFAULT_CALL_TIMEOUT
+) -> Iterator[VenueRecord]:
+    """Every venue record in key order, fetched page by page (bounded memory); ``timeout``
+    bounds each page's call."""
     after: VenueRecord | None = None
     while True:
-        page = adapter.records(after, page_size)
+        page = adapter.records(after, page_size, timeout=timeout)
         yield from page
         if len(page) < page_size:
             return

@@ -29,7 +29,8 @@ from effectgate._core.continuation import (
 )
 from effectgate._core.effects import is_continuation_id
 from effectgate._core.states import State
-from effectgate._execute.predispatch import ADAPTER_CALL_CEILING, ADMITTING, Admission
+from effectgate._execute.adapter import DEFAULT_CALL_TIMEOUT, check_call_timeout
+from effectgate._execute.predispatch import ADMITTING, Admission
 from effectgate.errors import ContinuationRefused, EffectgateError, OperationNotFound
 from effectgate.store._continuations import observed
 from effectgate.store.base import IDENTITY_PATTERN, SYSTEM_PREFIX, Operation
@@ -71,6 +72,7 @@ class Chain:
                     **link.to_dict(),
                     "state": row.state.value if row is not None else None,
                     "venue_id": row.venue_id if row is not None else None,
+                    "dispatch_id": row.dispatch_id if row is not None else None,
                 }
                 for link, row in self.links
             ],
@@ -94,9 +96,11 @@ def original_workers(store: Store, scope: str, original_id: str) -> frozenset[st
 class ContinuationService:
     """Retries and compensations through one gate (the Python API behind the CLI and HTTP)."""
 
-    def __init__(self, gate: Gate) -> None:
+    def __init__(self, gate: Gate, *, probe_timeout: float = DEFAULT_CALL_TIMEOUT) -> None:
         self.gate = gate
         self.store = gate.store
+        #: Seconds the admission probe (provider idempotency) may take; at most the ceiling.
+        self.probe_timeout = check_call_timeout(probe_timeout, "probe_timeout")
 
     def chain(self, original_id: str, *, scope: str = "default") -> Chain:
         original = self.store.get(scope, original_id)
@@ -282,7 +286,7 @@ class ContinuationService:
             )
         adapter = self.gate.adapters[adapter_name]
         try:
-            found = adapter.probe(last.op_key)
+            found = adapter.probe(last.op_key, timeout=self.probe_timeout)
         except EffectgateError as exc:
             raise ContinuationRefused(
                 f"the probe that confirms provider idempotency failed ({exc.code})",
@@ -291,7 +295,7 @@ class ContinuationService:
         except Exception as exc:
             raise ContinuationRefused(
                 f"the probe that confirms provider idempotency failed ({type(exc).__name__}; "
-                f"ceiling {ADAPTER_CALL_CEILING:g}s)",
+                f"timeout {self.probe_timeout:g}s)",
                 reason="probe_failed",
             ) from None
         if found:

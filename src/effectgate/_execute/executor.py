@@ -22,9 +22,11 @@ from effectgate._core.controls import Alert, ApprovalRules, BreakerConfig, Dispa
 from effectgate._core.effects import CONTINUATION_PREFIX, check_compensations, is_continuation_id
 from effectgate._core.intent import ActionClass, Intent, Registry, Tier
 from effectgate._core.policy import Decision, PolicySet
+from effectgate._core.receipts import proof_text, proves_not_applied, request_digest
 from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt
 from effectgate._execute.alerts import AlertSink, deliver
+from effectgate._execute.continuation_budget import continuation_budget_check
 from effectgate._execute.continuations import continuation_may_dispatch
 from effectgate._execute.crashpoints import crashpoint
 from effectgate._execute.predispatch import (
@@ -357,6 +359,9 @@ class Gate:
         commit = {**(commit or {}), "dispatcher": dispatcher or self.process_id}
         now = self.clock()
         checks = self.pipeline.in_tx
+        if is_continuation_id(operation_id):
+            # Charged separately, to its original's run, in this transaction.
+            checks = (*checks, continuation_budget_check)
         try:
             if checks:
                 done = self.store.dispatch(
@@ -555,14 +560,14 @@ class Gate:
                 with _tracing.span(
                     "effectgate.receipt", {**where, "effectgate.outcome": receipt.outcome.value}
                 ):
-                    row = self._journal_receipt(row, receipt)
+                    row = self._journal_receipt(row, receipt, request)
             else:
-                row = self._journal_receipt(row, receipt)
+                row = self._journal_receipt(row, receipt, request)
         except StaleState:
             # The reconciler settled the row while the venue call was in flight. Its state
             # stands (compare-and-set); the receipt is recorded beside it, and the caller gets
             # the row as it is now, not the stale pre-call copy.
-            return self._late_receipt(row, receipt)
+            return self._late_receipt(row, receipt, request)
         except (StoreError, OutcomeUnknown) as exc:
             # Nothing written, or the receipt may or may not be durable: the row is uncertain
             # either way and the reconciler settles it against the venue. Never dispatch again.
@@ -573,7 +578,9 @@ class Gate:
         crashpoint("after_receipt")
         return row
 
-    def _late_receipt(self, row: Operation, receipt: Receipt) -> Operation:
+    def _late_receipt(
+        self, row: Operation, receipt: Receipt, request: OutboundRequest
+    ) -> Operation:
         """A receipt that arrived after the row left ``submitted``: audit it, return the row."""
         try:
             self.store.append_audit(
@@ -581,8 +588,9 @@ class Gate:
                 {
                     "outcome": receipt.outcome.value,
                     "venue_id": receipt.venue_id,
-                    "proof": receipt.proof,
+                    "proof": receipt.proof.to_dict() if receipt.proof else None,
                     "detail": dict(receipt.detail),
+                    **_binding(row, receipt, request),
                 },
                 now=self.clock(),
                 scope=row.scope,
@@ -602,8 +610,14 @@ class Gate:
         )
         return current if current is not None else row
 
-    def _journal_receipt(self, row: Operation, receipt: Receipt) -> Operation:
+    def _journal_receipt(
+        self, row: Operation, receipt: Receipt, request: OutboundRequest
+    ) -> Operation:
+        """The receipt in the row's second write, bound to the dispatch id, the request digest,
+        the venue's version and an evidence reference (docs/adapters.md, "Receipts"): no
+        statement beyond the transition and its audit entry."""
         now = self.clock()
+        binding = _binding(row, receipt, request)
         if receipt.outcome is Outcome.APPLIED:
             return self.store.transition(
                 row.scope,
@@ -612,28 +626,55 @@ class Gate:
                 State.ACKNOWLEDGED,
                 now=now,
                 venue_id=receipt.venue_id,
+                audit=binding,
                 current=row,
             )
-        if receipt.outcome is Outcome.NOT_APPLIED:
-            return self.store.transition(
-                row.scope,
-                row.operation_id,
-                State.SUBMITTED,
-                State.FAILED,
-                now=now,
-                detail=receipt.proof,
-                audit={"proof": receipt.proof},
-                current=row,
+        proof = receipt.proof
+        if receipt.outcome is Outcome.NOT_APPLIED and proof is not None:
+            if proves_not_applied(proof):
+                return self.store.transition(
+                    row.scope,
+                    row.operation_id,
+                    State.SUBMITTED,
+                    State.FAILED,
+                    now=now,
+                    detail=proof_text(proof),
+                    audit={**binding, "proof": proof.to_dict()},
+                    current=row,
+                )
+            # Not proof that it cannot apply later: the outcome is unknown (invariant 3).
+            receipt = Receipt(
+                Outcome.UNKNOWN,
+                detail={
+                    **receipt.detail,
+                    "error": f"not_applied with {proof.kind.value} evidence, which does not "
+                    "prove it cannot apply later",
+                },
             )
         self.store.append_audit(
             OUTCOME_UNKNOWN_ENTRY,
-            dict(receipt.detail),
+            {**receipt.detail, **binding},
             now=now,
             scope=row.scope,
             operation_id=row.operation_id,
         )
         # In memory only: the audit entry just written is where a later read finds it.
         return replace(row, cause=_unknown_cause(receipt.detail))
+
+
+def _binding(row: Operation, receipt: Receipt, request: OutboundRequest) -> dict[str, object]:
+    """What a journalled receipt is bound to (docs/adapters.md, "Receipts")."""
+    evidence = receipt.venue_id
+    if evidence is None and receipt.proof is not None:
+        evidence = receipt.proof.reference
+    return {
+        "dispatch_id": row.dispatch_id,
+        # The request is built from the row (key, action, effect), whose fingerprint is the
+        # canonical effect's digest.
+        "request_sha256": request_digest(request.operation_key, request.action, row.fingerprint),
+        "venue_version": receipt.venue_version,
+        "evidence": evidence,
+    }
 
 
 def _path_for(decision: Decision, dispatch: bool) -> list[State]:
@@ -703,7 +744,8 @@ def _unrecorded(receipt: Receipt, exc: EffectgateError) -> str:
     if receipt.outcome is Outcome.APPLIED:
         return f"the venue answered applied (venue id {receipt.venue_id}) but {lost}"
     if receipt.outcome is Outcome.NOT_APPLIED:
-        return f"the venue answered not applied ({receipt.proof}) but {lost}"
+        said = proof_text(receipt.proof) if receipt.proof else "no proof"
+        return f"the venue answered not applied ({said}) but {lost}"
     return f"{_unknown_cause(receipt.detail)}, and {lost}"
 
 

@@ -34,6 +34,7 @@ from typing import Literal
 from effectgate._core.intent import ActionClass, Tier
 from effectgate._core.policy import Decision
 from effectgate._core.states import State
+from effectgate._execute.adapter import ADAPTER_CALL_CEILING
 from effectgate.errors import StaleState
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import Operation
@@ -53,10 +54,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("effectgate.predispatch")
-
-#: No one adapter call (dispatch, probe, record listing) may be given longer than this, in
-#: seconds; a configured timeout above it is refused.
-ADAPTER_CALL_CEILING = 30.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,14 @@ from effectgate._core.controls import Alert
 from effectgate._core.intent import Registry
 from effectgate._core.states import State, check_transition
 from effectgate._core.venue import ReadView
-from effectgate._execute.adapter import Adapter, Listing, VenueRecord, iter_records
+from effectgate._execute.adapter import (
+    DEFAULT_CALL_TIMEOUT,
+    Adapter,
+    Listing,
+    VenueRecord,
+    check_call_timeout,
+    iter_records,
+)
 from effectgate._execute.alerts import AlertSink, default_sink, deliver, raise_alert
 from effectgate._execute.maintenance import DIVERGENCE_ALERTS, check_maintenance, divergence_alert
 from effectgate._execute.windowing import judged_in_window, sorted_window
@@ -144,8 +151,12 @@ class Reconciler:
         flush_every: int = 500,
         trip_on_duplicate: bool = True,
         authorise_read: Callable[[str, tuple[str, ...]], str | None] | None = None,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
     ) -> None:
         self.store = store
+        #: Seconds each probe and each listing page may take (a venue that does not answer in
+        #: time counts as a probe error, never as absence); at most the adapter-call ceiling.
+        self.call_timeout = check_call_timeout(call_timeout, "call_timeout")
         #: The host's hook authorising the reconciler's reads (docs/continuations.md): called
         #: with an adapter's name and the classes read through it; a reason refuses the read
         #: (nothing is read, so nothing is written off), and a hook that raises refuses too.
@@ -239,7 +250,7 @@ class Reconciler:
         """The adapter's records in key order, and the start of the window they cover
         (None: every record ever made). See docs/adapters.md, "How your venue is listed"."""
         if adapter.listing is Listing.KEY_ORDER:
-            return iter_records(adapter, self.page_size), None
+            return iter_records(adapter, self.page_size, timeout=self.call_timeout), None
         now = self.clock()
         lookback = adapter.listing_lookback
         if lookback is None or lookback <= 0:
@@ -250,7 +261,7 @@ class Reconciler:
         # ledger's submitted_at (clocks differ); list that much earlier than the rows judged.
         overlap = max(self.registry.get(a).visibility_horizon for a in actions)
         start = now - lookback
-        records = adapter.window_records(start - overlap, now)
+        records = adapter.window_records(start - overlap, now, timeout=self.call_timeout)
         return sorted_window(records, chunk=self.window_chunk), start
 
     def _sweep_one(self, adapter: Adapter, actions: list[str], run: _Pass) -> None:
@@ -480,7 +491,7 @@ class Reconciler:
             return
         run.report.ledger_rows += 1
         try:
-            venue_ids = adapter.probe(entry.op_key)
+            venue_ids = adapter.probe(entry.op_key, timeout=self.call_timeout)
         except AdapterError as exc:
             run.report.probe_errors += 1
             log.warning("probe of %s failed: %s", entry.op_key, exc)

@@ -60,6 +60,8 @@ def class_summary(
             "sandbox_uses_given_key": venue.sandbox_uses_given_key,
             "sandbox_key_persistence": venue.sandbox_key_persistence,
             "conformance_report": venue.conformance_report,
+            # Pinned at registration (docs/continuations.md, "Contract revisions").
+            "revisions": dict(venue.revisions),
         },
         "speculation": speculation,
     }
@@ -98,3 +100,9 @@ def print_class_details(console: Console, classes: dict[str, dict[str, Any]]) ->
                 f"at most {s['max_tries']} tries in {_seconds(s['max_wait'])}",
                 highlight=False,
             )
+        pins = v["revisions"]
+        console.print(
+            "  revisions: "
+            + (", ".join(f"{k} {r}" for k, r in sorted(pins.items())) if pins else "none pinned"),
+            highlight=False,
+        )

@@ -73,6 +73,8 @@ class AuditOut(BaseModel):
 
 
 class OperationDetailOut(OperationOut):
+    #: The id of the row's dispatch (None: never dispatched); see docs/adapters.md, "Receipts".
+    dispatch_id: str | None = None
     intent: dict[str, Any]
     effect: dict[str, Any]
     audit: list[AuditOut]
@@ -129,6 +131,7 @@ def admin_router(
             ]
             return {
                 **operation_dict(row, service.config.registry),
+                "dispatch_id": row.dispatch_id,
                 "intent": dict(row.intent),
                 "effect": dict(row.effect),
                 "audit": trail,

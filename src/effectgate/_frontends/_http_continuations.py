@@ -50,7 +50,7 @@ def continuations_router(
     service: Service, operator: Any, errors: dict[int | str, Any]
 ) -> APIRouter:
     router = APIRouter(responses=errors)
-    conts = ContinuationService(service.gate)
+    conts = ContinuationService(service.gate, probe_timeout=service.config.service.probe_timeout)
 
     async def call(fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         return await run_in_threadpool(lambda: fn(*args, **kw))

@@ -395,6 +395,7 @@ def ops_show(
         json.dumps(
             {
                 **row.to_dict(),
+                "dispatch_id": row.dispatch_id,
                 "outcome": outcome.value,
                 "cause": row.cause,
                 "message": message,

@@ -72,7 +72,9 @@ def _run(
             scope=scope,
             config_tokens=service.config.tokens,
         )
-        conts = ContinuationService(service.gate)
+        conts = ContinuationService(
+            service.gate, probe_timeout=service.config.service.probe_timeout
+        )
         proof = ContinuationProof(
             ground, Proof(evidence, reference, note), service.gate.clock() + expires_in
         )

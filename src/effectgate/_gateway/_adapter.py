@@ -30,6 +30,7 @@ from typing import Any
 import mcp_types as types
 
 from effectgate._execute.adapter import (
+    DEFAULT_CALL_TIMEOUT,
     UNKEYED_PREFIX,
     Adapter,
     Listing,
@@ -37,6 +38,8 @@ from effectgate._execute.adapter import (
     Outcome,
     Receipt,
     VenueRecord,
+    call_budget,
+    not_sent,
     unkeyed,
 )
 from effectgate._gateway._upstream import CallRefused, UpstreamLink
@@ -110,7 +113,9 @@ class UpstreamAdapter(Adapter):
                     # Nothing was sent: the gateway's own refusal is the proof.
                     return Receipt(
                         Outcome.NOT_APPLIED,
-                        proof=f"gateway: {key}={value} has no exact JSON number form; not sent",
+                        proof=not_sent(
+                            f"gateway: {key}={value} has no exact JSON number form; not sent"
+                        ),
                     )
                 args[key] = number
             else:
@@ -123,7 +128,9 @@ class UpstreamAdapter(Adapter):
             # Checked after (re)connecting, before sending: the upstream's schema drifted.
             return Receipt(
                 Outcome.NOT_APPLIED,
-                proof="gateway: the upstream's schema no longer matches its pin; not sent",
+                proof=not_sent(
+                    "gateway: the upstream's schema no longer matches its pin; not sent"
+                ),
             )
         except TimeoutError:
             return Receipt(
@@ -164,7 +171,8 @@ class UpstreamAdapter(Adapter):
             detail={"result_sha256": digest},
         )
 
-    def probe(self, operation_key: str) -> list[str]:
+    def probe(self, operation_key: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> list[str]:
+        budget = call_budget(timeout, self._link.spec.timeout)
         reads = self.binding.reads
         if reads is None:
             raise AdapterError(
@@ -172,31 +180,33 @@ class UpstreamAdapter(Adapter):
                 "view); an operator settles its uncertain rows"
             )
         if reads.lookup_tool is None or reads.lookup_argument is None:
-            return [r.venue_id for r in self._all() if r.operation_key == operation_key]
-        result = self._read(reads.lookup_tool, {reads.lookup_argument: operation_key})
+            return [r.venue_id for r in self._all(budget) if r.operation_key == operation_key]
+        result = self._read(reads.lookup_tool, {reads.lookup_argument: operation_key}, budget)
         items = _items(result, reads.lookup_items_field or reads.items_field, reads.lookup_tool)
         return sorted(
             rec.venue_id for rec in _records(items, reads) if rec.operation_key == operation_key
         )
 
-    def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
+    def records(
+        self, after: VenueRecord | None, limit: int, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> list[VenueRecord]:
         # MCP listings have no agreed key order or cursor: the listing is read whole and
         # sorted here (bounded by what the upstream returns in one answer).
-        rows = self._all()
+        rows = self._all(call_budget(timeout, self._link.spec.timeout))
         if after is not None:
             rows = [r for r in rows if r > after]
         return rows[:limit]
 
-    def _all(self) -> list[VenueRecord]:
+    def _all(self, budget: float) -> list[VenueRecord]:
         reads = self.binding.reads
         if reads is None:
             return []
-        result = self._read(reads.list_tool, dict(reads.list_arguments))
+        result = self._read(reads.list_tool, dict(reads.list_arguments), budget)
         return sorted(_records(_items(result, reads.items_field, reads.list_tool), reads))
 
-    def _read(self, tool: str, args: dict[str, Any]) -> types.CallToolResult:
+    def _read(self, tool: str, args: dict[str, Any], budget: float) -> types.CallToolResult:
         try:
-            result = self._link.call(tool, args, self._link.spec.timeout)
+            result = self._link.call(tool, args, budget)
         except AdapterError:
             raise
         except Exception as exc:

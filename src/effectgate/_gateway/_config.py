@@ -27,6 +27,7 @@ import mcp_types as types
 
 from effectgate._core.intent import ActionClass, EffectClass, Registry, Tier
 from effectgate._core.policy import PolicySet
+from effectgate._execute.adapter import ADAPTER_CALL_CEILING
 from effectgate._gateway._adapter import ReadTools, ToolBinding
 from effectgate._gateway._upstream import UpstreamSpec
 from effectgate._service import _config as svc
@@ -281,7 +282,7 @@ def _upstream(name: str, sec: Section, base_dir: Path | None) -> UpstreamSpec:
         env=env,
         url=url,
         credential_env=cred,
-        timeout=sec.number("timeout", 10.0),
+        timeout=_call_timeout(sec),
         read_only=tuple(read_only),
     )
     sec.done()
@@ -437,3 +438,15 @@ def _action_class(
     except EffectgateError as exc:
         sec.fail(None, exc.message)
     return ac, frozenset(numbers)
+
+
+def _call_timeout(sec: Section) -> float:
+    """An upstream's timeout bounds each call to it: above the ceiling on one adapter call
+    (docs/adapters.md) is refused, naming the field."""
+    value = sec.number("timeout", 10.0)
+    if value > ADAPTER_CALL_CEILING:
+        sec.fail(
+            "timeout",
+            f"{value:g}s is above the {ADAPTER_CALL_CEILING:g}s ceiling on one adapter call",
+        )
+    return float(value)

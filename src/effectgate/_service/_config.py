@@ -31,7 +31,7 @@ from effectgate._core.intent import (
     Tier,
 )
 from effectgate._core.policy import LimitPolicy, PolicySet
-from effectgate._core.venue import LISTING_MODES, KeyHonour, ReadView, VenueContract
+from effectgate._core.venue import LISTING_MODES, REVISION_NAMES, KeyHonour, ReadView, VenueContract
 from effectgate._service._anchor_config import AnchorConfig, anchor_section
 from effectgate._service._authority_config import (
     AuthorityConfig,
@@ -50,7 +50,7 @@ from effectgate._service._jsonschema import model_from_json_schema
 from effectgate._service._logging import LOG_FORMATS
 from effectgate._service._speculation_config import check_horizons, speculation_section
 from effectgate._service._toml import Section
-from effectgate.errors import ConfigError, EffectgateError
+from effectgate.errors import ConfigError, EffectgateError, RegistryError
 from effectgate.store.base import SCOPE_PATTERN, parse_store_url
 
 __all__ = [
@@ -101,6 +101,9 @@ class ServiceSettings:
     max_body_bytes: int = 65536
     max_depth: int = 16
     dispatch_timeout: float = 10.0
+    #: Seconds one probe or listing page of the reconciler (and of a continuation's admission)
+    #: may take; capped like every adapter call.
+    probe_timeout: float = 10.0
     mcp_http: bool = True
     reconcile_interval: float = 5.0
     dispatch_interval: float = 1.0
@@ -315,6 +318,7 @@ def _service(sec: Section | None) -> ServiceSettings:
         ),
         max_depth=sec.integer("max_depth", d.max_depth, minimum=2, maximum=64),
         dispatch_timeout=_capped(sec, "dispatch_timeout", d.dispatch_timeout),
+        probe_timeout=_capped(sec, "probe_timeout", d.probe_timeout),
         mcp_http=sec.flag("mcp_http", d.mcp_http),
         reconcile_interval=sec.number("reconcile_interval", d.reconcile_interval, exclusive=False),
         dispatch_interval=sec.number("dispatch_interval", d.dispatch_interval, exclusive=False),
@@ -557,15 +561,28 @@ def _venue_contract(sec: Section | None) -> VenueContract:
     )
     report = sec.text("conformance_report")
     listing = sec.text("listing", choices=list(LISTING_MODES))
+    revisions = [
+        (name, value)
+        for name in REVISION_NAMES
+        if (value := sec.text(f"{name}_revision")) is not None
+    ]
     sec.done()
-    return VenueContract(
-        honours_key=KeyHonour(honours or "unknown"),
-        read_view=ReadView(read_view or "lagging"),
-        sandbox_uses_given_key=uses_given,
-        sandbox_key_persistence=persistence,
-        conformance_report=report,
-        listing=listing,
-    )
+    try:
+        return VenueContract(
+            honours_key=KeyHonour(honours or "unknown"),
+            read_view=ReadView(read_view or "lagging"),
+            sandbox_uses_given_key=uses_given,
+            sandbox_key_persistence=persistence,
+            conformance_report=report,
+            listing=listing,
+            revisions=tuple(revisions),
+        )
+    except RegistryError as exc:
+        # Name the key the contract refused (the message names the revision).
+        key = next(
+            (f"{n}_revision" for n in REVISION_NAMES if f"{n}_revision" in exc.message), None
+        )
+        sec.fail(key, exc.message.removeprefix("venue: "))
 
 
 def _imported(sec: Section, key: str, ref: str) -> Any:
@@ -642,7 +659,7 @@ def _token(name: str, sec: Section) -> TokenConfig:
 
 def _capped(sec: Section, key: str, default: float) -> float:
     """A timeout of one adapter call: above the ceiling (docs/continuations.md) is refused."""
-    from effectgate._execute.predispatch import ADAPTER_CALL_CEILING
+    from effectgate._execute.adapter import ADAPTER_CALL_CEILING
 
     value = sec.number(key, default)
     if value > ADAPTER_CALL_CEILING:

@@ -18,6 +18,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from effectgate._execute.adapter import (
+    DEFAULT_CALL_TIMEOUT,
     Adapter,
     OutboundRequest,
     Receipt,
@@ -58,14 +59,18 @@ class TimedAdapter(SpeculationPassThrough, Adapter):
                 time.perf_counter() - started
             )
 
-    def probe(self, operation_key: str) -> list[str]:
-        return self.inner.probe(operation_key)
+    def probe(self, operation_key: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> list[str]:
+        return self.inner.probe(operation_key, timeout=timeout)
 
-    def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
-        return self.inner.records(after, limit)
+    def records(
+        self, after: VenueRecord | None, limit: int, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> list[VenueRecord]:
+        return self.inner.records(after, limit, timeout=timeout)
 
-    def window_records(self, start: float, end: float) -> Iterator[VenueRecord]:
-        return self.inner.window_records(start, end)
+    def window_records(
+        self, start: float, end: float, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> Iterator[VenueRecord]:
+        return self.inner.window_records(start, end, timeout=timeout)
 
     def close(self) -> None:
         self.inner.close()

@@ -169,6 +169,7 @@ class Service:
             clock=clock,
             keep_repaired=False,
             alerts=self.alerts,
+            call_timeout=settings.probe_timeout,
         )
         #: Operator actions (the admin API only; never reachable with an agent token).
         self.operator = Operator(

@@ -29,13 +29,19 @@ import botocore.config
 import botocore.exceptions
 
 from effectgate._execute.adapter import (
+    DEFAULT_CALL_TIMEOUT,
     Adapter,
     Listing,
     OutboundRequest,
     Outcome,
     Receipt,
     VenueRecord,
+    call_budget,
+    check_call_timeout,
+    refusal,
     unkeyed,
+    within,
+    within_each,
 )
 from effectgate.adapters._credentials import Secret, load_secret, scrub
 from effectgate.errors import AdapterError, ConfigError
@@ -84,8 +90,9 @@ class Ec2Adapter(Adapter):
                 raise ConfigError(
                     f"aws: operation {op!r} of {action!r} is not one of {_OPERATIONS}"
                 )
-        if not timeout > 0 or not listing_lookback > 0:
-            raise ConfigError("aws: timeout and listing_lookback must be positive")
+        self._timeout = check_call_timeout(timeout, "aws: timeout")
+        if not listing_lookback > 0:
+            raise ConfigError("aws: listing_lookback must be positive")
         self.listing_lookback = float(listing_lookback)
         self._region = region
         self._ec2: Any = boto3.session.Session().client(
@@ -133,7 +140,8 @@ class Ec2Adapter(Adapter):
             status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
             if 400 <= status < 500 and code != "IdempotentParameterMismatch" and status != 429:
                 return Receipt(
-                    Outcome.NOT_APPLIED, proof=f"ec2 {status} {code}: {self._text(exc)}"[:500]
+                    Outcome.NOT_APPLIED,
+                    proof=refusal(f"ec2 {status} {code}: {self._text(exc)}"[:500]),
                 )
             raise AdapterError(f"aws: outcome unknown: {code}: {self._text(exc)}") from None
         except (botocore.exceptions.BotoCoreError, KeyError, IndexError) as exc:
@@ -141,7 +149,13 @@ class Ec2Adapter(Adapter):
                 f"aws: outcome unknown: {type(exc).__name__}: {self._text(exc)}"
             ) from None
 
-    def probe(self, operation_key: str) -> list[str]:
+    def probe(self, operation_key: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> list[str]:
+        # botocore takes its timeouts once, per request; the probe (two paginated
+        # describe calls) is bounded as a whole here.
+        budget = call_budget(timeout, self._timeout)
+        return within(budget, lambda: self._probe(operation_key), "aws: probe")
+
+    def _probe(self, operation_key: str) -> list[str]:
         ids: list[str] = []
         try:
             for tag, suffix in ((KEY_TAG, ""), (TERMINATED_TAG, "#terminated")):
@@ -155,11 +169,20 @@ class Ec2Adapter(Adapter):
             ) from None
         return sorted(ids)
 
-    def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
+    def records(
+        self, after: VenueRecord | None, limit: int, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> list[VenueRecord]:
         raise AdapterError("aws lists by time window, not by key: use window_records()")
 
-    def window_records(self, start: float, end: float) -> Iterator[VenueRecord]:
-        """Instances launched in the window (any state), plus every listed termination record."""
+    def window_records(
+        self, start: float, end: float, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> Iterator[VenueRecord]:
+        """Instances launched in the window (any state), plus every listed termination record;
+        each page's fetch bounded by ``timeout``."""
+        budget = call_budget(timeout, self._timeout)
+        return within_each(budget, self._window(start, end), "aws: listing")
+
+    def _window(self, start: float, end: float) -> Iterator[VenueRecord]:
         try:
             pages = self._ec2.get_paginator("describe_instances").paginate(
                 PaginationConfig={"PageSize": 500}

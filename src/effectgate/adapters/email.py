@@ -27,12 +27,16 @@ from email.message import EmailMessage
 from email.utils import formatdate
 
 from effectgate._execute.adapter import (
+    DEFAULT_CALL_TIMEOUT,
     Adapter,
     Listing,
     OutboundRequest,
     Outcome,
     Receipt,
     VenueRecord,
+    call_budget,
+    check_call_timeout,
+    refusal,
 )
 from effectgate.adapters._credentials import Secret, load_secret, scrub
 from effectgate.errors import AdapterError, ConfigError
@@ -86,8 +90,7 @@ class EmailAdapter(Adapter):
             )
         elif any(s is not None for s in (credential_env, credential_file, credential_hook)):
             raise ConfigError("email: a credential needs a username")
-        if not timeout > 0:
-            raise ConfigError("email: timeout must be positive")
+        check_call_timeout(timeout, "email: timeout")
         if "@" not in sender:
             raise ConfigError("email: sender must be an address")
         self._host, self._port, self._sender = host, int(port), sender
@@ -116,7 +119,9 @@ class EmailAdapter(Adapter):
         msg = self.build(request)
         mid = str(msg["Message-ID"])
         try:
-            with smtplib.SMTP(self._host, self._port, timeout=min(timeout, self._timeout)) as smtp:
+            with smtplib.SMTP(
+                self._host, self._port, timeout=call_budget(timeout, self._timeout)
+            ) as smtp:
                 if self._starttls:
                     smtp.starttls(context=ssl.create_default_context())
                 if self._username is not None and self._secret is not None:
@@ -124,12 +129,14 @@ class EmailAdapter(Adapter):
                 refused = smtp.send_message(msg)
         except smtplib.SMTPRecipientsRefused as exc:
             codes = sorted({code for code, _ in exc.recipients.values()})
-            return Receipt(Outcome.NOT_APPLIED, proof=f"smtp recipients refused {codes}")
+            return Receipt(Outcome.NOT_APPLIED, proof=refusal(f"smtp recipients refused {codes}"))
         except (smtplib.SMTPSenderRefused, smtplib.SMTPDataError) as exc:
-            return Receipt(Outcome.NOT_APPLIED, proof=f"smtp {exc.smtp_code} refused the message")
+            return Receipt(
+                Outcome.NOT_APPLIED, proof=refusal(f"smtp {exc.smtp_code} refused the message")
+            )
         except smtplib.SMTPAuthenticationError as exc:
             return Receipt(
-                Outcome.NOT_APPLIED, proof=f"smtp {exc.smtp_code} authentication refused"
+                Outcome.NOT_APPLIED, proof=refusal(f"smtp {exc.smtp_code} authentication refused")
             )
         except (smtplib.SMTPException, OSError) as exc:
             # Dropped after DATA started, or a timeout: the relay may hold the message.
@@ -139,13 +146,16 @@ class EmailAdapter(Adapter):
         detail: Mapping[str, str] = {"refused": ",".join(sorted(refused))} if refused else {}
         return Receipt(Outcome.APPLIED, venue_id=mid, detail=detail)
 
-    def probe(self, operation_key: str) -> list[str]:
+    def probe(self, operation_key: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> list[str]:
         """SMTP has no read view: the venue cannot answer, so this raises rather than return an
         empty list a reconciler could read as absence (a class misdeclared ``lagging`` would
         then write a delivered message off as failed)."""
         raise AdapterError("email: SMTP has no read view; an operator settles uncertain rows")
 
-    def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
+    def records(
+        self, after: VenueRecord | None, limit: int, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> list[VenueRecord]:
+        call_budget(timeout)  # nothing to list: SMTP keeps no record effectgate can read
         return []
 
     def _text(self, exc: BaseException) -> str:

@@ -14,12 +14,17 @@ from urllib.parse import urlsplit
 import httpx
 
 from effectgate._execute.adapter import (
+    DEFAULT_CALL_TIMEOUT,
     Adapter,
     DryRun,
     OutboundRequest,
     Outcome,
     Receipt,
     VenueRecord,
+    call_budget,
+    check_call_timeout,
+    not_sent,
+    refusal,
 )
 from effectgate.adapters._credentials import Secret, load_secret
 from effectgate.errors import AdapterError, ConfigError
@@ -53,9 +58,7 @@ class HttpVenueAdapter(Adapter):
         self._endpoint = _check_endpoint(endpoint)
         self._speculation = speculation
         self._secret = _load_credential(credential_env, credential_file, credential)
-        if not timeout > 0:
-            raise ConfigError("timeout must be positive")
-        self._timeout = float(timeout)
+        self._timeout = check_call_timeout(timeout, "timeout")
         # trust_env=False: no proxy, netrc or certificate settings from the environment can
         # change where the call goes or what it carries; the configuration above is all there is.
         self._client = httpx.Client(
@@ -76,7 +79,7 @@ class HttpVenueAdapter(Adapter):
         may have been written, 5xx, an unexpected status or body) raises :class:`AdapterError`:
         the outcome is unknown.
         """
-        budget = min(timeout, self._timeout)
+        budget = call_budget(timeout, self._timeout)
         if not budget > 0:
             raise AdapterError(f"POST {_ORDERS}: no time left to call the venue")
         _check_header_value(request.operation_key, "operation key")
@@ -96,7 +99,9 @@ class HttpVenueAdapter(Adapter):
             proof = not_sent_proof(exc, watch)
             if proof is not None:
                 return Receipt(
-                    Outcome.NOT_APPLIED, proof=proof, detail={"transport": type(exc).__name__}
+                    Outcome.NOT_APPLIED,
+                    proof=not_sent(proof, transport=type(exc).__name__),
+                    detail={"transport": type(exc).__name__},
                 )
             raise AdapterError(f"POST {_ORDERS}: {_transport_failure(exc)}") from exc
         if response.status_code == 201:
@@ -115,7 +120,7 @@ class HttpVenueAdapter(Adapter):
             reason = doc.get("reason")
             # Only an explicit refusal is proof that nothing was applied.
             if doc.get("error") == "rejected" and isinstance(reason, str) and reason:
-                return Receipt(Outcome.NOT_APPLIED, proof=f"venue rejected: {reason}")
+                return Receipt(Outcome.NOT_APPLIED, proof=refusal(f"venue rejected: {reason}"))
         raise _status_error("POST", _ORDERS, response)
 
     @property
@@ -131,7 +136,7 @@ class HttpVenueAdapter(Adapter):
         _check_header_value(request.operation_key, "operation key")
         body = {"action": request.action, "effect": dict(request.effect), "attempt": attempt}
         headers = {"Idempotency-Key": request.operation_key, **self._auth()}
-        budget = min(timeout, self._timeout)
+        budget = call_budget(timeout, self._timeout)
         response = self._call("POST", _DRY_RUNS, budget, json=body, headers=headers)
         if response.status_code != 200:
             raise _status_error("POST", _DRY_RUNS, response)
@@ -156,10 +161,15 @@ class HttpVenueAdapter(Adapter):
             evidence={"sandbox": self._endpoint},
         )
 
-    def probe(self, operation_key: str) -> list[str]:
-        """Venue ids visible under ``operation_key``."""
+    def probe(self, operation_key: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> list[str]:
+        """Venue ids visible under ``operation_key``, within ``timeout`` (and the adapter's own
+        configured timeout)."""
         response = self._call(
-            "GET", _ORDERS, self._timeout, params={"key": operation_key}, headers=self._auth()
+            "GET",
+            _ORDERS,
+            call_budget(timeout, self._timeout),
+            params={"key": operation_key},
+            headers=self._auth(),
         )
         if response.status_code != 200:
             raise _status_error("GET", _ORDERS, response)
@@ -168,13 +178,16 @@ class HttpVenueAdapter(Adapter):
             raise AdapterError(f"GET {_ORDERS}: malformed venue_ids")
         return list(ids)
 
-    def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
+    def records(
+        self, after: VenueRecord | None, limit: int, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> list[VenueRecord]:
         """One page of venue records after ``after``, sorted by (key, venue id)."""
         params: dict[str, str | int] = {"limit": limit}
         if after is not None:
             params["after_key"] = after.operation_key
             params["after_id"] = after.venue_id
-        response = self._call("GET", _RECORDS, self._timeout, params=params, headers=self._auth())
+        budget = call_budget(timeout, self._timeout)
+        response = self._call("GET", _RECORDS, budget, params=params, headers=self._auth())
         if response.status_code != 200:
             raise _status_error("GET", _RECORDS, response)
         rows = _json(response, "GET", _RECORDS).get("records")

@@ -18,12 +18,15 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from effectgate._execute.adapter import (
+    DEFAULT_CALL_TIMEOUT,
     Adapter,
     DryRun,
     OutboundRequest,
     Outcome,
     Receipt,
     VenueRecord,
+    call_budget,
+    refusal,
 )
 from effectgate.errors import AdapterError
 
@@ -380,17 +383,21 @@ class PaperAdapter(Adapter):
                 request.operation_key, request.action, request.effect
             )
         except VenueRejection as exc:
-            return Receipt(Outcome.NOT_APPLIED, proof=f"venue rejected: {exc.reason}")
+            return Receipt(Outcome.NOT_APPLIED, proof=refusal(f"venue rejected: {exc.reason}"))
         except Exception as exc:  # the venue may or may not have applied it
             raise AdapterError(f"paper venue call failed: {type(exc).__name__}: {exc}") from exc
         return Receipt(
             Outcome.APPLIED, venue_id=venue_id, detail={"created": "true" if created else "false"}
         )
 
-    def probe(self, operation_key: str) -> list[str]:
+    def probe(self, operation_key: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> list[str]:
+        call_budget(timeout)  # in process, never blocks: only the argument is checked
         return self.venue.find(operation_key)
 
-    def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
+    def records(
+        self, after: VenueRecord | None, limit: int, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> list[VenueRecord]:
+        call_budget(timeout)
         return self.venue.records_after(after, limit)
 
     def __repr__(self) -> str:

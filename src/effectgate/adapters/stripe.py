@@ -27,13 +27,19 @@ import requests
 import stripe
 
 from effectgate._execute.adapter import (
+    DEFAULT_CALL_TIMEOUT,
     Adapter,
     Listing,
     OutboundRequest,
     Outcome,
     Receipt,
     VenueRecord,
+    call_budget,
+    check_call_timeout,
+    refusal,
     unkeyed,
+    within,
+    within_each,
 )
 from effectgate.adapters._credentials import Secret, load_secret, scrub
 from effectgate.errors import AdapterError, ConfigError
@@ -87,8 +93,9 @@ class StripeAdapter(Adapter):
                 raise ConfigError(
                     f"stripe: operation {op!r} of {action!r} is not one of {_OPERATIONS}"
                 )
-        if not timeout > 0 or not listing_lookback > 0:
-            raise ConfigError("stripe: timeout and listing_lookback must be positive")
+        self._timeout = check_call_timeout(timeout, "stripe: timeout")
+        if not listing_lookback > 0:
+            raise ConfigError("stripe: listing_lookback must be positive")
         if probe_via not in ("search", "list"):
             raise ConfigError('stripe: probe_via must be "search" or "list"')
         self.listing_lookback = self._lookback = float(listing_lookback)
@@ -146,7 +153,8 @@ class StripeAdapter(Adapter):
             code = getattr(exc, "code", None) or type(exc).__name__
             status = getattr(exc, "http_status", None)
             return Receipt(
-                Outcome.NOT_APPLIED, proof=f"stripe {status} {code}: {self._text(exc)}"[:500]
+                Outcome.NOT_APPLIED,
+                proof=refusal(f"stripe {status} {code}: {self._text(exc)}"[:500]),
             )
         except stripe.StripeError as exc:
             raise AdapterError(
@@ -154,13 +162,22 @@ class StripeAdapter(Adapter):
             ) from None
         if op == "payment" and obj.status in _NO_EFFECT:
             return Receipt(
-                Outcome.NOT_APPLIED, proof=f"stripe payment_intent {obj.id} {obj.status}"
+                Outcome.NOT_APPLIED,
+                proof=refusal(
+                    f"stripe payment_intent {obj.id} {obj.status}", reference=str(obj.id)
+                ),
             )
         return Receipt(Outcome.APPLIED, venue_id=str(obj.id), detail={"status": str(obj.status)})
 
     # --- reading --------------------------------------------------------------------------
 
-    def probe(self, operation_key: str) -> list[str]:
+    def probe(self, operation_key: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> list[str]:
+        # The SDK's client takes its timeout once, per HTTP request; the probe as a whole
+        # (several pages) is bounded here.
+        budget = call_budget(timeout, self._timeout)
+        return within(budget, lambda: self._probe(operation_key), "stripe: probe")
+
+    def _probe(self, operation_key: str) -> list[str]:
         try:
             if self._probe_via == "search":
                 query = f"metadata['{KEY_FIELD}']:'{_quote(operation_key)}'"
@@ -181,7 +198,7 @@ class StripeAdapter(Adapter):
             now = time.time()
             return sorted(
                 r.venue_id
-                for r in self.window_records(now - self._lookback, now + 1)
+                for r in self._window(now - self._lookback, now + 1)
                 if r.operation_key == operation_key
             )
         except stripe.StripeError as exc:
@@ -189,10 +206,18 @@ class StripeAdapter(Adapter):
                 f"stripe: probe failed: {type(exc).__name__}: {self._text(exc)}"
             ) from None
 
-    def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
+    def records(
+        self, after: VenueRecord | None, limit: int, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> list[VenueRecord]:
         raise AdapterError("stripe lists by time window, not by key: use window_records()")
 
-    def window_records(self, start: float, end: float) -> Iterator[VenueRecord]:
+    def window_records(
+        self, start: float, end: float, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> Iterator[VenueRecord]:
+        budget = call_budget(timeout, self._timeout)
+        return within_each(budget, self._window(start, end), "stripe: listing")
+
+    def _window(self, start: float, end: float) -> Iterator[VenueRecord]:
         try:
             yield from self._payments(start, end)
             yield from self._refunds(start, end)

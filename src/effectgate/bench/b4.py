@@ -29,7 +29,13 @@ from collections.abc import Iterator
 from itertools import groupby
 from typing import Any
 
-from effectgate._execute.adapter import Adapter, OutboundRequest, Receipt, VenueRecord
+from effectgate._execute.adapter import (
+    DEFAULT_CALL_TIMEOUT,
+    Adapter,
+    OutboundRequest,
+    Receipt,
+    VenueRecord,
+)
 from effectgate.bench.b1 import floor_row
 from effectgate.bench.common import Figure, Target
 from effectgate.errors import AdapterError, ConfigError
@@ -80,7 +86,9 @@ class SyntheticVenue(Adapter):
             out.append(VenueRecord(f"{k}~orphan", f"O{i:0{WIDTH}d}"))
         return out
 
-    def records(self, after: VenueRecord | None, limit: int) -> list[VenueRecord]:
+    def records(
+        self, after: VenueRecord | None, limit: int, *, timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> list[VenueRecord]:
         i = 0 if after is None else int(after.operation_key[len(PREFIX) : len(PREFIX) + WIDTH])
         page: list[VenueRecord] = []
         while i < self.rows and len(page) < limit:
@@ -90,7 +98,7 @@ class SyntheticVenue(Adapter):
             i += 1
         return page
 
-    def probe(self, operation_key: str) -> list[str]:
+    def probe(self, operation_key: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> list[str]:
         i = int(operation_key[len(PREFIX) : len(PREFIX) + WIDTH])
         return [r.venue_id for r in self.records_for(i) if r.operation_key == operation_key]
 

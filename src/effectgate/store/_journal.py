@@ -16,6 +16,7 @@ from typing import Any
 
 from effectgate._core.controls import ClassControls, DispatchGuard, Verdict, VerdictKind
 from effectgate._core.intent import Tier
+from effectgate._core.receipts import dispatch_id
 from effectgate._core.states import State, check_transition
 from effectgate.errors import (
     ApprovalFingerprintMismatch,
@@ -140,7 +141,7 @@ def journal_new(
     final = steps[-1]
     intent = dumps(new.intent)
     # The entries first: a dialect may record the last one's (seq, hash) in the row.
-    for kind, detail in path_audit(new, steps, audit, held, intent_text=intent):
+    for kind, detail in path_audit(new, steps, audit, held, intent_text=intent, now=now):
         tx.audit(kind, detail, now, new.scope, new.operation_id)
     if final is State.AWAITING_APPROVAL:
         tx.write(INSERT_REQUEST, approval_request_args(new, guard, now))
@@ -195,6 +196,9 @@ def dispatch_row(
             intent=row.intent,
         )
         audit = {**(audit or {}), "request": request}
+    if target is State.SUBMITTED:
+        # Journalled with the submitted row, in its own entry (no extra statement).
+        audit = {**(audit or {}), "dispatch_id": dispatch_id(scope, operation_id, now)}
     tx.audit(
         "transition",
         transition_event(State.VALIDATED, target, audit=audit),
@@ -260,6 +264,7 @@ def path_audit(
     held: str | None,
     *,
     intent_text: str | None = None,
+    now: float | None = None,
 ) -> list[tuple[str, dict[str, object]]]:
     """The audit entries of a newly journalled row: ONE entry for the whole path, then any hold.
 
@@ -269,7 +274,8 @@ def path_audit(
     holds the intent snapshot, the provenance and the decision. (One entry instead of one per
     step: a third of the audit writes and hashes on the hot path, the same facts.)
     ``intent_text``: the snapshot as already encoded for the row, embedded rather than encoded
-    again.
+    again. ``now``: the journal's instant; a row that ends ``submitted`` then carries its
+    dispatch id (derived from it, as ``submitted_at`` is) in this same entry.
     """
     final = path[-1]
     detail: dict[str, object] = {
@@ -285,6 +291,8 @@ def path_audit(
         detail.update(tier=new.tier, reason=new.reason, policy_version=new.policy_version)
     if final is State.SHADOWED:
         detail["request"] = shadow_request(new.op_key, new.action, new.effect)
+    elif final is State.SUBMITTED and now is not None:
+        detail["dispatch_id"] = dispatch_id(new.scope, new.operation_id, now)
     out: list[tuple[str, dict[str, object]]] = [("transition", detail)]
     if held is not None:
         out.append(("dispatch_held", {"reason": held}))

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from effectgate._core.controls import Verdict
+from effectgate._core.receipts import dispatch_id
 from effectgate._core.states import State, check_transition
 from effectgate.errors import ConfigError, IdempotencyConflict, StoreError
 
@@ -232,6 +233,15 @@ class Operation:
     @property
     def op_key(self) -> str:
         return make_op_key(self.scope, self.operation_id)
+
+    @property
+    def dispatch_id(self) -> str | None:
+        """The id of this row's dispatch (None: never journalled ``submitted``); derived from
+        what the ``submitted`` write journalled, so it survives recovery
+        (:func:`effectgate._core.receipts.dispatch_id`)."""
+        if self.submitted_at is None:
+            return None
+        return dispatch_id(self.scope, self.operation_id, self.submitted_at)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-able view for front doors and ``--json`` output."""

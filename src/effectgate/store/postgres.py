@@ -226,7 +226,7 @@ class PostgresStore(PgConnections, SQLStore):
         the statement wrote nothing, and the full path must run."""
         final = path[-1]
         intent = dumps(new.intent)
-        entries = path_audit(new, path, audit, None, intent_text=intent)
+        entries = path_audit(new, path, audit, None, intent_text=intent, now=now)
         if len(entries) != 1:  # unreachable: an unheld new row has one entry
             raise StoreError(f"the one-statement path writes one audit entry, not {len(entries)}")
         req = approval_request_args(new, guard, now)

@@ -1,0 +1,49 @@
+"""A continuation is charged to its original's run budget, in its own dispatch transaction.
+
+A retry or a compensation is a new action, charged separately (docs/continuations.md): when the
+original was admitted inside a run (bound to a run call, docs/runs.md), its continuation takes
+one more of that run's tool-call slots and is held to the run's deadline, through the budgets'
+public :func:`~effectgate.store._budgets.admit_tool_slot`. The charge is made inside the
+dispatch transaction, beside the ``validated -> submitted`` compare-and-set (the pre-dispatch
+pipeline's in-transaction stage), so concurrent processes cannot overdraw, and a continuation
+refused before it is sent (by policy, an earlier stage, or this check) never holds a slot: the
+refusal rolls the charge back with the dispatch. The gate adds this check only for rows in the
+reserved continuation namespace; every other dispatch is unchanged.
+"""
+
+from __future__ import annotations
+
+from effectgate._execute.predispatch import Refusal
+from effectgate.errors import BudgetExceeded
+from effectgate.store._budgets import admit_tool_slot
+from effectgate.store._tx import SharedTx
+from effectgate.store.base import Operation
+
+__all__ = ["continuation_budget_check"]
+
+
+def continuation_budget_check(tx: SharedTx, row: Operation, now: float) -> Refusal | None:
+    """Charge ``row`` (a continuation) one tool-call slot of its original's run, if any."""
+    link = tx.rows(
+        "SELECT original_id FROM continuations WHERE scope = ? AND operation_id = ?",
+        (row.scope, row.operation_id),
+    )
+    if not link:
+        return None
+    bound = tx.rows(
+        "SELECT run_id FROM run_effects WHERE scope = ? AND operation_id = ?",
+        (row.scope, str(link[0][0])),
+    )
+    if not bound:
+        return None
+    run_id = str(bound[0][0])
+    try:
+        admit_tool_slot(tx, row.scope, run_id, row.operation_id, now)
+    except BudgetExceeded as exc:
+        return Refusal(
+            move="reject",
+            code=BudgetExceeded.code,
+            reason=f"budget_exceeded: {exc.message} ({exc.dimension}; charged to the "
+            f"original's run {run_id!r})",
+        )
+    return None
