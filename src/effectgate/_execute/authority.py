@@ -22,6 +22,7 @@ from decimal import Decimal
 
 from effectgate._core.approver_roles import ApproverRoles
 from effectgate._core.grants import grant_refusal
+from effectgate._execute.break_glass import BreakGlassUses
 from effectgate._execute.predispatch import DispatchContext, Refusal, Stage
 from effectgate.store.base import Operation
 from effectgate.store.roles import Store
@@ -74,10 +75,16 @@ def _value_and_target(ctx: DispatchContext) -> tuple[Decimal | None, str | None]
     return value, target
 
 
-def grant_authoriser(*, environment: str, revoked: Revoked = _never) -> Stage:
-    """The grant axis, for a gate whose grants are on (off: do not wire it)."""
+def grant_authoriser(
+    *, environment: str, revoked: Revoked = _never, uses: BreakGlassUses | None = None
+) -> Stage:
+    """The grant axis, for a gate whose grants are on (off: do not wire it). ``uses``: where the
+    covering grant is noted, so a dispatch under a break-glass grant is audited and alerted
+    (:mod:`effectgate._execute.break_glass`; its checks must be on the same pipeline)."""
 
     def authorise(ctx: DispatchContext) -> Refusal | None:
+        if uses is not None:
+            uses.note(ctx.entry.op_key, None)
         who = acting_principal(ctx.store, ctx.entry)
         if who is None:
             return Refusal("reject", "grant_missing", "no principal proposed this action")
@@ -103,6 +110,8 @@ def grant_authoriser(*, environment: str, revoked: Revoked = _never) -> Stage:
                 used_micros=used,
             )
             if why is None:
+                if uses is not None:
+                    uses.note(ctx.entry.op_key, grant)
                 return None
             reasons.append(why)
         if not reasons:
