@@ -44,6 +44,7 @@ from effectgate._frontends._http_budgets import harness_budgets_router
 from effectgate._frontends._http_channels import CHANNELS_PREFIX, channels_router
 from effectgate._frontends._http_continuations import continuations_router
 from effectgate._frontends._http_grants import grants_router
+from effectgate._frontends._http_policies import policies_router
 from effectgate._frontends._http_quarantine import quarantine_router
 from effectgate._frontends._http_retention import retention_router
 from effectgate._frontends._http_runs import harness_runs_router
@@ -268,6 +269,9 @@ def create_app(
     )
     app.include_router(
         grants_router(service, operator, anyone, _ERRORS), prefix="/v1/admin", tags=["operator"]
+    )
+    app.include_router(
+        policies_router(service, operator, _ERRORS), prefix="/v1/admin", tags=["operator"]
     )
     app.include_router(
         retention_router(service, operator, _ERRORS), prefix="/v1/admin", tags=["operator"]
