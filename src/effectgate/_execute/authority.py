@@ -142,13 +142,14 @@ def approver_revocation_check(revoked: Revoked) -> Stage:
 
 def approver_role_check(roles: ApproverRoles) -> Stage:
     """Approvals by a principal who no longer holds an approver role of the class stop
-    counting: ask again."""
+    counting: ask again. A role is held by config membership now, or by the roles the
+    approver's verified credential asserted when approving (kept with the approval)."""
 
     def check(ctx: DispatchContext) -> Refusal | None:
         out = sorted(
             a.approver
             for a in ctx.store.list_approvals(ctx.entry.scope, ctx.entry.operation_id)
-            if a.verdict == "approve" and not roles.entitled(ctx.entry.action, a.approver)
+            if a.verdict == "approve" and not roles.entitled(ctx.entry.action, a.approver, a.roles)
         )
         if out:
             return Refusal(

@@ -96,14 +96,23 @@ def _answer(
     if who.scope not in ("*", args["scope"]):
         raise PermissionDenied(f"{who.name!r} is limited to scope {who.scope!r}")
     reason = args.get("reason") if isinstance(args.get("reason"), str) else None
-    decide = service.operator.approve if approve else service.operator.refuse
-    out = decide(
-        args["operation_id"],
-        fingerprint=args["fingerprint"],
-        approver=who.name,
-        scope=args["scope"],
-        reason=reason,
-    )
+    if approve:
+        out = service.operator.approve(
+            args["operation_id"],
+            fingerprint=args["fingerprint"],
+            approver=who.name,
+            scope=args["scope"],
+            reason=reason,
+            claimed_roles=who.approver_roles,
+        )
+    else:
+        out = service.operator.refuse(
+            args["operation_id"],
+            fingerprint=args["fingerprint"],
+            approver=who.name,
+            scope=args["scope"],
+            reason=reason,
+        )
     return {
         "state": out.operation.state.value,
         "approvals": out.approvals,

@@ -258,6 +258,7 @@ def shared_migrations(t: Types) -> list[str]:
         grants_tables(t),  # delegated authority (store/_grants.py)
         policy_tables(t),  # governed policy versions (store/_policies.py)
         channel_tables(t),  # signed-callback nonces (store/_channels.py)
+        approval_binding_columns(t),  # what an approval was given with (store/_controls.py)
     ]
 
 
@@ -384,6 +385,21 @@ CREATE TABLE channel_nonces (
     PRIMARY KEY (channel, nonce)
 ){clustered};
 CREATE INDEX channel_nonces_seen ON channel_nonces (channel, seen_at)
+""".format(**asdict(t))
+
+
+def approval_binding_columns(t: Types) -> str:
+    """What each approval was given with, read by the pre-dispatch stages (docs/authority.md).
+
+    ``roles``: the approver roles the approver's verified credential asserted (JSON list; NULL:
+    none). ``precondition_at``: when the precondition was read for this approval (NULL: none
+    was bound); ``precondition``: its fingerprint (NULL with a time: the read failed). A new
+    approval round deletes the round's approvals, and their bindings with them.
+    """
+    return """
+ALTER TABLE approvals ADD COLUMN roles {text};
+ALTER TABLE approvals ADD COLUMN precondition {text};
+ALTER TABLE approvals ADD COLUMN precondition_at {real}
 """.format(**asdict(t))
 
 

@@ -10,7 +10,7 @@ statements, locks and leases, and error classification are written per dialect.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -340,8 +340,21 @@ class Approvals(Protocol):
         approve: bool,
         reason: str | None,
         now: float,
+        roles: Collection[str] = (),
     ) -> ApprovalOutcome:
         """One approver's answer to exactly this payload; releases or denies the row."""
+
+    def bind_approval_precondition(
+        self,
+        scope: str,
+        operation_id: str,
+        *,
+        approver: str,
+        fingerprint: str | None,
+        detail: Mapping[str, object],
+        now: float,
+    ) -> bool:
+        """Record the precondition an approval was given against, on that approval."""
 
     def expire_approvals(self, *, now: float) -> list[Operation]: ...
 
