@@ -259,6 +259,7 @@ def shared_migrations(t: Types) -> list[str]:
         policy_tables(t),  # governed policy versions (store/_policies.py)
         channel_tables(t),  # signed-callback nonces (store/_channels.py)
         approval_binding_columns(t),  # what an approval was given with (store/_controls.py)
+        announcement_tables(t),  # one announcement per channel and round (store/_channels.py)
     ]
 
 
@@ -400,6 +401,21 @@ def approval_binding_columns(t: Types) -> str:
 ALTER TABLE approvals ADD COLUMN roles {text};
 ALTER TABLE approvals ADD COLUMN precondition {text};
 ALTER TABLE approvals ADD COLUMN precondition_at {real}
+""".format(**asdict(t))
+
+
+def announcement_tables(t: Types) -> str:
+    """Which approval request each channel announced (store/_channels.py): one row per channel,
+    operation and approval round (``round``: the round's expiry, which every new round sets
+    anew). ``holder``/``lease_until``: the replica announcing it now; ``announced_at``: set once
+    the tool accepted it, after which no replica announces that round again."""
+    return """
+CREATE TABLE channel_announcements (
+    channel {text} NOT NULL, scope {text} NOT NULL, operation_id {text} NOT NULL,
+    round {real} NOT NULL, holder {text} NOT NULL, lease_until {real} NOT NULL,
+    announced_at {real},
+    PRIMARY KEY (channel, scope, operation_id, round)
+){clustered}
 """.format(**asdict(t))
 
 

@@ -517,6 +517,33 @@ class ChannelNonces(Protocol):
     def claim_nonce(self, channel: str, nonce: str, *, now: float, forget_before: float) -> bool:
         """True the first time ``(channel, nonce)`` is seen; False for a replay (audited)."""
 
+    def claim_announcement(
+        self,
+        channel: str,
+        scope: str,
+        operation_id: str,
+        round_key: float,
+        *,
+        holder: str,
+        now: float,
+        lease: float,
+    ) -> bool:
+        """Whether ``holder`` may announce this approval round on ``channel`` now."""
+
+    def finish_announcement(
+        self,
+        channel: str,
+        scope: str,
+        operation_id: str,
+        round_key: float,
+        *,
+        holder: str,
+        delivered: bool,
+        detail: Mapping[str, object],
+        now: float,
+    ) -> None:
+        """Record an announcement's outcome, audited; delivered rounds are never sent again."""
+
 
 @runtime_checkable
 class Speculations(Protocol):
