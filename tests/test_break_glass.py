@@ -9,8 +9,15 @@ not commit (held by the kill switch) leaves neither. On every store engine.
 
 from __future__ import annotations
 
+import json
+import threading
 from dataclasses import replace
 from decimal import Decimal
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import ClassVar
+
+from fastapi.testclient import TestClient
 
 from effectgate import Gate, LimitPolicy, Operator, PolicySet
 from effectgate._audit import verify_store
@@ -20,10 +27,13 @@ from effectgate._core.intent import Registry
 from effectgate._core.states import State
 from effectgate._execute.authority import grant_authoriser
 from effectgate._execute.break_glass import ALERT_KIND, AUDIT_KIND, BreakGlassUses
+from effectgate._frontends.http import create_app
+from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.examples import EXAMPLE_ORDER, submit_order_class
 from effectgate.store.roles import Store
 from effectgate.testing import ManualClock
+from servicekit import AGENT_A, ORDER, bearer, config_text
 
 NOW = 1000.0
 
@@ -105,3 +115,54 @@ def test_a_held_dispatch_leaves_no_use_behind(store: Store) -> None:
     op.release("submit_order", operator="ops")
     assert gate.dispatch("op-1").state is State.ACKNOWLEDGED
     assert len(uses_of(store, "op-1")) == 1 and len(sink) == 1
+
+
+class _Pager(BaseHTTPRequestHandler):
+    received: ClassVar[list[dict[str, object]]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        _Pager.received.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_the_service_wires_it(tmp_path: Path, store: Store) -> None:
+    """With ``[authority] grants = true`` the service's gate carries the use check and its
+    alert delivery: an HTTP proposal under a break-glass grant is dispatched, audited, and
+    paged through the service's ``[alerts] webhook``."""
+    _Pager.received = []
+    pager = ThreadingHTTPServer(("127.0.0.1", 0), _Pager)
+    threading.Thread(target=pager.serve_forever, daemon=True).start()
+    text = config_text(store_url=f"sqlite:///{tmp_path}/l.db") + (
+        "\n[authority]\ngrants = true\n\n[alerts]\n"
+        f'webhook = "http://127.0.0.1:{pager.server_address[1]}/page"\n'
+    )
+    svc = Service(parse_config(text, "t.toml"), store=store)
+    try:
+        raw = {"actions": ["submit_order"], "scope": "alpha", "expires_in": 900, "hops": 0,
+               "break_glass": True}  # fmt: skip
+        gid = store.create_grant(
+            "alpha", parse_spec(raw, now=svc.clock()), created_by="ops", now=svc.clock()
+        ).grant_id
+        with TestClient(create_app(svc, mcp_http=False)) as client:
+            r = client.post(
+                "/v1/actions/submit_order",
+                json=ORDER,
+                headers={**bearer(AGENT_A), "Idempotency-Key": "op-1"},
+            )
+            assert r.json()["state"] == "acknowledged", r.text
+        [use] = [
+            e.detail
+            for e in store.audit_entries(scope="alpha", operation_id="op-1", limit=50)
+            if e.kind == AUDIT_KIND
+        ]
+        assert use["grant_id"] == gid
+        pages = [p for p in _Pager.received if p["kind"] == ALERT_KIND]
+        assert [p["subject"] for p in pages] == [f"{gid}:alpha:op-1"]
+    finally:
+        svc.close()
+        pager.shutdown()
