@@ -74,7 +74,7 @@ def _awaiting(svc: Service) -> None:
 
 
 def _announced(store: Store) -> list[dict[str, Any]]:
-    return [e.detail for e in store.iter_audit() if e.kind == "approval_announced"]
+    return [dict(e.detail) for e in store.iter_audit() if e.kind == "approval_announced"]
 
 
 def test_two_services_announce_a_request_once(
