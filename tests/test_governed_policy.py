@@ -209,3 +209,26 @@ class TestPolicyCli:
         bad.write_text('[policies.nope]\nmax_value = "1"\n')
         out = cli(config, "propose", "--file", str(bad))
         assert out.returncode != 0 and "nope" in out.stderr
+
+    def test_reject_and_show(self, tmp_path: Path) -> None:
+        """A rejected proposal is closed, audited and never applied (docs/authority.md)."""
+        db = tmp_path / "l.db"
+        config = tmp_path / "effectgate.toml"
+        config.write_text(config_text(store_url=f"sqlite:///{db}"))
+        store = SQLiteStore(str(db))
+        store.migrate()
+        alice = store.create_principal("alice", "operator", "*", created_by="ops", now=1.0)
+        bob = store.create_principal("bob", "operator", "*", created_by="ops", now=1.0)
+        store.close()
+        policy = tmp_path / "new.toml"
+        policy.write_text('[policies.submit_order]\nmax_value = "2500"\n')
+        out = cli(config, "propose", "--file", str(policy), "--json", token=alice.token)
+        pid = json.loads(out.stdout)["proposal_id"]
+        out = cli(config, "reject", pid, "--reason", "not now", "--json", token=bob.token)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["state"] == "rejected"
+        shown = json.loads(cli(config, "show", pid, "--json").stdout)
+        assert shown["decided_by"] == "bob" and shown["diff"]
+        out = cli(config, "approve", pid, token=bob.token)
+        assert out.returncode != 0 and "rejected" in out.stderr
+        assert json.loads(cli(config, "list", "--json").stdout)["active"] is None

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
 
-from effectgate._core.principals import Principal, Role
+from effectgate._core.principals import Capability, Principal, Role
 from effectgate._frontends.http import create_app
 from effectgate._service import Service, parse_config
 from effectgate._service._identity import JwtSettings, JwtVerifier, RevocationFeed
@@ -250,3 +250,107 @@ revocation_interval = 60
                 'jwks_url = "http://127.0.0.1:1/j"\nalgorithms = ["HS256"]\n',
                 "t.toml",
             )
+
+
+class TestClaimedRoles:
+    """Several roles, and approver roles, from the verified credential's claims
+    (docs/authority.md, "identity from the credential")."""
+
+    def test_a_list_or_a_space_separated_string(self, idp: str) -> None:
+        who = verifier(idp).verify(mint(role=["approver", "harness"]))
+        assert who.role is Role.APPROVER and who.roles == {Role.APPROVER, Role.HARNESS}
+        assert who.may(Capability.APPROVE) and who.may(Capability.RECORD_RUNS)
+        assert not who.may(Capability.OPERATE)
+        who = verifier(idp).verify(mint(role="offline_access approver", tenant="alpha"))
+        assert who.roles == {Role.APPROVER}  # what is not an effectgate role is ignored
+
+    def test_the_claim_name_is_configured(self, idp: str) -> None:
+        v = verifier(idp, role_claim="groups")
+        assert v.verify(mint(groups="operator approver", tenant="*")).roles == {
+            Role.OPERATOR,
+            Role.APPROVER,
+        }
+        with pytest.raises(Unauthenticated, match="not a role"):
+            v.verify(mint())  # "role" is no longer read
+
+    @pytest.mark.parametrize(
+        ("claims", "why"),
+        [
+            ({"role": ["root", "admin"]}, "not a role"),
+            ({"role": [1, "agent"]}, "not a role"),
+            ({"role": "operator agent", "tenant": "*"}, "tenant"),  # "*" never proposes
+            ({"role": "approver", "approver_roles": ["treasury", "bad name!"]}, "malformed"),
+        ],
+    )
+    def test_bad_role_claims_authenticate_no_one(
+        self, idp: str, claims: dict[str, Any], why: str
+    ) -> None:
+        with pytest.raises(Unauthenticated, match=why):
+            verifier(idp, approver_role_claim="approver_roles").verify(mint(**claims))
+
+    def test_approver_roles_come_from_a_claim(self, idp: str) -> None:
+        v = verifier(idp, approver_role_claim="approver_roles")
+        who = v.verify(mint(role="approver", approver_roles="treasury risk"))
+        assert who.approver_roles == {"treasury", "risk"}
+        # Without the setting, the claim is not read: roles come from the config only.
+        assert verifier(idp).verify(mint(approver_roles=["treasury"])).approver_roles == set()
+
+
+class TestClaimedApproverRolesOverHttp:
+    """An approval needs an approver role of the class: held by config membership or asserted
+    by the verified credential; the role is kept with the approval, so the check just before
+    dispatch (docs/authority.md, "Approvals") counts it too."""
+
+    def test_a_claimed_role_entitles_and_is_kept(self, tmp_path: Path, store: Store) -> None:
+        (tmp_path / "idp.pem").write_text(pem(KEY))
+        (tmp_path / "revoked.json").write_text('{"principals": ["appr-gone"]}')
+        text = config_text(store_url=f"sqlite:///{tmp_path}/ledger.db") + f"""
+[identity]
+issuer = "{ISSUER}"
+audience = "{AUDIENCE}"
+public_key_file = "idp.pem"
+approver_role_claim = "approver_roles"
+revocations = "{tmp_path}/revoked.json"
+
+[authority.approver_roles]
+treasury = []
+
+[authority.approvers]
+submit_order = ["treasury"]
+"""  # fmt: skip
+        svc = Service(parse_config(text, "t.toml", base_dir=tmp_path), store=store)
+
+        def approver(**claims: Any) -> dict[str, str]:
+            token = mint(sub="appr-x", role="approver", tenant="alpha", **claims)
+            return {"Authorization": f"Bearer {token}"}
+
+        try:
+            with TestClient(create_app(svc, mcp_http=False)) as client:
+                r = client.post(
+                    "/v1/actions/submit_order",
+                    json={**ORDER, "quantity": "9.5"},  # 950: above approve_above
+                    headers={"Authorization": f"Bearer {mint()}", "Idempotency-Key": "op-1"},
+                )
+                assert r.json()["state"] == "awaiting_approval", r.text
+                answer = {"fingerprint": r.json()["fingerprint"]}
+                url = "/v1/admin/approvals/alpha/op-1/approve"
+                # No role claimed, a role of another class, expired, wrong key, revoked: refused.
+                for headers, status in (
+                    (approver(), 403),
+                    (approver(approver_roles="risk"), 403),
+                    (approver(approver_roles="treasury", exp=int(time.time()) - 120), 401),
+                    ({"Authorization": f"Bearer {mint(OTHER_KEY, role='approver')}"}, 401),
+                    ({"Authorization": "Bearer " + mint(sub="appr-gone", role="approver",
+                                                       approver_roles="treasury")}, 401),
+                ):  # fmt: skip
+                    r = client.post(url, json=answer, headers=headers)
+                    assert r.status_code == status, r.text
+                assert store.list_approvals("alpha", "op-1") == []
+                r = client.post(url, json=answer, headers=approver(approver_roles=["treasury"]))
+                assert r.status_code == 200, r.text
+                # The pre-dispatch role check counted the role kept with the approval.
+                assert r.json()["operation"]["state"] == "acknowledged", r.json()
+            [approval] = store.list_approvals("alpha", "op-1")
+            assert approval.approver == "appr-x" and approval.roles == ("treasury",)
+        finally:
+            svc.close()

@@ -1,7 +1,8 @@
 """Who may approve what: approver roles per action class (pure, no I/O).
 
-An approver role is a named set of principals (``treasury = ["alice", "bob"]``); a class may
-list the roles whose members may approve it. A class that lists none keeps the rule every
+An approver role is a named set of principals (``treasury = ["alice", "bob"]``), or held by a
+verified credential that asserts it (a JWT claim); a class may list the roles whose holders may
+approve it. A class that lists none keeps the rule every
 approval always had (any approver or operator, never the proposer, each at most once). This is
 checked when an approval is given and again just before dispatch (an approver removed from a
 role since no longer counts).
@@ -9,7 +10,7 @@ role since no longer counts).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 from effectgate.errors import ApproverNotEntitled, ControlError
@@ -32,13 +33,19 @@ class ApproverRoles:
                     f"{action}: approver roles {unknown or '[]'} are not defined", field="approvers"
                 )
 
-    def entitled(self, action: str, approver: str) -> bool:
+    def entitled(self, action: str, approver: str, claimed: Collection[str] = ()) -> bool:
+        """Whether ``approver`` may approve ``action``: a member of one of its roles here, or
+        holding one by ``claimed`` (the roles its verified credential asserts)."""
         roles = self.by_class.get(action)
-        return roles is None or any(approver in self.members[r] for r in roles)
+        return (
+            roles is None
+            or any(approver in self.members[r] for r in roles)
+            or not roles.isdisjoint(claimed)
+        )
 
-    def require(self, action: str, approver: str) -> None:
+    def require(self, action: str, approver: str, claimed: Collection[str] = ()) -> None:
         """Raise :class:`ApproverNotEntitled` unless ``approver`` may approve ``action``."""
-        if not self.entitled(action, approver):
+        if not self.entitled(action, approver, claimed):
             roles = ", ".join(sorted(self.by_class[action]))
             raise ApproverNotEntitled(
                 f"{approver!r} holds none of the approver roles of {action!r} ({roles})"

@@ -396,6 +396,12 @@ class ApprovalRecord:
     fingerprint: str
     reason: str | None
     at: float
+    #: Approver roles the approver's verified credential asserted when approving.
+    roles: tuple[str, ...] = ()
+    #: The precondition's fingerprint bound to this approval (None: none, or unread).
+    precondition: str | None = None
+    #: When it was read (None: no precondition bound to this approval).
+    precondition_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,21 +63,28 @@ class Principal:
     name: str
     role: Role
     scope: str
+    #: Every role the credential carries (a verified identity may carry several; ``role`` is
+    #: the first of them). Empty: ``role`` alone.
+    roles: frozenset[Role] = frozenset()
+    #: Named approver roles the credential itself asserts (a JWT claim, docs/authority.md),
+    #: beside the config's membership lists.
+    approver_roles: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         # Accept the role's name ("agent") as well as the member: callers build principals
         # from config text and database rows.
         object.__setattr__(self, "role", Role(self.role))
+        object.__setattr__(self, "roles", frozenset({self.role, *(Role(r) for r in self.roles)}))
+        object.__setattr__(self, "approver_roles", frozenset(self.approver_roles))
 
     def may(self, capability: Capability) -> bool:
-        return capability in _GRANTS[self.role]
+        return any(capability in _GRANTS[r] for r in self.roles)
 
     def require(self, capability: Capability) -> None:
         """Raise :class:`PermissionDenied` unless the role grants ``capability``."""
         if not self.may(capability):
-            raise PermissionDenied(
-                f"a token with role {self.role.value!r} may not {_WHAT[capability]}"
-            )
+            held = ", ".join(sorted(r.value for r in self.roles))
+            raise PermissionDenied(f"a token with role {held!r} may not {_WHAT[capability]}")
 
 
 @dataclass(frozen=True, slots=True)

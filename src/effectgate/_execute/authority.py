@@ -22,6 +22,7 @@ from decimal import Decimal
 
 from effectgate._core.approver_roles import ApproverRoles
 from effectgate._core.grants import grant_refusal
+from effectgate._execute.break_glass import BreakGlassUses
 from effectgate._execute.predispatch import DispatchContext, Refusal, Stage
 from effectgate.store.base import Operation
 from effectgate.store.roles import Store
@@ -74,10 +75,16 @@ def _value_and_target(ctx: DispatchContext) -> tuple[Decimal | None, str | None]
     return value, target
 
 
-def grant_authoriser(*, environment: str, revoked: Revoked = _never) -> Stage:
-    """The grant axis, for a gate whose grants are on (off: do not wire it)."""
+def grant_authoriser(
+    *, environment: str, revoked: Revoked = _never, uses: BreakGlassUses | None = None
+) -> Stage:
+    """The grant axis, for a gate whose grants are on (off: do not wire it). ``uses``: where the
+    covering grant is noted, so a dispatch under a break-glass grant is audited and alerted
+    (:mod:`effectgate._execute.break_glass`; its checks must be on the same pipeline)."""
 
     def authorise(ctx: DispatchContext) -> Refusal | None:
+        if uses is not None:
+            uses.note(ctx.entry.op_key, None)
         who = acting_principal(ctx.store, ctx.entry)
         if who is None:
             return Refusal("reject", "grant_missing", "no principal proposed this action")
@@ -103,6 +110,8 @@ def grant_authoriser(*, environment: str, revoked: Revoked = _never) -> Stage:
                 used_micros=used,
             )
             if why is None:
+                if uses is not None:
+                    uses.note(ctx.entry.op_key, grant)
                 return None
             reasons.append(why)
         if not reasons:
@@ -133,13 +142,14 @@ def approver_revocation_check(revoked: Revoked) -> Stage:
 
 def approver_role_check(roles: ApproverRoles) -> Stage:
     """Approvals by a principal who no longer holds an approver role of the class stop
-    counting: ask again."""
+    counting: ask again. A role is held by config membership now, or by the roles the
+    approver's verified credential asserted when approving (kept with the approval)."""
 
     def check(ctx: DispatchContext) -> Refusal | None:
         out = sorted(
             a.approver
             for a in ctx.store.list_approvals(ctx.entry.scope, ctx.entry.operation_id)
-            if a.verdict == "approve" and not roles.entitled(ctx.entry.action, a.approver)
+            if a.verdict == "approve" and not roles.entitled(ctx.entry.action, a.approver, a.roles)
         )
         if out:
             return Refusal(

@@ -393,6 +393,11 @@ class Gate:
         row = done.row
         if row.state is not State.SUBMITTED:
             return row, done.verdict
+        for hook in self.pipeline.after_commit:
+            try:
+                hook(row)
+            except Exception as exc:  # a notification must not stop a committed dispatch
+                log.error("after-commit hook for %s raised %s", row.op_key, type(exc).__name__)
         return self._call(row), done.verdict
 
     def _speculative(

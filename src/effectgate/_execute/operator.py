@@ -9,7 +9,7 @@ the same transaction as the change.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -205,14 +205,18 @@ class Operator:
         approver: str,
         scope: str = "default",
         reason: str | None = None,
+        claimed_roles: Collection[str] = (),
     ) -> ApprovalOutcome:
-        """Approve exactly the payload ``fingerprint`` of ``operation_id``.
+        """Approve exactly the payload ``fingerprint`` of ``operation_id``. ``claimed_roles``:
+        the approver roles the approver's verified credential asserts (docs/authority.md).
 
         Complete approvals move the row to ``validated`` and, when its proposer submitted it
         to be sent, release it to the standing dispatcher (``outcome.released``); a row
         journalled with ``Gate.propose`` stays its caller's to dispatch.
         """
-        return self._decide(operation_id, fingerprint, approver, scope, True, reason)
+        return self._decide(
+            operation_id, fingerprint, approver, scope, True, reason, tuple(claimed_roles)
+        )
 
     def refuse(
         self,
@@ -234,6 +238,7 @@ class Operator:
         scope: str,
         approve: bool,
         reason: str | None,
+        claimed: tuple[str, ...] = (),
     ) -> ApprovalOutcome:
         validate_identity(scope, operation_id)
         try:
@@ -245,7 +250,7 @@ class Operator:
             if approve and self.approver_roles is not None:
                 row = self.store.get(scope, operation_id)
                 if row is not None:
-                    self.approver_roles.require(row.action, who)
+                    self.approver_roles.require(row.action, who, claimed)
             outcome = self.store.decide_approval(
                 scope,
                 operation_id,
@@ -254,6 +259,7 @@ class Operator:
                 approve=approve,
                 reason=reason,
                 now=now,
+                roles=claimed,
             )
         except ApprovalError as exc:
             self.store.append_audit(

@@ -2,11 +2,12 @@
 
 When an approval is given for a class whose adapter can read its precondition
 (:class:`~effectgate._execute.adapter.ReadsPrecondition`), :func:`bind_precondition` reads the
-resource state through the adapter and records its fingerprint (a chained audit entry
-``precondition_bound`` on the operation). Just before dispatch, :func:`precondition_check` (a
-pre-dispatch stage, after authorisation) reads the state again: a different fingerprint, or a
-state that cannot be read, refuses the dispatch with a new approval round (``reapprove``), so a
-human looks again at the world as it now is.
+resource state through the adapter and records its fingerprint on that approval (columns of
+the approval, written with a chained ``precondition_bound`` audit entry in one transaction).
+Just before dispatch, :func:`precondition_check` (a pre-dispatch stage, after authorisation)
+reads the approvals' bindings and the state again: a fingerprint different from any
+approval's binding, or a state that cannot be read, refuses the dispatch with a new approval
+round (``reapprove``), so a human looks again at the world as it now is.
 """
 
 from __future__ import annotations
@@ -55,9 +56,9 @@ def bind_precondition(
     now: float,
     timeout: float = 5.0,
 ) -> str | None:
-    """Read and record the precondition an approval is given against; its fingerprint, or
-    None when the class's adapter reads none. A failed read binds nothing (and the check
-    before dispatch then finds the state unbound: it asks again)."""
+    """Read and record the precondition an approval is given against, on that approval; its
+    fingerprint, or None when the class's adapter reads none. A failed read is bound as
+    unread (the check before dispatch then asks again)."""
     row = store.get(scope, operation_id)
     if row is None:
         return None
@@ -67,37 +68,28 @@ def bind_precondition(
     try:
         state = reader.read_precondition(row.action, row.effect, timeout=timeout)
     except (EffectgateError, OSError) as exc:
-        store.append_audit(
-            BOUND_ENTRY,
-            {"approver": approver, "fingerprint": None, "error": str(exc)[:500]},
-            now=now,
-            scope=scope,
-            operation_id=operation_id,
-        )
+        store.bind_approval_precondition(
+            scope, operation_id, approver=approver, fingerprint=None,
+            detail={"error": str(exc)[:500]}, now=now,
+        )  # fmt: skip
         return None
     fingerprint = precondition_fingerprint(state)
-    store.append_audit(
-        BOUND_ENTRY,
-        {"approver": approver, "fingerprint": fingerprint, "state": dict(state)},
-        now=now,
-        scope=scope,
-        operation_id=operation_id,
-    )
+    store.bind_approval_precondition(
+        scope, operation_id, approver=approver, fingerprint=fingerprint,
+        detail={"state": dict(state)}, now=now,
+    )  # fmt: skip
     return fingerprint
 
 
-def _bound(store: Store, scope: str, operation_id: str) -> tuple[bool, str | None]:
-    """``(any binding in the current approval round, its fingerprint)``: the latest binding
-    after the latest new approval round (earlier rounds' bindings no longer count)."""
-    bound: tuple[bool, str | None] = (False, None)
-    for e in store.audit_entries(scope=scope, operation_id=operation_id, limit=1000):
-        detail = e.detail
-        if e.kind == "transition" and detail.get("approval_round") == "new":
-            bound = (False, None)
-        elif e.kind == BOUND_ENTRY:
-            fp = detail.get("fingerprint")
-            bound = (True, fp if isinstance(fp, str) else None)
-    return bound
+def _bound(store: Store, scope: str, operation_id: str) -> list[str | None]:
+    """The fingerprints bound to this round's approvals (None: that approval's read failed);
+    empty: no approval of this round bound one. Read from the approvals' own columns (a new
+    round deletes the earlier round's approvals, and their bindings with them)."""
+    return [
+        a.precondition
+        for a in store.list_approvals(scope, operation_id)
+        if a.verdict == "approve" and a.precondition_at is not None
+    ]
 
 
 def precondition_check(
@@ -110,17 +102,20 @@ def precondition_check(
         reader = _reader(adapters, registry, entry.action)
         if reader is None:
             return None
-        was_bound, fingerprint = _bound(ctx.store, entry.scope, entry.operation_id)
-        if not was_bound:
+        bound = _bound(ctx.store, entry.scope, entry.operation_id)
+        if not bound:
             return None  # no approval bound a precondition (an auto-approved action)
-        if fingerprint is None:
+        if any(fp is None for fp in bound):
             return Refusal("reapprove", "precondition_unbound", "the approval's state was unread")
         try:
             now_state = reader.read_precondition(entry.action, entry.effect, timeout=timeout)
         except (EffectgateError, OSError) as exc:
             return Refusal("reapprove", "precondition_unreadable", f"cannot re-read: {exc}"[:500])
         current = precondition_fingerprint(now_state)
-        if current != fingerprint:
+        # Every approver's binding must still hold: each saw the world as it then was.
+        changed = sorted({fp for fp in bound if fp is not None and fp != current})
+        if changed:
+            fingerprint = changed[0]
             return Refusal(
                 "reapprove",
                 "precondition_changed",

@@ -106,6 +106,9 @@ class Pipeline:
     approved: tuple[Stage, ...] = ()
     #: Run inside the dispatch transaction, in order, after the controls' verdict.
     in_tx: tuple[InTxCheck, ...] = ()
+    #: Run once a dispatch transaction committed ``submitted``, before the adapter is called
+    #: (e.g. delivering an alert the transaction recorded); one that raises is logged only.
+    after_commit: tuple[Callable[[Operation], None], ...] = ()
     #: Approval round opened by a ``reapprove`` refusal.
     reapprove_required: int = 1
     reapprove_ttl: float = 86400.0

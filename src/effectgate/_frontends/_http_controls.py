@@ -232,14 +232,16 @@ def controls_router(
         visible_scope(who, scope)
 
         def run() -> dict[str, Any]:
-            fn = op.approve if approve else op.refuse
-            out = fn(
-                operation_id,
-                fingerprint=body.fingerprint,
-                approver=who.name,
-                scope=scope,
-                reason=body.reason,
-            )
+            fp, name, why = body.fingerprint, who.name, body.reason
+            # The approver roles the verified credential asserts count beside the config's.
+            out = (
+                op.approve(
+                    operation_id, fingerprint=fp, approver=name, scope=scope, reason=why,
+                    claimed_roles=who.approver_roles,
+                )
+                if approve
+                else op.refuse(operation_id, fingerprint=fp, approver=name, scope=scope, reason=why)
+            )  # fmt: skip
             row = out.operation
             if out.released and row.state is State.VALIDATED:
                 # The approval released it: dispatch now rather than at the standing

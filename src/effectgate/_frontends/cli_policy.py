@@ -1,8 +1,9 @@
-"""``effectgate policy propose|diff|approve|load|list|replay``: policy as a governed artefact.
+"""``effectgate policy propose|diff|show|approve|reject|load|list|replay``: governed policy.
 
 A policy file holds ``[policies.NAME]`` tables as in the service config. ``propose`` records it
 (with its diff against the active version); ``approve`` applies it, by a principal other than
-its author; ``load`` applies it at once where ``[authority] policy_approval = "optional"``;
+its author; ``reject`` closes it unapplied; ``load`` applies it at once where
+``[authority] policy_approval = "optional"``;
 ``replay`` decides the recorded intents of a window again under the file and reports every
 decision that would change, per class, before anyone approves. Needs ``--config`` (the action
 classes); the actor is the token in ``--token-env`` or ``os:<user>`` (docs/authority.md).
@@ -117,6 +118,43 @@ def approve(
         print(json.dumps(p.to_dict()))
         return
     console.print(f"applied {p.proposal_id}: {p.policy_hash} is active", highlight=False)
+
+
+@policy_app.command("reject")
+def reject(
+    config: ConfigReq,
+    proposal: str,
+    reason: Annotated[str, typer.Option("--reason")] = "",
+    token_env: TokenEnvOpt = TOKEN_ENV,
+    as_json: JsonOpt = False,
+) -> None:
+    """Close PROPOSAL without applying it (its author may withdraw it), audited."""
+    with _open(config) as (store, cfg):
+        actor = acting(store, token_env, Capability.OPERATE, config_tokens=cfg.tokens)
+        p = store.reject_policy(proposal, by=actor, now=time.time(), reason=reason)
+    if as_json:
+        print(json.dumps(p.to_dict()))
+        return
+    console.print(f"rejected {p.proposal_id} as {actor}", highlight=False)
+
+
+@policy_app.command("show")
+def show(config: ConfigReq, proposal: str, as_json: JsonOpt = False) -> None:
+    """PROPOSAL: its state, author, decision and diff against the active policy."""
+    with _open(config) as (store, _):
+        p = store.get_policy_proposal(proposal)
+        lines = diff_documents(_active_doc(store), json.loads(p.document))
+    if as_json:
+        print(json.dumps({**p.to_dict(), "diff": lines}))
+        return
+    console.print(
+        f"{p.proposal_id} {p.state} {p.policy_hash} by {p.author}"
+        + (f", {p.state} by {p.decided_by}" if p.decided_by else "")
+        + (f" ({p.note})" if p.note else ""),
+        highlight=False,
+    )
+    for line in lines or ["(no change)"]:
+        console.print(line, highlight=False)
 
 
 @policy_app.command("load")

@@ -44,6 +44,7 @@ from effectgate._frontends._http_budgets import harness_budgets_router
 from effectgate._frontends._http_channels import CHANNELS_PREFIX, channels_router
 from effectgate._frontends._http_continuations import continuations_router
 from effectgate._frontends._http_grants import grants_router
+from effectgate._frontends._http_policies import policies_router
 from effectgate._frontends._http_quarantine import quarantine_router
 from effectgate._frontends._http_retention import retention_router
 from effectgate._frontends._http_runs import harness_runs_router
@@ -106,9 +107,11 @@ def create_app(
     mcp_http: bool | None = None,
     standing_reconciler: bool = False,
     mcp_mount: Any = None,
+    operator_mcp: bool | None = None,
 ) -> FastAPI:
     """The ASGI app for ``service``. ``mcp_http`` defaults to the config's ``mcp_http``;
-    ``mcp_mount``: another MCP endpoint at ``/mcp`` (the gateway's)."""
+    ``mcp_mount``: another MCP endpoint at ``/mcp`` (the gateway's); ``operator_mcp``: the
+    operator tool set at ``/mcp/operator`` (default: the config's ``operator_mcp_http``)."""
     settings = service.config.service
     want_mcp = settings.mcp_http if mcp_http is None else mcp_http
     mount = mcp_mount
@@ -117,11 +120,20 @@ def create_app(
 
         mount = McpHttpMount(service)
 
+    # The operator tool set (approvals) on its own endpoint and credential (docs/authority.md).
+    operator_mount: Any = None
+    if settings.operator_mcp_http if operator_mcp is None else operator_mcp:
+        from effectgate._frontends.mcp_operator import operator_mcp_mount
+
+        operator_mount = operator_mcp_mount(service)
+
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             if mount is not None:
                 await stack.enter_async_context(mount.running())
+            if operator_mount is not None:
+                await stack.enter_async_context(operator_mount.running())
             if standing_reconciler:
                 service.start_reconciler()
                 service.start_dispatcher()  # released rows: beside the reconciler
@@ -143,7 +155,8 @@ def create_app(
         BodyGate,
         tokens=service.tokens,
         cap=settings.max_body_bytes,
-        skip=("/mcp",) if mount is not None else (),
+        skip=(("/mcp",) if mount is not None else ())
+        + (("/mcp/operator",) if operator_mount is not None else ()),
         # Their own gates: the console (session cookie, CSRF, capped forms); signed callbacks.
         skip_prefixes=("/console/", CHANNELS_PREFIX),
     )
@@ -270,12 +283,19 @@ def create_app(
         grants_router(service, operator, anyone, _ERRORS), prefix="/v1/admin", tags=["operator"]
     )
     app.include_router(
+        policies_router(service, operator, _ERRORS), prefix="/v1/admin", tags=["operator"]
+    )
+    app.include_router(
         retention_router(service, operator, _ERRORS), prefix="/v1/admin", tags=["operator"]
     )
     if service.config.channels:
         app.include_router(channels_router(service, _ERRORS), tags=["channels"])
     if mount is not None:
         app.router.routes.append(Route("/mcp", endpoint=mount, include_in_schema=False))
+    if operator_mount is not None:
+        app.router.routes.append(
+            Route("/mcp/operator", endpoint=operator_mount, include_in_schema=False)
+        )
     from effectgate._frontends.console import mount_console  # the operator console (/console)
 
     mount_console(app, service)

@@ -275,15 +275,25 @@ async def run_stdio(service: Service, authenticate: Callable[[], Principal]) -> 
 
 
 class McpHttpMount:
-    """The ASGI endpoint for ``/mcp``: agent bearer auth, then the SDK's streamable HTTP.
+    """An ASGI MCP endpoint (``/mcp``, ``/mcp/operator``): bearer auth on every request, then
+    the SDK's streamable HTTP.
 
     Stateless with JSON responses, so any worker can answer any request (no session affinity).
     """
 
-    def __init__(self, service: Service, server: Server[Any] | None = None) -> None:
+    def __init__(
+        self,
+        service: Service,
+        server: Server[Any] | None = None,
+        *,
+        capability: Capability = Capability.PROPOSE,
+    ) -> None:
         self._service = service
-        # ``server``: another MCP server over the same service (the gateway's).
+        # ``server``: another MCP server over the same service (the gateway's, the operator's).
         self._server = server if server is not None else build_server(service)
+        # What the bearer must be able to do: propose (the agent's tools), approve (the
+        # operator's): one credential never opens the other door.
+        self._capability = capability
         self._manager: StreamableHTTPSessionManager | None = None
 
     @asynccontextmanager
@@ -329,7 +339,7 @@ class McpHttpMount:
             who = await anyio.to_thread.run_sync(
                 self._service.tokens.from_header, headers.get("authorization")
             )
-            who.require(Capability.PROPOSE)
+            who.require(self._capability)
         except EffectgateError as exc:
             status, body, extra = problem_for(exc)
             await JSONResponse(

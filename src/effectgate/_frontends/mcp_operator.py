@@ -10,7 +10,10 @@ on every tool call, so a revoked approver stops at the next call. Its tools:
   distinct approvers); the approver recorded is the credential's principal
 
 No tool proposes an action; the agent's tools are not here. ``effectgate operator-mcp`` serves
-it over stdio (token from ``EFFECTGATE_APPROVER_TOKEN``).
+it over stdio (token from ``EFFECTGATE_APPROVER_TOKEN``); the service serves it over streamable
+HTTP at ``/mcp/operator`` (``[service] operator_mcp_http = true``), where each HTTP request
+carries and re-checks the approver's bearer token (:class:`~effectgate._frontends.mcp.
+McpHttpMount` with the approve capability).
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ from mcp.server.stdio import stdio_server
 from effectgate import __version__
 from effectgate._core.principals import Capability
 from effectgate._core.states import State
+from effectgate._frontends._mcp_screen import REFUSED_META
 from effectgate._frontends._models import problem_for
+from effectgate._frontends.mcp import McpHttpMount, principal_for
 from effectgate._service import Principal, Service
 from effectgate.errors import EffectgateError, IntentError, PermissionDenied, UnknownActionClass
 
-__all__ = ["OPERATOR_TOOLS", "build_operator_server", "run_operator_stdio"]
+__all__ = ["OPERATOR_TOOLS", "build_operator_server", "operator_mcp_mount", "run_operator_stdio"]
 
 _ANSWER = {
     "type": "object",
@@ -91,14 +96,23 @@ def _answer(
     if who.scope not in ("*", args["scope"]):
         raise PermissionDenied(f"{who.name!r} is limited to scope {who.scope!r}")
     reason = args.get("reason") if isinstance(args.get("reason"), str) else None
-    decide = service.operator.approve if approve else service.operator.refuse
-    out = decide(
-        args["operation_id"],
-        fingerprint=args["fingerprint"],
-        approver=who.name,
-        scope=args["scope"],
-        reason=reason,
-    )
+    if approve:
+        out = service.operator.approve(
+            args["operation_id"],
+            fingerprint=args["fingerprint"],
+            approver=who.name,
+            scope=args["scope"],
+            reason=reason,
+            claimed_roles=who.approver_roles,
+        )
+    else:
+        out = service.operator.refuse(
+            args["operation_id"],
+            fingerprint=args["fingerprint"],
+            approver=who.name,
+            scope=args["scope"],
+            reason=reason,
+        )
     return {
         "state": out.operation.state.value,
         "approvals": out.approvals,
@@ -106,8 +120,11 @@ def _answer(
     }
 
 
-def build_operator_server(service: Service, authenticate: Callable[[], Principal]) -> Server[Any]:
-    """The operator MCP server; ``authenticate`` runs on every tool call."""
+def build_operator_server(
+    service: Service, authenticate: Callable[[], Principal] | None = None
+) -> Server[Any]:
+    """The operator MCP server. Over HTTP the caller is the principal the mount authenticated
+    for this request; otherwise ``authenticate`` runs on every tool call (stdio)."""
 
     async def list_tools(
         _: ServerRequestContext[Any], __: types.PaginatedRequestParams | None
@@ -118,9 +135,16 @@ def build_operator_server(service: Service, authenticate: Callable[[], Principal
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         try:
-            who = await anyio.to_thread.run_sync(authenticate)
+            who = await principal_for(ctx, authenticate)
             who.require(Capability.APPROVE)
             service.limiter.check(who)
+            refused = (params.meta or {}).get(REFUSED_META)
+            if refused is not None:  # the HTTP door's screen saw a key twice
+                raise IntentError(
+                    f"duplicate key {str(refused)!r} in the tool call; send each key once",
+                    field=str(refused),
+                    reason="duplicate_key",
+                )
             args = dict(params.arguments or {})
             if params.name == "list_pending_approvals":
                 body = await anyio.to_thread.run_sync(_pending, service, who)
@@ -156,3 +180,9 @@ async def run_operator_stdio(service: Service, authenticate: Callable[[], Princi
     server = build_operator_server(service, authenticate)
     async with stdio_server() as (read, write):
         await server.run(read, write, server.create_initialization_options())
+
+
+def operator_mcp_mount(service: Service) -> McpHttpMount:
+    """The operator tool set over streamable HTTP: an approver's or operator's bearer token on
+    every request (an agent's is refused at the door, 403)."""
+    return McpHttpMount(service, build_operator_server(service), capability=Capability.APPROVE)

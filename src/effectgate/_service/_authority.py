@@ -17,6 +17,7 @@ from effectgate._execute.authority import (
     approver_role_check,
     grant_authoriser,
 )
+from effectgate._execute.break_glass import BreakGlassUses
 from effectgate._execute.preconditions import bind_precondition, precondition_check
 from effectgate._execute.predispatch import Stage
 from effectgate._service._channels import ApprovalWebhook
@@ -45,9 +46,20 @@ def wire_authority(service: Service) -> PolicyFollower | None:
     when ``governed_policy``), which the service stops on close."""
     authority = service.config.authority
     service.operator.approver_roles = authority.approver_roles
-    authorise, approved = authority_stages(service)
-    # The gate's pipeline (docs/continuations.md) runs them before every dispatch.
-    service.gate.pipeline = replace(service.gate.pipeline, authorise=authorise, approved=approved)
+    uses = BreakGlassUses(service.alerts)
+    authorise, approved = authority_stages(service, uses)
+    # The gate's pipeline (docs/continuations.md) runs them before every dispatch; a use of a
+    # break-glass grant is audited in the dispatch transaction and alerted after its commit.
+    pipeline = service.gate.pipeline
+    service.gate.pipeline = replace(
+        pipeline,
+        authorise=authorise,
+        approved=approved,
+        in_tx=(*pipeline.in_tx, uses.in_tx) if authorise is not None else pipeline.in_tx,
+        after_commit=(*pipeline.after_commit, uses.after_commit)
+        if authorise is not None
+        else pipeline.after_commit,
+    )
     follower: PolicyFollower | None = None
     if authority.governed_policy:
         follower = PolicyFollower(service.store, service.gate, service.config.registry)
@@ -83,14 +95,17 @@ def revoked_check(service: Service) -> Callable[[str], bool]:
     return revoked
 
 
-def authority_stages(service: Service) -> tuple[Stage | None, tuple[Stage, ...]]:
+def authority_stages(
+    service: Service, uses: BreakGlassUses | None = None
+) -> tuple[Stage | None, tuple[Stage, ...]]:
     """``(authorise, approved)`` for the gate's pipeline: the grant authoriser when grants are
-    on (else None: policy and controls decide), then the checks about a row's approvals
-    (approver revoked, approver's role, the bound precondition)."""
+    on (else None: policy and controls decide), noting break-glass cover in ``uses``, then the
+    checks about a row's approvals (approver revoked, approver's role, the bound
+    precondition)."""
     authority = service.config.authority
     revoked = revoked_check(service)
     authorise = (
-        grant_authoriser(environment=authority.environment, revoked=revoked)
+        grant_authoriser(environment=authority.environment, revoked=revoked, uses=uses)
         if authority.grants
         else None
     )

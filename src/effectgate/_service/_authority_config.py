@@ -9,8 +9,10 @@
     token_type = "at+jwt"                       # the typ header a token must carry
     algorithms = ["RS256", "ES256"]             # asymmetric only
     leeway = 30                                 # seconds of clock skew
-    role_claim = "role"                         # agent | harness | operator | approver
+    role_claim = "role"                         # agent | harness | operator | approver:
+                                                # one, a list, or a space-separated string
     tenant_claim = "tenant"
+    approver_role_claim = "approver_roles"      # named approver roles (list or string)
     revocations = "https://idp.example.com/revoked.json"   # or a path; polled
     revocation_interval = 15
 
@@ -98,6 +100,7 @@ def identity_section(sec: Section | None, base_dir: Path | None) -> IdentityConf
         leeway=leeway,
         role_claim=sec.text("role_claim", "role") or "role",
         tenant_claim=sec.text("tenant_claim", "tenant") or "tenant",
+        approver_role_claim=sec.text("approver_role_claim"),
     )
     revocations = sec.text("revocations")
     interval = sec.number("revocation_interval", 15.0)

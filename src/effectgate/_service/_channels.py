@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -59,6 +60,9 @@ TIMESTAMP = "x-effectgate-timestamp"
 NONCE = "x-effectgate-nonce"
 #: The audit entry recording that a request was announced on a channel.
 ANNOUNCED = "approval_announced"
+#: Seconds a claim to announce stays with its replica before another may take it over: well
+#: past the POST's timeout, so a live holder always finishes first.
+LEASE = 30.0
 
 
 @dataclass(frozen=True)
@@ -176,13 +180,31 @@ class ApprovalWebhook:
             raise ConfigError(f"channels.{channel.name}: no url to announce to")
         self.channel = channel
         self.store = store
+        #: This announcer, as its claims name it (one per process and channel).
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._client = client or httpx.Client(timeout=5.0)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def announce(self, row: Operation, *, now: float | None = None) -> bool:
-        """POST one request; True when the tool accepted it (2xx). Audited either way."""
+        """Claim this request's current approval round on the channel and, if this webhook
+        won the claim, POST it; True when the tool accepted it (2xx). The claim is a
+        compare-and-set with a lease in the store, so replicas sharing the store announce each
+        round once; the outcome is audited in the transaction that records it."""
         at = time.time() if now is None else now
+        request = self.store.approval_request(row.scope, row.operation_id)
+        if request is None:
+            return False
+        key = (self.channel.name, row.scope, row.operation_id, request.expires_at)
+        if not self.store.claim_announcement(*key, holder=self.holder, now=at, lease=LEASE):
+            return False
+        ok, status = self._send(row, at)
+        self.store.finish_announcement(
+            *key, holder=self.holder, delivered=ok, detail={"status": status}, now=at
+        )
+        return ok
+
+    def _send(self, row: Operation, at: float) -> tuple[bool, object]:
         body = json.dumps(
             {
                 "type": "approval_requested",
@@ -196,36 +218,20 @@ class ApprovalWebhook:
             },
             sort_keys=True,
         ).encode()
-        url = self.channel.url or ""
         try:
             headers = _headers(self.channel.secret, body, at)
-            resp = self._client.post(url, content=body, headers=headers)
-            ok = 200 <= resp.status_code < 300
-            status: object = resp.status_code
+            resp = self._client.post(self.channel.url or "", content=body, headers=headers)
         except httpx.HTTPError as exc:
-            ok, status = False, type(exc).__name__
-        self.store.append_audit(
-            ANNOUNCED,
-            {"channel": self.channel.name, "ok": ok, "status": status},
-            now=at,
-            scope=row.scope,
-            operation_id=row.operation_id,
-        )
-        return ok
+            return False, type(exc).__name__
+        return 200 <= resp.status_code < 300, resp.status_code
 
     def poll(self, *, now: float | None = None) -> int:
-        """Announce every awaiting request not yet announced on this channel; how many."""
-        sent = 0
-        for row in self.store.list_operations(state=State.AWAITING_APPROVAL, limit=1000):
-            done = False
-            for e in self.store.audit_entries(scope=row.scope, operation_id=row.operation_id):
-                if e.kind == "transition" and e.detail.get("approval_round") == "new":
-                    done = False  # a new round is announced again
-                elif e.kind == ANNOUNCED and e.detail.get("channel") == self.channel.name:
-                    done = done or bool(e.detail.get("ok"))
-            if not done and self.announce(row, now=now):
-                sent += 1
-        return sent
+        """Announce every awaiting request whose current round this channel has not announced
+        (and no other replica is announcing); how many this pass delivered."""
+        return sum(
+            self.announce(row, now=now)
+            for row in self.store.list_operations(state=State.AWAITING_APPROVAL, limit=1000)
+        )
 
     def start(self) -> None:
         """Announce in a daemon thread every ``announce_every`` seconds until :meth:`close`."""

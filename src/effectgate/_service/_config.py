@@ -105,6 +105,8 @@ class ServiceSettings:
     #: may take; capped like every adapter call.
     probe_timeout: float = 10.0
     mcp_http: bool = True
+    #: The operator MCP tool set (approvals) at /mcp/operator, on an approver's credential.
+    operator_mcp_http: bool = False
     reconcile_interval: float = 5.0
     dispatch_interval: float = 1.0
     in_flight_grace: float = 2.0
@@ -320,6 +322,7 @@ def _service(sec: Section | None) -> ServiceSettings:
         dispatch_timeout=_capped(sec, "dispatch_timeout", d.dispatch_timeout),
         probe_timeout=_capped(sec, "probe_timeout", d.probe_timeout),
         mcp_http=sec.flag("mcp_http", d.mcp_http),
+        operator_mcp_http=sec.flag("operator_mcp_http", d.operator_mcp_http),
         reconcile_interval=sec.number("reconcile_interval", d.reconcile_interval, exclusive=False),
         dispatch_interval=sec.number("dispatch_interval", d.dispatch_interval, exclusive=False),
         in_flight_grace=sec.number("in_flight_grace", d.in_flight_grace, exclusive=False),

@@ -2,7 +2,8 @@
 
 A JWT's signature (asymmetric algorithms only: never ``none``, never a shared secret), header
 type (``typ``), issuer, audience and expiry are checked, with a bounded clock skew. The
-principal's name is the ``sub`` claim; its role and tenant come from configured claims. Nothing
+principal's name is the ``sub`` claim; its roles (one or several), its tenant and, optionally,
+its approver roles come from configured claims. Nothing
 in a request body can set them. A :class:`RevocationFeed` (a file or an HTTP URL the service
 polls) names revoked principals and token ids; a revoked one is refused from the next poll on,
 with no restart, and the pre-dispatch checks (``_execute/authority.py``) consult the same feed
@@ -55,8 +56,14 @@ class JwtSettings:
     algorithms: tuple[str, ...] = ("RS256", "ES256", "EdDSA")
     #: Seconds of clock skew tolerated on ``exp``, ``nbf`` and ``iat``.
     leeway: float = 30.0
+    #: The claim naming the principal's roles: one, a JSON list, or a space-separated string
+    #: (as OAuth's ``scope``). Values that are not effectgate roles are ignored; at least
+    #: one must be.
     role_claim: str = "role"
     tenant_claim: str = "tenant"
+    #: The claim naming the approver roles (``[authority.approvers]``) the principal holds,
+    #: in the same shapes; None: approver roles come from the config's lists only.
+    approver_role_claim: str | None = None
 
     def __post_init__(self) -> None:
         if (self.jwks_url is None) == (self.public_key_pem is None):
@@ -147,16 +154,40 @@ class JwtVerifier:
             or sub.startswith((SYSTEM_PREFIX, OS_PREFIX))
         ):
             raise Unauthenticated("token subject is not a valid principal name")
-        try:
-            role = Role(str(claims.get(s.role_claim)))
-        except ValueError:
-            raise Unauthenticated(f"token claim {s.role_claim!r} is not a role") from None
+        names = _claim_values(claims.get(s.role_claim))
+        roles = [Role(n) for n in names if n in _ROLE_NAMES]
+        if not roles:
+            raise Unauthenticated(f"token claim {s.role_claim!r} is not a role, nor holds one")
         tenant = claims.get(s.tenant_claim)
+        # "*" is every tenant: an operator's scope only, never one that may also propose.
+        everywhere = Role.OPERATOR in roles and not any(
+            r in (Role.AGENT, Role.HARNESS) for r in roles
+        )
         if not isinstance(tenant, str) or not (
-            SCOPE_PATTERN.fullmatch(tenant) or (role is Role.OPERATOR and tenant == ALL_SCOPES)
+            SCOPE_PATTERN.fullmatch(tenant) or (everywhere and tenant == ALL_SCOPES)
         ):
             raise Unauthenticated(f"token claim {s.tenant_claim!r} is not a tenant scope")
-        return Principal(sub, role, tenant)
+        approver_roles: frozenset[str] = frozenset()
+        if s.approver_role_claim is not None:
+            approver_roles = frozenset(_claim_values(claims.get(s.approver_role_claim)))
+            if any(not IDENTITY_PATTERN.fullmatch(r) for r in approver_roles):
+                raise Unauthenticated(
+                    f"token claim {s.approver_role_claim!r} holds a malformed role name"
+                )
+        return Principal(sub, roles[0], tenant, frozenset(roles), approver_roles)
+
+
+_ROLE_NAMES = frozenset(r.value for r in Role)
+
+
+def _claim_values(value: object) -> list[str]:
+    """A claim holding names: a string (space-separated, as OAuth's ``scope``), or a list of
+    strings; anything else holds none."""
+    if isinstance(value, str):
+        return value.split()
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return [str(v) for v in value]
+    return []
 
 
 class RevocationFeed:

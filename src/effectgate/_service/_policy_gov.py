@@ -24,7 +24,7 @@ from effectgate._service._toml import Section
 from effectgate.errors import ConfigError
 from effectgate.store.roles import Store
 
-__all__ = ["PolicyFollower", "read_policy_file", "recorded_decisions"]
+__all__ = ["PolicyFollower", "read_policy_file", "read_policy_text", "recorded_decisions"]
 
 log = logging.getLogger("effectgate.policy")
 
@@ -33,12 +33,21 @@ def read_policy_file(path: str, registry: Registry) -> dict[str, dict[str, objec
     """The canonical document of a policy file, checked like the config's ``[policies]``."""
     try:
         source = Path(path).read_text(encoding="utf-8")
-        data = tomllib.loads(source)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the policy file: {exc.strerror}") from None
+    return read_policy_text(source, registry, path)
+
+
+def read_policy_text(
+    source: str, registry: Registry, origin: str = "policy"
+) -> dict[str, dict[str, object]]:
+    """The canonical document of a policy file's text (``origin`` names it in errors): the
+    one check the CLI's files and the HTTP API's bodies both go through."""
+    try:
+        data = tomllib.loads(source)
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    top = Section(data, (), path, source)
+        raise ConfigError(f"{origin}: not valid TOML: {exc}") from None
+    top = Section(data, (), origin, source)
     limits: dict[str, LimitPolicy] = {}
     for name, sec in top.tables("policies"):
         if name not in registry:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +26,14 @@ from effectgate.store._tx import SharedTx
 from effectgate.store.base import Operation, credential_marker, dumps, where
 
 __all__ = ["ControlRoles"]
+
+
+def _approval(r: Sequence[Any]) -> ApprovalRecord:
+    return ApprovalRecord(
+        str(r[0]), str(r[1]), str(r[2]), None if r[3] is None else str(r[3]), float(r[4]),
+        tuple(json.loads(r[5])) if r[5] else (), None if r[6] is None else str(r[6]),
+        None if r[7] is None else float(r[7]),
+    )  # fmt: skip
 
 
 class ControlRoles(StoreHooks):
@@ -243,10 +251,11 @@ class ControlRoles(StoreHooks):
 
     def list_approvals(self, scope: str, operation_id: str) -> list[ApprovalRecord]:
         return [
-            ApprovalRecord(*r)
+            _approval(r)
             for r in self._rows(
-                "SELECT approver, verdict, fingerprint, reason, at FROM approvals WHERE scope = ? "
-                "AND operation_id = ? ORDER BY at, approver",
+                "SELECT approver, verdict, fingerprint, reason, at, roles, precondition, "
+                "precondition_at FROM approvals WHERE scope = ? AND operation_id = ? "
+                "ORDER BY at, approver",
                 (scope, operation_id),
                 "list_approvals",
             )
@@ -262,7 +271,12 @@ class ControlRoles(StoreHooks):
         approve: bool,
         reason: str | None,
         now: float,
+        roles: Collection[str] = (),
     ) -> ApprovalOutcome:
+        """One answer; ``roles``: the approver roles the approver's verified credential
+        asserts, kept with the approval for the check before dispatch."""
+        claimed = json.dumps(sorted(set(roles))) if roles else None
+
         def work(tx: SharedTx, row: Operation | None) -> ApprovalOutcome:
             req = tx.rows(sql.SELECT_REQUEST, (scope, operation_id))
             row, required, expires_at = j.check_approval(
@@ -294,8 +308,9 @@ class ControlRoles(StoreHooks):
                 return ApprovalOutcome(expired, 0, required, expired=True)
             verdict = "approve" if approve else "refuse"
             tx.write(
-                "INSERT INTO approvals VALUES (?,?,?,?,?,?,?)",
-                (scope, operation_id, approver, verdict, fingerprint, reason, now),
+                "INSERT INTO approvals (scope, operation_id, approver, verdict, fingerprint, "
+                "reason, at, roles) VALUES (?,?,?,?,?,?,?,?)",
+                (scope, operation_id, approver, verdict, fingerprint, reason, now, claimed),
             )
             tx.audit(
                 "approval",
@@ -304,6 +319,7 @@ class ControlRoles(StoreHooks):
                     "verdict": verdict,
                     "fingerprint": fingerprint,
                     "reason": reason,
+                    **({"roles": json.loads(claimed)} if claimed else {}),
                     **credential_marker(approver),
                 },
                 now,
@@ -340,6 +356,40 @@ class ControlRoles(StoreHooks):
             f"approval {scope}:{operation_id}",
             Hold(key=(scope, operation_id), row=(scope, operation_id)),
         )
+
+    def bind_approval_precondition(
+        self,
+        scope: str,
+        operation_id: str,
+        *,
+        approver: str,
+        fingerprint: str | None,
+        detail: Mapping[str, object],
+        now: float,
+    ) -> bool:
+        """Record on ``approver``'s approval of this round the precondition it was given
+        against (``fingerprint`` None: the read failed), with a ``precondition_bound`` audit
+        entry in the same transaction; False if there is no such approval (a new round began
+        meanwhile: nothing to bind)."""
+
+        def work(tx: SharedTx, _: Operation | None) -> bool:
+            bound = tx.rows(
+                "UPDATE approvals SET precondition = ?, precondition_at = ? WHERE scope = ? "
+                "AND operation_id = ? AND approver = ? AND verdict = 'approve' RETURNING 1",
+                (fingerprint, now, scope, operation_id, approver),
+            )
+            if not bound:
+                return False
+            tx.audit(
+                "precondition_bound",
+                {**detail, "approver": approver, "fingerprint": fingerprint},
+                now,
+                scope,
+                operation_id,
+            )
+            return True
+
+        return self._run(work, f"bind precondition {scope}:{operation_id}")
 
     def expire_approvals(self, *, now: float) -> list[Operation]:
         """Deny every ``awaiting_approval`` row whose approval window has closed."""

@@ -101,6 +101,41 @@ class PolicyRoles(StoreHooks):
 
         return self._run(work, f"approve policy {proposal_id}")
 
+    def reject_policy(
+        self, proposal_id: str, *, by: str, now: float, reason: str = ""
+    ) -> PolicyProposal:
+        """Close an open proposal without applying it (its author may withdraw it; anyone
+        else may refuse it), audited as ``policy_rejected``."""
+        who = check_actor(by)
+
+        def work(tx: SharedTx, _: Operation | None) -> PolicyProposal:
+            found = tx.rows(
+                f"SELECT {_COLUMNS} FROM {_FROM} WHERE p.proposal_id = ?", (proposal_id,)
+            )
+            if not found:
+                raise ControlError(f"no policy proposal {proposal_id!r}", field="proposal")
+            p = _proposal(found[0])
+            # The state is compared in the UPDATE too: a concurrent approve wins or loses whole.
+            moved = tx.rows(
+                "UPDATE policy_proposals SET state = 'rejected', decided_by = ?, decided_at = ? "
+                "WHERE proposal_id = ? AND state = 'open' RETURNING 1",
+                (who, now, proposal_id),
+            )
+            if not moved:
+                raise ControlError(f"proposal {proposal_id} is {p.state}", field="proposal")
+            tx.audit(
+                "policy_rejected",
+                {"proposal_id": proposal_id, "policy_hash": p.policy_hash, "author": p.author,
+                 "by": who, "reason": reason[:500], **credential_marker(who)},
+                now,
+            )  # fmt: skip
+            return PolicyProposal(
+                p.proposal_id, p.policy_hash, p.document, p.base_hash, p.author, p.created_at,
+                "rejected", who, now, p.note,
+            )  # fmt: skip
+
+        return self._run(work, f"reject policy {proposal_id}")
+
     def active_policy(self) -> ActivePolicy | None:
         rows = self._rows(
             "SELECT a.policy_hash, v.document, a.activated_at, a.activated_by, a.proposal_id "

@@ -259,6 +259,8 @@ def shared_migrations(t: Types) -> list[str]:
         policy_tables(t),  # governed policy versions (store/_policies.py)
         channel_tables(t),  # signed-callback nonces (store/_channels.py)
         value_record_columns(t),  # the shared record of dispatched value (_value_record.py)
+        approval_binding_columns(t),  # what an approval was given with (store/_controls.py)
+        announcement_tables(t),  # one announcement per channel and round (store/_channels.py)
     ]
 
 
@@ -405,6 +407,36 @@ CREATE TABLE channel_nonces (
     PRIMARY KEY (channel, nonce)
 ){clustered};
 CREATE INDEX channel_nonces_seen ON channel_nonces (channel, seen_at)
+""".format(**asdict(t))
+
+
+def approval_binding_columns(t: Types) -> str:
+    """What each approval was given with, read by the pre-dispatch stages (docs/authority.md).
+
+    ``roles``: the approver roles the approver's verified credential asserted (JSON list; NULL:
+    none). ``precondition_at``: when the precondition was read for this approval (NULL: none
+    was bound); ``precondition``: its fingerprint (NULL with a time: the read failed). A new
+    approval round deletes the round's approvals, and their bindings with them.
+    """
+    return """
+ALTER TABLE approvals ADD COLUMN roles {text};
+ALTER TABLE approvals ADD COLUMN precondition {text};
+ALTER TABLE approvals ADD COLUMN precondition_at {real}
+""".format(**asdict(t))
+
+
+def announcement_tables(t: Types) -> str:
+    """Which approval request each channel announced (store/_channels.py): one row per channel,
+    operation and approval round (``round``: the round's expiry, which every new round sets
+    anew). ``holder``/``lease_until``: the replica announcing it now; ``announced_at``: set once
+    the tool accepted it, after which no replica announces that round again."""
+    return """
+CREATE TABLE channel_announcements (
+    channel {text} NOT NULL, scope {text} NOT NULL, operation_id {text} NOT NULL,
+    round {real} NOT NULL, holder {text} NOT NULL, lease_until {real} NOT NULL,
+    announced_at {real},
+    PRIMARY KEY (channel, scope, operation_id, round)
+){clustered}
 """.format(**asdict(t))
 
 

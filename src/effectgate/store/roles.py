@@ -10,7 +10,7 @@ statements, locks and leases, and error classification are written per dialect.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -341,8 +341,21 @@ class Approvals(Protocol):
         approve: bool,
         reason: str | None,
         now: float,
+        roles: Collection[str] = (),
     ) -> ApprovalOutcome:
         """One approver's answer to exactly this payload; releases or denies the row."""
+
+    def bind_approval_precondition(
+        self,
+        scope: str,
+        operation_id: str,
+        *,
+        approver: str,
+        fingerprint: str | None,
+        detail: Mapping[str, object],
+        now: float,
+    ) -> bool:
+        """Record the precondition an approval was given against, on that approval."""
 
     def expire_approvals(self, *, now: float) -> list[Operation]: ...
 
@@ -489,6 +502,10 @@ class PolicyVersions(Protocol):
 
     def active_policy(self) -> ActivePolicy | None: ...
 
+    def reject_policy(
+        self, proposal_id: str, *, by: str, now: float, reason: str = ""
+    ) -> PolicyProposal: ...
+
     def get_policy_proposal(self, proposal_id: str) -> PolicyProposal: ...
 
     def list_policy_proposals(self, *, limit: int = 100) -> list[PolicyProposal]: ...
@@ -500,6 +517,33 @@ class ChannelNonces(Protocol):
 
     def claim_nonce(self, channel: str, nonce: str, *, now: float, forget_before: float) -> bool:
         """True the first time ``(channel, nonce)`` is seen; False for a replay (audited)."""
+
+    def claim_announcement(
+        self,
+        channel: str,
+        scope: str,
+        operation_id: str,
+        round_key: float,
+        *,
+        holder: str,
+        now: float,
+        lease: float,
+    ) -> bool:
+        """Whether ``holder`` may announce this approval round on ``channel`` now."""
+
+    def finish_announcement(
+        self,
+        channel: str,
+        scope: str,
+        operation_id: str,
+        round_key: float,
+        *,
+        holder: str,
+        delivered: bool,
+        detail: Mapping[str, object],
+        now: float,
+    ) -> None:
+        """Record an announcement's outcome, audited; delivered rounds are never sent again."""
 
 
 @runtime_checkable
