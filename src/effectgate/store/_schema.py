@@ -18,6 +18,7 @@ from effectgate.store.base import refuse_newer_schema
 __all__ = [
     "Types",
     "apply_migrations",
+    "audit_kind_index",
     "backfill_chain",
     "budgets_tables",
     "channel_tables",
@@ -258,7 +259,15 @@ def shared_migrations(t: Types) -> list[str]:
         grants_tables(t),  # delegated authority (store/_grants.py)
         policy_tables(t),  # governed policy versions (store/_policies.py)
         channel_tables(t),  # signed-callback nonces (store/_channels.py)
+        audit_kind_index(t),  # prune's "is this entry still in force" reads (_retention_rules)
     ]
+
+
+def audit_kind_index(t: Types) -> str:
+    """An index on the audit log by kind and time: whether a control, prune or anchoring entry
+    is superseded by a later one of its kinds (store/_retention_rules.py) is then an index
+    range read per kind, not a scan of the whole log."""
+    return "CREATE INDEX audit_by_kind ON audit_log (kind, at)"
 
 
 def retention_tables(t: Types) -> str:
