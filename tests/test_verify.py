@@ -475,8 +475,67 @@ class TestConformanceKitOnConfiguredAdapters:
         # The HTTP adapter's transport classification is measured against loopback faults.
         tc = found[("conformance transport-classification", "remote")]
         assert tc.status == "pass" and "reset-after-request: unknown" in tc.why
-        assert found[("conformance kit", "cards")].status == "n/a"
-        assert "no sandbox" in found[("conformance kit", "cards")].why
+        # stripe: against localstripe (a separate test covers every stand-in).
+        assert found[("conformance kit", "cards")].status == "pass", found
+        assert "localstripe" in found[("conformance refusal-is-not-applied", "cards")].why
+
+    def test_stripe_aws_and_email_run_against_local_stand_ins(self, starter: Path) -> None:
+        import dataclasses
+
+        from effectgate._service._config import AdapterConfig
+        from effectgate._verify_adapters import adapter_checks
+
+        cfg = load_config(starter)
+        adapters = {
+            "cards": AdapterConfig("cards", "stripe", credential_env="USERS_STRIPE_KEY"),
+            "cloud": AdapterConfig(
+                "cloud", "aws", options={"region": "eu-west-1", "access_key_id": "AKIAUSER"}
+            ),
+            "mail": AdapterConfig(
+                "mail",
+                "email",
+                options={"host": "smtp.example.test", "port": 587, "sender": "eg@example.test"},
+            ),
+            "own": AdapterConfig("own", "custom", factory="mymodule:make"),
+        }
+        found = {
+            (c.guarantee, c.subject): c
+            for c in adapter_checks(dataclasses.replace(cfg, adapters=adapters))
+        }
+        for name, venue in (("cards", "localstripe"), ("cloud", "moto"), ("mail", "aiosmtpd")):
+            kit = found[("conformance kit", name)]
+            assert kit.status == "pass", found
+            # Measured, not assumed: the stand-ins ignore idempotency keys, and a provable
+            # refusal is classified not_applied.
+            assert "honours_key measured 'false'" in kit.why
+            refusal = found[("conformance refusal-is-not-applied", name)]
+            assert refusal.status == "pass" and venue in refusal.why
+            assert found[("conformance credentials-never-leak", name)].status == "pass"
+        # The email venue has no read view: the kit counted deliveries at the relay.
+        assert "deliveries counted" in found[("conformance same-key-twice", "mail")].why
+        own = found[("conformance kit", "own")]
+        assert own.status == "n/a" and "no sandbox" in own.why
+
+    def test_a_stand_in_that_is_not_installed_is_not_applicable(
+        self, starter: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import dataclasses
+        import importlib.util
+
+        from effectgate._service._config import AdapterConfig
+        from effectgate._verify_adapters import adapter_checks
+
+        real = importlib.util.find_spec
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *a: None if name == "localstripe" else real(name, *a),
+        )
+        cfg = load_config(starter)
+        adapters = {"cards": AdapterConfig("cards", "stripe", credential_env="K")}
+        found = adapter_checks(dataclasses.replace(cfg, adapters=adapters))
+        assert [(c.status, c.guarantee) for c in found] == [("n/a", "conformance kit")]
+        assert "localstripe is not installed" in found[0].why
 
     def test_a_class_claiming_keys_over_a_venue_that_forgets_them_fails(
         self, starter: Path
