@@ -357,6 +357,24 @@ class TestEntriesNoLongerInForce:
         assert "kill_switch_on" in left and store.controls("submit_order").killed
         assert "kill_switch_off" not in left
 
+    def test_a_superseded_anchoring_goes_and_the_latest_stays(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        from effectgate._anchor import anchor_heads
+
+        early = ManualClock()
+        # The first entry of the log: an anchoring (audit_anchored), later superseded by the
+        # prune's own anchoring, so it is no longer in force and the prefix cuts past it.
+        anchor_heads(store, [FileAnchor(tmp_path / "early.jsonl")], by="alice", clock=early)
+        gate, clock = controls_then_orders(store)
+        report, after = run_prune(store, gate, clock, tmp_path, clock())
+        assert after.ok, after.findings
+        assert 0 in report.cuts
+        anchorings = [e for e in store.audit_entries(limit=100_000) if e.kind == "audit_anchored"]
+        # Only the prune's own anchoring is left, after the heads it anchored.
+        assert len(anchorings) == 1 and json.loads(anchorings[0].detail_text)["by"] == "alice"
+        assert anchorings[0].at == clock()
+
     def test_a_live_token_is_in_force_and_stays(self, store: Store, tmp_path: Path) -> None:
         gate, clock = controls_then_orders(store, keep="token")
         report, after = run_prune(store, gate, clock, tmp_path, clock())

@@ -1,11 +1,15 @@
-"""Valid intents for a user's own action class, generated from its schema (``effectgate verify``).
+"""Valid and hostile intents for a user's own action class, generated from its schema
+(``effectgate verify``).
 
 The class's model (a Python model or one built from ``json_schema``) is read through its JSON
 schema: ``Literal``/enum fields, identifiers and patterned strings (Hypothesis
-``from_regex``), decimal strings, integers, booleans. Hypothesis's :func:`hypothesis.find`
-searches that space for the smallest intent that parses **and** gets the policy decision wanted
-(``auto``: allowed at the validate tier; ``approve``: allowed above it), so what ``verify``
-drives through the gate is what the user's own policy accepts. Needs ``effectgate[verify]``.
+``from_regex``), decimal strings, integers and JSON numbers (as integers: the intent parser
+refuses every float), booleans, arrays and nested objects (recursively; the base's audit
+fields are an array and a nested object). Hypothesis's :func:`hypothesis.find` searches that
+space for the smallest intent that parses **and** gets the policy decision wanted (``auto``:
+allowed at the validate tier; ``approve``: allowed above it), so what ``verify`` drives through
+the gate is what the user's own policy accepts. :func:`hostile_values` derives, per field of
+the same schema, values it must refuse. Needs ``effectgate[verify]``.
 """
 
 from __future__ import annotations
