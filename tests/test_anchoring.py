@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 
 from effectgate._anchor import (
@@ -117,8 +118,9 @@ class TestAnchoredVerification:
         self, store: Store, provider: AnchorProvider
     ) -> None:
         fill(store)
+        heads = store.audit_heads()
         checkpoint, where = anchor_heads(store, [provider], key=KEY)
-        assert where and checkpoint.heads == store.audit_heads()
+        assert where and checkpoint.heads == heads
         store.append_audit("note", {"later": 1}, now=99.0, scope="default", operation_id="op-1")
         result, found = verify_against_anchors(store, [provider], key=KEY)
         assert result.ok, result.findings
@@ -130,6 +132,11 @@ class TestAnchoredVerification:
     ) -> None:
         op = fill(store)
         anchor_heads(store, [provider], key=KEY)
+        # The anchoring's own entry follows the heads it anchored, so (like any entry written
+        # since) only the next anchoring covers it: strip it first, then attack what was
+        # anchored.
+        assert store.audit_entries(limit=10_000)[-1].kind == "audit_anchored"
+        truncate_tail(store)
         attack(store)
         assert op.verify_audit().ok  # consistent with itself: only the anchor can tell
         result, _ = verify_against_anchors(store, [provider], key=KEY)
@@ -154,6 +161,54 @@ class TestAnchoredVerification:
         checkpoint, _ = anchor_heads(store, [anchor], key=KEY)
         with pytest.raises(ConfigError, match="signature"):
             Checkpoint.from_dict(checkpoint.to_dict(), key=b"other")
+
+
+class TestAnchoringIsAudited:
+    """Invariant 8: every anchoring, whatever the provider (file, HTTP object store, command),
+    is itself a chained audit entry naming the heads anchored, where, and who asked."""
+
+    def test_each_anchoring_is_a_chained_entry(
+        self, store: Store, provider: AnchorProvider
+    ) -> None:
+        fill(store)
+        heads = store.audit_heads()
+        checkpoint, where = anchor_heads(store, [provider], key=KEY, by="alice")
+        last = store.audit_entries(limit=100_000)[-1]
+        assert last.kind == "audit_anchored"
+        detail = json.loads(last.detail_text)
+        assert detail["by"] == "alice" and detail["digest"] == checkpoint.digest
+        assert detail["locations"] == where
+        assert {int(k): (v["seq"], v["hash"]) for k, v in detail["heads"].items()} == heads
+        # The entry follows the heads it anchors: the chain and the anchor both still verify.
+        result, found = verify_against_anchors(store, [provider], key=KEY)
+        assert result.ok, result.findings
+        assert [c.digest for c in found] == [checkpoint.digest]
+
+    def test_an_anchoring_that_fails_records_nothing(self, store: Store, tmp_path: Path) -> None:
+        fill(store)
+        before = store.audit_heads()
+        dead = HttpAnchor("http://127.0.0.1:9/bucket", timeout=1.0)
+        with pytest.raises(httpx.ConnectError):  # refused: nothing anchored, nothing recorded
+            anchor_heads(store, [dead], key=KEY, by="alice")
+        assert store.audit_heads() == before
+
+    def test_the_scheduled_job_does_not_re_anchor_its_own_entry(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        from effectgate._service._anchor_config import AnchorConfig, AnchorJob
+
+        fill(store)
+        job = AnchorJob(store, AnchorConfig(0, files=(str(tmp_path / "a.jsonl"),)))
+        first = job.once()
+        count = len(store.audit_entries(limit=100_000))
+        assert job.once() == first  # only its own entry since: nothing new to anchor
+        assert len(store.audit_entries(limit=100_000)) == count
+        store.append_audit("note", {"later": 1}, now=99.0, scope="default", operation_id="op-1")
+        assert job.once() != first
+        kinds = [e.kind for e in store.audit_entries(limit=100_000)]
+        assert kinds.count("audit_anchored") == 2
+        by = json.loads(store.audit_entries(limit=100_000)[-1].detail_text)["by"]
+        assert by == "system:anchor"
 
 
 class TestAnchorCLI:
@@ -191,7 +246,12 @@ class TestAnchorCLI:
         assert ok.returncode == 0, ok.stderr
         store = SQLiteStore(str(path))
         try:
-            truncate_tail(store)
+            # The anchoring is recorded, naming who ran it (no token: the OS user).
+            last = store.audit_entries(limit=10_000)[-1]
+            assert last.kind == "audit_anchored"
+            assert json.loads(last.detail_text)["by"].startswith("os:")
+            truncate_tail(store)  # that entry: only the next anchoring covers it
+            truncate_tail(store)  # an anchored one
         finally:
             store.close()
         bad = run("--verify", "--json")
@@ -213,16 +273,25 @@ class TestScheduledAnchoring:
         text = config_text(store_url=f"sqlite:///{tmp_path}/ledger.db")
         text += f'\n[anchor]\ninterval = 0.2\nfiles = ["{target}"]\n'
         svc = Service(parse_config(text, "t.toml"), adapters={"venue": PaperAdapter(PaperVenue())})
+
+        def lines() -> int:
+            return len(target.read_text().splitlines()) if target.exists() else 0
+
+        def wait_for(n: int) -> None:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and lines() < n:
+                time.sleep(0.1)
+
         try:
             svc.start_reconciler()
-            deadline = time.monotonic() + 10
-            while (
-                time.monotonic() < deadline
-                and len(target.read_text().splitlines() if target.exists() else []) < 2
-            ):
-                time.sleep(0.1)
-            lines = target.read_text().splitlines()
-            assert len(lines) >= 2
+            wait_for(1)
+            assert lines() == 1
+            # Nothing written since but its own audit_anchored entry: no new checkpoint.
+            time.sleep(0.7)
+            assert lines() == 1
+            svc.store.append_audit("note", {"n": 1}, now=1.0, scope="default", operation_id="x")
+            wait_for(2)
+            assert lines() == 2
             result, found = verify_against_anchors(svc.store, [FileAnchor(target)])
             assert result.ok and found
         finally:

@@ -108,6 +108,11 @@ class TestAnchorAndPruneOverHttp:
         r = httpx.post(f"{live.url}/v1/admin/anchor", headers=bearer(OPERATOR))
         assert r.status_code == 200, r.text
         assert live.anchors.exists() and r.json()["anchored_at"]
+        # Invariant 8: the anchoring is in the chain itself, naming the operator who asked.
+        entry = live.service.store.audit_entries(limit=100_000)[-1]
+        assert entry.kind == "audit_anchored"
+        recorded = json.loads(entry.detail_text)
+        assert recorded["by"] == "ops" and recorded["digest"] == r.json()["digest"]
         checked = httpx.get(f"{live.url}/v1/admin/anchor/verify", headers=bearer(OPERATOR))
         assert checked.status_code == 200 and checked.json()["intact"] is True
         live.clock.advance(2_000_000)  # now 1970-02-04: past key retention

@@ -357,6 +357,24 @@ class TestEntriesNoLongerInForce:
         assert "kill_switch_on" in left and store.controls("submit_order").killed
         assert "kill_switch_off" not in left
 
+    def test_a_superseded_anchoring_goes_and_the_latest_stays(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        from effectgate._anchor import anchor_heads
+
+        early = ManualClock()
+        # The first entry of the log: an anchoring (audit_anchored), later superseded by the
+        # prune's own anchoring, so it is no longer in force and the prefix cuts past it.
+        anchor_heads(store, [FileAnchor(tmp_path / "early.jsonl")], by="alice", clock=early)
+        gate, clock = controls_then_orders(store)
+        report, after = run_prune(store, gate, clock, tmp_path, clock())
+        assert after.ok, after.findings
+        assert 0 in report.cuts
+        anchorings = [e for e in store.audit_entries(limit=100_000) if e.kind == "audit_anchored"]
+        # Only the prune's own anchoring is left, after the heads it anchored.
+        assert len(anchorings) == 1 and json.loads(anchorings[0].detail_text)["by"] == "alice"
+        assert anchorings[0].at == clock()
+
     def test_a_live_token_is_in_force_and_stays(self, store: Store, tmp_path: Path) -> None:
         gate, clock = controls_then_orders(store, keep="token")
         report, after = run_prune(store, gate, clock, tmp_path, clock())
@@ -409,3 +427,31 @@ class TestEntriesNoLongerInForce:
         report, after = run_prune(store, gate, clock, tmp_path, clock())
         assert after.ok, after.findings
         assert "run_call_recorded" not in run_entries()
+
+
+class TestInForceReadsUseTheKindIndex:
+    """Whether an entry is superseded (``_retention_rules._later``) is read per prune entry, so
+    it must be an index read of ``audit_by_kind (kind, at)``, never a scan of the audit log:
+    the plan of the very query the rule runs, on both stores."""
+
+    def test_the_plan_reads_the_index(self, store: Store) -> None:
+        from effectgate.store._retention_rules import later_query
+
+        kinds = ("kill_switch_on", "kill_switch_off")
+        # Literals, not parameters: PostgreSQL plans EXPLAIN of the text it is given.
+        query = later_query(len(kinds)).replace("?", "{}").format(*(f"'{k}'" for k in kinds), "0")
+        if type(store).__name__ == "SQLiteStore":
+            plan = " ".join(str(r[-1]) for r in store._rows(f"EXPLAIN QUERY PLAN {query}"))
+            assert "USING INDEX audit_by_kind" in plan, plan
+            assert "SCAN audit_log" not in plan, plan
+            return
+
+        def explain(tx: object, _: object) -> str:
+            # On an empty table any plan is cheap: forbid the sequential scan so the plan
+            # shows whether the index can serve the query at all.
+            tx.write("SET LOCAL enable_seqscan = off", ())  # type: ignore[attr-defined]
+            return " ".join(str(r[0]) for r in tx.rows(f"EXPLAIN {query}", ()))  # type: ignore[attr-defined]
+
+        plan = store._run(explain, "explain")  # type: ignore[attr-defined]
+        assert "audit_by_kind" in plan, plan
+        assert "Seq Scan" not in plan, plan

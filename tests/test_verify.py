@@ -216,6 +216,13 @@ approve_above = "100"
 
 [policies.scale_service]
 kind = "limit"
+
+[controls.scale_service]
+max_repeats = 2
+
+[controls.refund_payment]
+max_rejection_rate = 0.5
+min_samples = 3
 """
 
 
@@ -233,6 +240,10 @@ def own(cfg_path: Path, url: str | None = None) -> dict[tuple[str, str], Check]:
 
 
 CASE_TITLES = [title for title, _, _ in CASES]
+APPROVAL = "approval where the floor or the policy asks (tiers)"
+BREAKER = "a breaker tripped by its thresholds holds, a reset releases"
+WRITE_OFF = "written off past the horizon, then it appears: reported"
+HOSTILE = "hostile intents are refused and write no row"
 
 
 class TestLedgerCasesOnYourOwnClasses:
@@ -241,23 +252,41 @@ class TestLedgerCasesOnYourOwnClasses:
     and judged by the shared invariant checkers."""
 
     def test_the_starter_classes_pass_every_case(self, starter: Path) -> None:
+        starter.write_text(
+            starter.read_text()
+            + "\n[controls.submit_order]\nmax_repeats = 3\n"
+            + "\n[controls.cancel_order]\nmax_new_targets = 2\n"
+        )
         found = own(starter)
         for name in ("submit_order", "cancel_order"):
             for title in CASE_TITLES:
                 assert found[(title, name)].status == "pass", found[(title, name)]
-        ask = "approval where the policy asks (tiers)"
-        assert found[(ask, "submit_order")].status == "pass"
-        assert "awaiting_approval" in found[(ask, "submit_order")].why
+        assert found[(APPROVAL, "submit_order")].status == "pass"
+        assert "self_approval" in found[(APPROVAL, "submit_order")].why
         # cancel_order's policy never asks for approval: not applicable, and said why.
-        assert found[(ask, "cancel_order")].status == "n/a"
+        assert found[(APPROVAL, "cancel_order")].status == "n/a"
+        # Each breaker was tripped by its own configured threshold, fed its signal.
+        assert "max_repeats=3: tripped after 4" in found[(BREAKER, "submit_order")].why
+        assert "max_new_targets=2: tripped after 3" in found[(BREAKER, "cancel_order")].why
+
+    def test_a_breaker_without_thresholds_is_not_applicable(self, starter: Path) -> None:
+        # The case never trips a breaker by hand: with no [controls.X] threshold nothing
+        # trips it automatically, and the case says so instead of passing.
+        found = own(starter)
+        assert found[(BREAKER, "submit_order")].status == "n/a"
+        assert "no thresholds in [controls.submit_order]" in found[(BREAKER, "submit_order")].why
 
     def test_two_custom_classes_one_from_json_schema(self, custom: Path) -> None:
         found = own(custom)
         for name in ("refund_payment", "scale_service"):
             for title in CASE_TITLES:
                 assert found[(title, name)].status == "pass", found[(title, name)]
-        ask = found[("approval where the policy asks (tiers)", "refund_payment")]
+        ask = found[(APPROVAL, "refund_payment")]
         assert ask.status == "pass", ask
+        # refund_payment's breaker watches the rejection rate: fed refused refunds, it trips.
+        assert "max_rejection_rate=0.5: tripped" in found[(BREAKER, "refund_payment")].why
+        assert "rejection rate" in found[(BREAKER, "refund_payment")].why
+        assert "repeats" in found[(BREAKER, "scale_service")].why
 
     def test_generated_intents_are_what_the_policy_accepts(self, custom: Path) -> None:
         from effectgate._core.intent import Tier
@@ -271,13 +300,119 @@ class TestLedgerCasesOnYourOwnClasses:
         assert source.tier(auto) is Tier.VALIDATE and source.tier(ask) is Tier.APPROVE
         assert str(auto["customer"]).startswith("cus_") and auto["currency"] in ("EUR", "USD")
 
-    def test_a_class_whose_floor_needs_a_human_is_not_applicable(self, custom: Path) -> None:
+    def test_a_class_whose_floor_needs_a_human_goes_through_approval(self, custom: Path) -> None:
+        # Every case runs with the scratch approvers giving the approval a human would.
         edit(
             custom, 'target_field = "customer"', 'target_field = "customer"\ntier_floor = "approve"'
         )
         found = own(custom)
-        replay = found[(CASE_TITLES[0], "refund_payment")]
-        assert replay.status == "n/a" and "tier floor approve" in replay.why
+        for title in CASE_TITLES:
+            assert found[(title, "refund_payment")].status == "pass", found[
+                (title, "refund_payment")
+            ]
+        ask = found[(APPROVAL, "refund_payment")]
+        assert ask.status == "pass" and "tier approve, 1 approver(s)" in ask.why
+
+    def test_multi_approve_needs_distinct_approvers_from_the_class_roles(
+        self, custom: Path
+    ) -> None:
+        edit(
+            custom,
+            'target_field = "customer"',
+            'target_field = "customer"\ntier_floor = "multi_approve"',
+        )
+        custom.write_text(
+            custom.read_text()
+            + '\n[authority.approver_roles]\ntreasury = ["alice", "bob"]\n'
+            + '\n[authority.approvers]\nrefund_payment = ["treasury"]\n'
+        )
+        found = own(custom)
+        for title in CASE_TITLES:
+            assert found[(title, "refund_payment")].status == "pass", found[
+                (title, "refund_payment")
+            ]
+        ask = found[(APPROVAL, "refund_payment")]
+        assert ask.status == "pass", ask
+        assert "tier multi_approve, 2 approver(s)" in ask.why
+        assert "after 1 of 2: awaiting_approval" in ask.why
+        assert "the same approver again: duplicate_approver" in ask.why
+        assert "venue calls before the quorum=0" in ask.why
+
+    def test_a_role_with_one_approver_where_two_are_needed_fails(self, custom: Path) -> None:
+        edit(
+            custom,
+            'target_field = "customer"',
+            'target_field = "customer"\ntier_floor = "multi_approve"',
+        )
+        custom.write_text(
+            custom.read_text()
+            + '\n[authority.approver_roles]\ntreasury = ["alice"]\n'
+            + '\n[authority.approvers]\nrefund_payment = ["treasury"]\n'
+        )
+        found = own(custom)
+        ask = found[(APPROVAL, "refund_payment")]
+        assert ask.status == "fail" and "needs 2 distinct approvers" in ask.why
+        quorum = {c.subject: c for c in config_checks(load_config(custom)) if c.status == "fail"}[
+            "refund_payment"
+        ]
+        assert quorum.guarantee == "approval-quorum-reachable"
+        assert "1 hold its approver roles (treasury)" in quorum.why
+
+    def test_a_class_without_a_read_view_is_never_written_off(self, custom: Path) -> None:
+        edit(
+            custom,
+            "[classes.scale_service.json_schema]\n",
+            '[classes.scale_service.venue]\nread_view = "none"\n\n'
+            "[classes.scale_service.json_schema]\n",
+        )
+        found = own(custom)
+        late = found[(WRITE_OFF, "scale_service")]
+        assert late.status == "n/a" and "read_view = none" in late.why
+        assert found[(WRITE_OFF, "refund_payment")].status == "pass"
+        assert "['ledger-says-failed']" in found[(WRITE_OFF, "refund_payment")].why
+
+    def test_hostile_intents_cover_arrays_nested_objects_and_numbers(self, custom: Path) -> None:
+        from effectgate._verify_intents import IntentSource
+
+        cfg = load_config(custom)
+        source = IntentSource(cfg.registry, cfg.registry.get("scale_service"), cfg.policy)
+        good = source.auto()
+        assert good is not None
+        labels = {why for why, _ in source.hostile(good)}
+        for expected in (
+            "replicas: a float for a number",
+            "replicas: above the maximum",
+            "replicas: a bool for a number",
+            "tool_output_digests: a float in an array",
+            "tool_output_digests: more than maxItems",
+            "proposed_by: an object with an unknown key",
+            "proposed_by: model an integer for a string",
+            "region: not one of the enum",
+            "service: a non-ASCII look-alike",
+            "service: missing",
+        ):
+            assert expected in labels, sorted(labels)
+        # Each is refused by the class's own parser, and the valid audit fields are accepted.
+        assert all(source.parse(raw) is None for _, raw in source.hostile(good))
+        audit = source.audit_fields()
+        assert isinstance(audit["proposed_by"], dict) and isinstance(
+            audit["tool_output_digests"], list
+        )
+        assert source.parse({**good, **audit}) is not None
+
+    def test_a_permissive_parser_fails_the_hostile_case(
+        self, custom: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # If hostile values got through (here: the generator's valid intent substituted for
+        # each), the case must fail and name them.
+        from effectgate._verify_intents import IntentSource
+
+        monkeypatch.setattr(
+            IntentSource, "hostile", lambda self, raw: [("replicas: let through", dict(raw))]
+        )
+        found = own(custom)
+        bad = found[(HOSTILE, "scale_service")]
+        assert bad.status == "fail" and "ACCEPTED: replicas: let through" in bad.why
 
     def test_a_reintroduced_bug_fails_the_crash_case(self, custom: Path) -> None:
         # Invariants 1 and 3: with the test-only switch on, a retry of an uncertain row is
@@ -340,8 +475,67 @@ class TestConformanceKitOnConfiguredAdapters:
         # The HTTP adapter's transport classification is measured against loopback faults.
         tc = found[("conformance transport-classification", "remote")]
         assert tc.status == "pass" and "reset-after-request: unknown" in tc.why
-        assert found[("conformance kit", "cards")].status == "n/a"
-        assert "no sandbox" in found[("conformance kit", "cards")].why
+        # stripe: against localstripe (a separate test covers every stand-in).
+        assert found[("conformance kit", "cards")].status == "pass", found
+        assert "localstripe" in found[("conformance refusal-is-not-applied", "cards")].why
+
+    def test_stripe_aws_and_email_run_against_local_stand_ins(self, starter: Path) -> None:
+        import dataclasses
+
+        from effectgate._service._config import AdapterConfig
+        from effectgate._verify_adapters import adapter_checks
+
+        cfg = load_config(starter)
+        adapters = {
+            "cards": AdapterConfig("cards", "stripe", credential_env="USERS_STRIPE_KEY"),
+            "cloud": AdapterConfig(
+                "cloud", "aws", options={"region": "eu-west-1", "access_key_id": "AKIAUSER"}
+            ),
+            "mail": AdapterConfig(
+                "mail",
+                "email",
+                options={"host": "smtp.example.test", "port": 587, "sender": "eg@example.test"},
+            ),
+            "own": AdapterConfig("own", "custom", factory="mymodule:make"),
+        }
+        found = {
+            (c.guarantee, c.subject): c
+            for c in adapter_checks(dataclasses.replace(cfg, adapters=adapters))
+        }
+        for name, venue in (("cards", "localstripe"), ("cloud", "moto"), ("mail", "aiosmtpd")):
+            kit = found[("conformance kit", name)]
+            assert kit.status == "pass", found
+            # Measured, not assumed: the stand-ins ignore idempotency keys, and a provable
+            # refusal is classified not_applied.
+            assert "honours_key measured 'false'" in kit.why
+            refusal = found[("conformance refusal-is-not-applied", name)]
+            assert refusal.status == "pass" and venue in refusal.why
+            assert found[("conformance credentials-never-leak", name)].status == "pass"
+        # The email venue has no read view: the kit counted deliveries at the relay.
+        assert "deliveries counted" in found[("conformance same-key-twice", "mail")].why
+        own = found[("conformance kit", "own")]
+        assert own.status == "n/a" and "no sandbox" in own.why
+
+    def test_a_stand_in_that_is_not_installed_is_not_applicable(
+        self, starter: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import dataclasses
+        import importlib.util
+
+        from effectgate._service._config import AdapterConfig
+        from effectgate._verify_adapters import adapter_checks
+
+        real = importlib.util.find_spec
+        monkeypatch.setattr(
+            importlib.util,
+            "find_spec",
+            lambda name, *a: None if name == "localstripe" else real(name, *a),
+        )
+        cfg = load_config(starter)
+        adapters = {"cards": AdapterConfig("cards", "stripe", credential_env="K")}
+        found = adapter_checks(dataclasses.replace(cfg, adapters=adapters))
+        assert [(c.status, c.guarantee) for c in found] == [("n/a", "conformance kit")]
+        assert "localstripe is not installed" in found[0].why
 
     def test_a_class_claiming_keys_over_a_venue_that_forgets_them_fails(
         self, starter: Path

@@ -104,6 +104,10 @@ class Checkpoint:
         return cls(heads, at, label, digest, sig if isinstance(sig, str) else None)
 
 
+#: Who anchors when no principal asked (the service's schedule).
+ANCHOR_ACTOR = "system:anchor"
+
+
 class AnchorProvider(Protocol):
     """Where checkpoints go. ``latest()`` None: nothing anchored yet, or write-only."""
 
@@ -209,13 +213,21 @@ def anchor_heads(
     key: bytes | None = None,
     label: str = "effectgate",
     clock: Callable[[], float] = time.time,
+    by: str = ANCHOR_ACTOR,
 ) -> tuple[Checkpoint, list[str]]:
     """Checkpoint the store's current heads to every provider; ``(checkpoint, locations)``.
-    A provider that fails raises :class:`ConfigError` (the checkpoint is not anchored there)."""
+    A provider that fails raises :class:`ConfigError` (the checkpoint is not anchored there).
+
+    Once every provider has it, a chained ``audit_anchored`` entry records the checkpoint,
+    where it went and ``by`` whom, whatever the provider (file, HTTP, command) and whatever
+    the door (CLI, operator API, the service's schedule, a prune). The entry follows the heads
+    it anchors, so the next checkpoint covers it."""
     if not providers:
         raise ConfigError("no anchor provider configured")
     checkpoint = Checkpoint.make(store.audit_heads(), at=clock(), label=label, key=key)
-    return checkpoint, [p.put(checkpoint) for p in providers]
+    where = [p.put(checkpoint) for p in providers]
+    store.record_anchor(checkpoint.to_dict(), where, by=by, now=clock())
+    return checkpoint, where
 
 
 def verify_against_anchors(

@@ -120,19 +120,26 @@ def _kill_switch_check(cfg: ServiceConfig, store: Store | None) -> Check:
 
 def _approval_checks(cfg: ServiceConfig, store: Store | None) -> Iterable[Check]:
     name = "approval-quorum-reachable"
-    approvers = sorted(n for n, c in _capabilities(cfg, store).items() if Capability.APPROVE in c)
+    anyone = sorted(n for n, c in _capabilities(cfg, store).items() if Capability.APPROVE in c)
+    roles = cfg.authority.approver_roles
     for ac in cfg.registry:
         if ac.tier_floor is not Tier.MULTI_APPROVE:
             yield Check(name, ac.name, NA, f"tier floor {ac.tier_floor.value}")
             continue
         need = cfg.approvals.multi_approvers
+        approvers, who = anyone, "can approve"
+        if roles is not None and ac.name in roles.by_class:
+            # Only members of the class's approver roles count (docs/authority.md).
+            listed = sorted(roles.by_class[ac.name])
+            approvers = sorted(set().union(*(roles.members[r] for r in listed)))
+            who = f"hold its approver roles ({', '.join(listed)})"
         if len(approvers) < need:
             yield Check(
                 name,
                 ac.name,
                 FAIL,
                 f"floor multi_approve needs {need} distinct approvers; "
-                f"{len(approvers)} can approve ({', '.join(approvers) or 'none'})",
+                f"{len(approvers)} {who} ({', '.join(approvers) or 'none'})",
             )
         else:
             yield Check(name, ac.name, PASS, f"{len(approvers)} approvers for {need} required")

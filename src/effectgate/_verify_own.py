@@ -10,19 +10,32 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from effectgate._core.intent import ActionClass, EffectClass
+from effectgate._core.intent import ActionClass, EffectClass, Tier
 from effectgate._core.states import State
+from effectgate._core.venue import ReadView
 from effectgate._execute.adapter import OutboundRequest, Receipt
+from effectgate._execute.authority import approver_role_check
 from effectgate._execute.dispatcher import Dispatcher
 from effectgate._execute.executor import Gate
+from effectgate._execute.operator import Operator
 from effectgate._execute.reconciler import Reconciler
 from effectgate._invariants import InvariantViolation, assert_invariants, no_dispatch_while_held
 from effectgate._service._config import ServiceConfig
 from effectgate._verify import FAIL, NA, PASS, Check
+from effectgate._verify_controls import (
+    PROPOSER,
+    NotApplicable,
+    approval_protocol,
+    approve_all,
+    breaker_case,
+    scratch_approvers,
+)
+from effectgate._verify_intents import IntentSource, Unsupported
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import IdempotencyConflict, IntentError
+from effectgate.store.base import Operation
 from effectgate.store.roles import Store
 from effectgate.testing import CountingAdapter, ManualClock, temporary_store
 
@@ -49,9 +62,13 @@ class _World:
     reconciler: Reconciler
     clock: ManualClock
     cfg: ServiceConfig
+    operator: Operator
+    #: Scratch principals who may approve the class (docs/evidence.md).
+    approvers: list[str] = field(default_factory=list)
+    source: IntentSource | None = None
 
     def gate_with(self, adapters: dict[str, PaperAdapter]) -> Gate:
-        return Gate(
+        gate = Gate(
             store=self.store,
             registry=self.cfg.registry,
             adapters=adapters,
@@ -60,6 +77,20 @@ class _World:
             breakers=self.cfg.breakers,
             approvals=self.cfg.approvals,
         )
+        gate.pipeline = self.gate.pipeline
+        return gate
+
+    def submit(
+        self, ac: ActionClass, op: str, raw: dict[str, object], gate: Gate | None = None
+    ) -> Operation:
+        """Propose as the scratch agent; a row that waits for a human is approved by the
+        scratch approvers and sent by the standing dispatcher, as in a deployment."""
+        gate = gate or self.gate
+        row = gate.submit(ac.name, op, raw, scope=SCOPE, principal=PROPOSER)
+        if row.state is State.AWAITING_APPROVAL:
+            approve_all(self, op)
+            Dispatcher(gate).run_once()
+        return self.gate.get(op, scope=SCOPE)
 
     def requests(self) -> list[OutboundRequest]:
         return [r for a in self.counting.values() for r in a.requests]
@@ -77,7 +108,9 @@ class _World:
         return ""
 
 
-def _world(cfg: ServiceConfig, store: Store) -> _World:
+def _world(
+    cfg: ServiceConfig, store: Store, ac: ActionClass, source: IntentSource | None = None
+) -> _World:
     clock = ManualClock()
     venue = PaperVenue(honour_key=True, clock=clock)
     counting = {name: CountingAdapter(PaperAdapter(venue)) for name in cfg.adapters}
@@ -90,13 +123,21 @@ def _world(cfg: ServiceConfig, store: Store) -> _World:
         breakers=cfg.breakers,
         approvals=cfg.approvals,
     )
+    operator = Operator(store=store, registry=cfg.registry, clock=clock)
+    roles = cfg.authority.approver_roles
+    operator.approver_roles = roles
+    if roles is not None:
+        # As the service wires it: an approval by someone outside the class's roles is refused
+        # when given and again before dispatch.
+        gate.pipeline = replace(gate.pipeline, approved=(approver_role_check(roles),))
     rec = Reconciler(
         store=store,
         registry=cfg.registry,
         adapters={name: PaperAdapter(venue) for name in cfg.adapters},
         clock=clock,
     )
-    return _World(store, venue, counting, gate, rec, clock, cfg)
+    approvers = scratch_approvers(cfg, ac, store, clock())
+    return _World(store, venue, counting, gate, rec, clock, cfg, operator, approvers, source)
 
 
 Case = Callable[[_World, ActionClass, dict[str, object], dict[str, object]], tuple[bool, str]]
@@ -105,34 +146,50 @@ Case = Callable[[_World, ActionClass, dict[str, object], dict[str, object]], tup
 def _replay(
     w: _World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
 ) -> tuple[bool, str]:
-    first = w.gate.submit(ac.name, "op-replay", a, scope=SCOPE)
-    again = w.gate.submit(ac.name, "op-replay", dict(a), scope=SCOPE)
+    first = w.submit(ac, "op-replay", a)
+    # The retry carries every audit field (free text, a digest, the nested proposed_by object,
+    # the tool_output_digests array): none of them is part of the action's identity.
+    audit = w.source.audit_fields() if w.source is not None else {}
+    again = w.gate.submit(ac.name, "op-replay", {**a, **audit}, scope=SCOPE, principal=PROPOSER)
     calls = w.venue.calls
-    seen = f"state={again.state.value} replayed={again.replayed} venue calls={calls}"
+    seen = (
+        f"state={again.state.value} replayed={again.replayed} venue calls={calls}; "
+        f"retry with audit fields {sorted(audit) or 'none'}"
+    )
     return first.state is State.ACKNOWLEDGED and again.replayed and calls == 1, seen
 
 
 def _conflict(
     w: _World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
 ) -> tuple[bool, str]:
-    w.gate.submit(ac.name, "op-conflict", a, scope=SCOPE)
+    w.submit(ac, "op-conflict", a)
     try:
-        w.gate.submit(ac.name, "op-conflict", b, scope=SCOPE)
+        w.gate.submit(ac.name, "op-conflict", b, scope=SCOPE, principal=PROPOSER)
     except IdempotencyConflict as exc:
         return w.venue.calls == 1, f"refused ({exc.code}); venue calls={w.venue.calls}"
     return False, "another payload under the same id was accepted"
 
 
-def _refuses_bad_input(
+def _refuses_hostile(
     w: _World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
 ) -> tuple[bool, str]:
+    hostile = [("not_a_field: an unknown field", dict(a, not_a_field="x"))]
+    hostile += w.source.hostile(a) if w.source is not None else []
     before = sum(w.store.count_by_state().values())
-    try:
-        w.gate.submit(ac.name, "op-bad", dict(a, not_a_field="x"), scope=SCOPE)
-    except IntentError as exc:
-        rows = sum(w.store.count_by_state().values())
-        return rows == before and w.venue.calls == 0, f"refused ({exc.reason}); rows={rows}"
-    return False, "an intent with an unknown field was accepted"
+    accepted: list[str] = []
+    reasons: set[str] = set()
+    for i, (why, raw) in enumerate(hostile):
+        try:
+            w.gate.submit(ac.name, f"op-bad-{i}", raw, scope=SCOPE, principal=PROPOSER)
+        except IntentError as exc:
+            reasons.add(exc.reason)
+            continue
+        accepted.append(why)
+    rows = sum(w.store.count_by_state().values())
+    seen = f"refused {len(hostile) - len(accepted)}/{len(hostile)} ({', '.join(sorted(reasons))})"
+    if accepted:
+        seen += f"; ACCEPTED: {'; '.join(accepted)}"
+    return not accepted and rows == before and w.venue.calls == 0, f"{seen}; rows={rows}"
 
 
 def _crash(
@@ -140,8 +197,8 @@ def _crash(
 ) -> tuple[bool, str]:
     dying = w.gate_with({n: _DyingAdapter(w.venue) for n in w.cfg.adapters})
     with suppress(_Died):
-        dying.submit(ac.name, "op-crash", a, scope=SCOPE)
-    row = w.gate.submit(ac.name, "op-crash", dict(a), scope=SCOPE)
+        w.submit(ac, "op-crash", a, gate=dying)
+    row = w.gate.submit(ac.name, "op-crash", dict(a), scope=SCOPE, principal=PROPOSER)
     after_retry = (row.state, w.venue.calls)
     w.clock.advance(ac.visibility_horizon / 2)
     w.reconciler.run_once()
@@ -161,6 +218,31 @@ def _crash(
     return ok, seen
 
 
+def _write_off_then_appears(
+    w: _World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
+) -> tuple[bool, str]:
+    if ac.venue.read_view is ReadView.NONE:
+        raise NotApplicable(
+            "read_view = none: absence is never written off (the row goes to the operators' "
+            "queue past the horizon)"
+        )
+    dying = w.gate_with({n: _DyingAdapter(w.venue) for n in w.cfg.adapters})
+    with suppress(_Died):
+        w.submit(ac, "op-late", a, gate=dying)
+    w.clock.advance(ac.visibility_horizon + 1)
+    w.reconciler.run_once()
+    written_off = w.gate.get("op-late", scope=SCOPE)
+    w.clock.advance(ac.visibility_horizon)
+    w.venue.inject_record(written_off.op_key)
+    report = w.reconciler.run_once()
+    kinds = [d[0] for d in report.new_divergences]
+    seen = (
+        f"past the {ac.visibility_horizon:g}s horizon: {written_off.state.value}; "
+        f"then it appears: {kinds or 'nothing reported'}"
+    )
+    return written_off.state is State.FAILED and kinds == ["ledger-says-failed"], seen
+
+
 def _held_then_released(
     w: _World,
     ac: ActionClass,
@@ -170,7 +252,7 @@ def _held_then_released(
     op: str,
 ) -> tuple[bool, str]:
     engage()
-    row = w.gate.submit(ac.name, op, a, scope=SCOPE)
+    row = w.submit(ac, op, a)
     held_calls = w.venue.calls
     broken = no_dispatch_while_held(w.requests(), {row.op_key})
     release()
@@ -188,50 +270,62 @@ def _kill(
     w: _World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
 ) -> tuple[bool, str]:
     def on() -> None:
-        w.store.set_kill(ac.name, True, operator="verify", reason="verify", now=w.clock())
+        w.operator.kill(ac.name, operator="verify", reason="verify")
 
     def off() -> None:
-        w.store.set_kill(ac.name, False, operator="verify", reason="verify", now=w.clock())
+        w.operator.release(ac.name, operator="verify", reason="verify")
 
     return _held_then_released(w, ac, a, on, off, "op-kill")
-
-
-def _breaker(
-    w: _World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
-) -> tuple[bool, str]:
-    def trip() -> None:
-        w.store.trip_breaker(ac.name, [("verify", "tripped by verify")], now=w.clock())
-
-    def reset() -> None:
-        w.store.reset_breaker(ac.name, operator="verify", reason="verify", now=w.clock())
-
-    return _held_then_released(w, ac, a, trip, reset, "op-breaker")
 
 
 CASES: tuple[tuple[str, str, Case], ...] = (
     ("a retry of one operation reaches the venue once", "inv 1", _replay),
     ("the same id with another payload is refused", "inv 2", _conflict),
-    ("an unknown field is refused and writes no row", "inv 2", _refuses_bad_input),
+    ("hostile intents are refused and write no row", "inv 2", _refuses_hostile),
     ("a crash after the journal stays uncertain, then settles", "inv 3, 4", _crash),
+    (
+        "written off past the horizon, then it appears: reported",
+        "inv 4, 5",
+        _write_off_then_appears,
+    ),
     ("an engaged kill switch holds, lifting it releases", "controls", _kill),
-    ("an open breaker holds, a reset releases", "controls", _breaker),
+    ("a breaker tripped by its thresholds holds, a reset releases", "controls", breaker_case),
 )
 
+APPROVAL = "approval where the floor or the policy asks (tiers)"
 
-def _approval(cfg: ServiceConfig, store: Store, ac: ActionClass, raw: dict[str, object]) -> Check:
-    w = _world(cfg, store)
-    row = w.gate.submit(ac.name, "op-approve", raw, scope=SCOPE)
+
+def _approval(cfg: ServiceConfig, store: Store, ac: ActionClass, source: IntentSource) -> Check:
+    ask = source.needs_approval()
+    if ask is None:
+        return Check(
+            APPROVAL, ac.name, NA, "the policy asks for no approval of any generated intent"
+        )
+    w = _world(cfg, store, ac, source)
+    try:
+        ok, seen = approval_protocol(w, ac, ask)
+    except Exception as exc:  # a guarantee that raises has failed; say how
+        ok, seen = False, f"raised {type(exc).__name__}: {exc}"
     broken = w.invariants()
-    ok = row.state is State.AWAITING_APPROVAL and w.venue.calls == 0 and not broken
-    seen = f"state={row.state.value} venue calls={w.venue.calls}" + (
-        f"; {broken}" if broken else ""
+    return Check(
+        APPROVAL,
+        ac.name,
+        PASS if ok and not broken else FAIL,
+        f"{seen}; {broken}" if broken else seen,
     )
-    return Check("approval where the policy asks (tiers)", ac.name, PASS if ok else FAIL, seen)
+
+
+def _intents(
+    source: IntentSource, ac: ActionClass
+) -> tuple[dict[str, object] | None, dict[str, object] | None]:
+    """Two intents of different fingerprints the policy allows: automatically where the floor
+    is ``validate``, else at the tier a human approves."""
+    auto = ac.tier_floor is Tier.VALIDATE
+    first = source.auto() if auto else source.allowed()
+    return first, source.other_than(first, auto=auto) if first is not None else None
 
 
 def _class_checks(cfg: ServiceConfig, url: str | None, ac: ActionClass) -> Iterator[Check]:
-    from effectgate._verify_intents import IntentSource, Unsupported
-
     if ac.effect_class is EffectClass.READ_ONLY:
         for title, _, _ in CASES:
             yield Check(title, ac.name, NA, "read-only class: nothing is dispatched once")
@@ -242,37 +336,25 @@ def _class_checks(cfg: ServiceConfig, url: str | None, ac: ActionClass) -> Itera
         for title, _, _ in CASES:
             yield Check(title, ac.name, NA, f"no intent could be generated: {exc}")
         return
-    auto = source.auto()
-    other = source.other_than(auto) if auto is not None else None
+    a, b = _intents(source, ac)
     for title, inv, case in CASES:
-        if auto is None or other is None:
-            why = (
-                f"tier floor {ac.tier_floor.value}: no proposal runs without a human"
-                if ac.tier_floor.value != "validate"
-                else "the policy allows no generated intent automatically"
-            )
-            yield Check(title, ac.name, NA, why)
+        if a is None or b is None:
+            yield Check(title, ac.name, NA, "the policy allows no generated intent")
             continue
         with temporary_store(url) as store:
-            w = _world(cfg, store)
+            w = _world(cfg, store, ac, source)
             try:
-                ok, seen = case(w, ac, auto, other)
+                ok, seen = case(w, ac, a, b)
+            except NotApplicable as exc:
+                yield Check(title, ac.name, NA, str(exc))
+                continue
             except Exception as exc:  # a guarantee that raises has failed; say how
                 ok, seen = False, f"raised {type(exc).__name__}: {exc}"
             broken = w.invariants()
         detail = f"{seen}; {broken}" if broken else f"{seen} ({inv})"
         yield Check(title, ac.name, PASS if ok and not broken else FAIL, detail)
-    ask = source.needs_approval()
-    if ask is None:
-        yield Check(
-            "approval where the policy asks (tiers)",
-            ac.name,
-            NA,
-            "the policy asks for no approval of any generated intent",
-        )
-    else:
-        with temporary_store(url) as store:
-            yield _approval(cfg, store, ac, ask)
+    with temporary_store(url) as store:
+        yield _approval(cfg, store, ac, source)
 
 
 def own_class_checks(cfg: ServiceConfig, store_url: str | None) -> list[Check]:

@@ -55,7 +55,7 @@ def prune(
             f"the audit chain does not verify ({first.problem}: {first.message}); "
             "nothing was pruned"
         )
-    checkpoint, _ = anchor_heads(store, providers, key=key, clock=clock)
+    checkpoint, _ = anchor_heads(store, providers, key=key, clock=clock, by=by)
     report = store.prune_audit(
         before=before, now=now, by=by, anchored=checkpoint.heads, min_age=min_ages(registry)
     )

@@ -103,7 +103,9 @@ def retention_router(service: Service, operator: Any, errors: dict[int | str, An
 
         _whole_ledger(who)
         providers, key = anchors()
-        checkpoint, where = await call(anchor_heads, store, providers, key=key, clock=clock)
+        checkpoint, where = await call(
+            anchor_heads, store, providers, key=key, clock=clock, by=who.name
+        )
         log.info("audit heads anchored by %s: %s", who.name, checkpoint.digest)
         return {**checkpoint.to_dict(), "anchored_at": where}
 

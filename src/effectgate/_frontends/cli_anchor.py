@@ -74,9 +74,11 @@ def register(audit_app: typer.Typer) -> None:
             bool, typer.Option("--verify", help="Verify the chain against the last anchors.")
         ] = False,
         as_json: JsonOpt = False,
+        token_env: TokenEnvOpt = TOKEN_ENV,
     ) -> None:
-        """Checkpoint every lane's head to the anchors; with --verify, check the chain against
-        them instead (exit 3 on a truncated or forged tail)."""
+        """Checkpoint every lane's head to the anchors (recorded in the chain as an
+        ``audit_anchored`` entry naming who); with --verify, check the chain against them
+        instead (exit 3 on a truncated or forged tail)."""
         from effectgate._anchor import AnchorProvider, anchor_heads, verify_against_anchors
 
         key: bytes | None = None
@@ -90,11 +92,12 @@ def register(audit_app: typer.Typer) -> None:
             providers: list[AnchorProvider] = _providers(file, http, command, read_command)  # type: ignore[assignment]
             if not providers:
                 raise ConfigError("give at least one of --file, --http, --command")
-            with operator_on(store) as op:
+            acts = None if verify else token_env  # a verification only reads: nobody acts
+            with acting_operator(store, acts, Capability.OPERATE) as (op, actor):
                 if verify:
                     result, found = verify_against_anchors(op.store, providers, key=key)
                 else:
-                    checkpoint, where = anchor_heads(op.store, providers, key=key)
+                    checkpoint, where = anchor_heads(op.store, providers, key=key, by=actor)
         except ConfigError as exc:
             err.print(f"error: {exc.message}")
             raise typer.Exit(2) from None

@@ -78,9 +78,16 @@ class AnchorJob:
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
         self.last_digest: str | None = None
+        #: The heads just after this job's last anchoring (its own ``audit_anchored`` entry).
+        self.after: dict[int, tuple[int, str]] | None = None
 
     def once(self) -> str:
+        """Anchor the heads, unless nothing was written since this job's own last anchoring
+        entry (each anchoring appends one: re-anchoring only that would grow the log forever)."""
+        if self.last_digest is not None and self.store.audit_heads() == self.after:
+            return self.last_digest
         checkpoint, _ = anchor_heads(self.store, self.config.providers(), key=self.config.key())
+        self.after = self.store.audit_heads()
         self.last_digest = checkpoint.digest
         return checkpoint.digest
 

@@ -191,6 +191,27 @@ class RetentionRoles(StoreHooks):
 
         return self._run(work, "release_hold")
 
+    def record_anchor(
+        self, checkpoint: Mapping[str, Any], locations: Sequence[str], *, by: str, now: float
+    ) -> None:
+        """Record an anchoring in the chain itself (``audit_anchored``): the checkpoint's digest
+        and heads and where it was written, so the log says when it was last anchored and a
+        deleted anchoring entry is itself a break in the chain."""
+        if not isinstance(by, str) or not IDENTITY_PATTERN.fullmatch(by):
+            raise ConfigError(f"{by!r} is not a principal's name")
+        detail = {
+            "digest": checkpoint.get("digest"),
+            "heads": checkpoint.get("heads"),
+            "label": checkpoint.get("label"),
+            "locations": [str(w) for w in locations],
+            "by": by,
+        }
+
+        def work(tx: SharedTx, _: object) -> None:
+            tx.audit("audit_anchored", detail, now)
+
+        self._run(work, "record_anchor")
+
     def list_holds(self, *, active_only: bool = True) -> list[LegalHold]:
         where = "WHERE released_at IS NULL " if active_only else ""
         return [

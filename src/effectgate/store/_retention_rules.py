@@ -14,7 +14,9 @@ prefix stops there.
 * a run's entries (``run_call_recorded``, ``run_call_completed``, ``run_sealed``,
   ``run_snapshot``, ``run_refused`` with no operation): the run is sealed before the cut-off
   and at least ``retention`` seconds ago, and a snapshot of it was taken after the seal;
-* ``audit_pruned``: superseded by a later ``audit_pruned`` (the checkpoints hold the cuts).
+* ``audit_pruned``: superseded by a later ``audit_pruned`` (the checkpoints hold the cuts);
+* ``audit_anchored``: superseded by a later ``audit_anchored`` (the latest says where the
+  chain was last anchored).
 
 ``retention``: the longest key retention / visibility horizon of the configured classes.
 """
@@ -26,7 +28,7 @@ from typing import Any
 
 from effectgate.store._tx import SharedTx
 
-__all__ = ["CONTROL_FAMILIES", "RUN_KINDS", "entry_in_force"]
+__all__ = ["CONTROL_FAMILIES", "RUN_KINDS", "entry_in_force", "later_query"]
 
 CONTROL_FAMILIES: dict[str, tuple[str, ...]] = {
     "kill_switch_on": ("kill_switch_on", "kill_switch_off"),
@@ -41,14 +43,14 @@ RUN_KINDS = frozenset(
 )
 
 
+def later_query(count: int) -> str:
+    """Entries of ``count`` kinds written after a time: a range read of the ``audit_by_kind``
+    index ``(kind, at)`` per kind (store/_schema.py), never a scan of the log."""
+    return f"SELECT detail FROM audit_log WHERE kind IN ({','.join('?' * count)}) AND at > ?"
+
+
 def _later(tx: SharedTx, kinds: tuple[str, ...], at: float) -> list[dict[str, Any]]:
-    marks = ",".join("?" * len(kinds))
-    return [
-        json.loads(str(r[0]))
-        for r in tx.rows(
-            f"SELECT detail FROM audit_log WHERE kind IN ({marks}) AND at > ?", (*kinds, at)
-        )
-    ]
+    return [json.loads(str(r[0])) for r in tx.rows(later_query(len(kinds)), (*kinds, at))]
 
 
 def _control(tx: SharedTx, kind: str, detail: dict[str, Any], at: float) -> str | None:
@@ -127,6 +129,7 @@ def entry_in_force(
         return _hold(tx, kind, detail, before)
     if kind in RUN_KINDS:
         return _run(tx, kind, scope, detail, before, now, retention)
-    if kind == "audit_pruned":
-        return None if _later(tx, ("audit_pruned",), at) else "the latest prune (in force)"
+    if kind in ("audit_pruned", "audit_anchored"):
+        what = "prune" if kind == "audit_pruned" else "anchoring"
+        return None if _later(tx, (kind,), at) else f"the latest {what} (in force)"
     return f"{kind}: an entry of this kind is always in force"

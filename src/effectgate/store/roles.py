@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from effectgate._core.states import State
 from effectgate.store.base import (
@@ -741,6 +741,11 @@ class Retention(Protocol):
 
     def audit_starts(self) -> dict[int, tuple[int, str]]:
         """Per pruned lane, the checkpoint ``(seq, hash)`` its first entry must follow."""
+
+    def record_anchor(
+        self, checkpoint: Mapping[str, Any], locations: Sequence[str], *, by: str, now: float
+    ) -> None:
+        """A chained ``audit_anchored`` entry: which heads were anchored where, by whom."""
 
     def prune_audit(
         self,
