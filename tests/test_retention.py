@@ -429,29 +429,32 @@ class TestEntriesNoLongerInForce:
         assert "run_call_recorded" not in run_entries()
 
 
-class TestInForceReadsUseTheKindIndex:
-    """Whether an entry is superseded (``_retention_rules._later``) is read per prune entry, so
-    it must be an index read of ``audit_by_kind (kind, at)``, never a scan of the audit log:
-    the plan of the very query the rule runs, on both stores."""
+class TestSupersedingEntriesAreReadOnce:
+    """Whether a control, prune or anchoring entry is superseded is decided from one read of
+    those kinds per lane batch (``_retention_rules.Superseding``): not one read per entry, and
+    not an index on the audit log that every action's own entries would have to maintain."""
 
-    def test_the_plan_reads_the_index(self, store: Store) -> None:
-        from effectgate.store._retention_rules import later_query
+    def test_one_read_per_lane_answers_every_entry(
+        self, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from effectgate.store import _retention_rules
 
-        kinds = ("kill_switch_on", "kill_switch_off")
-        # Literals, not parameters: PostgreSQL plans EXPLAIN of the text it is given.
-        query = later_query(len(kinds)).replace("?", "{}").format(*(f"'{k}'" for k in kinds), "0")
-        if type(store).__name__ == "SQLiteStore":
-            plan = " ".join(str(r[-1]) for r in store._rows(f"EXPLAIN QUERY PLAN {query}"))
-            assert "USING INDEX audit_by_kind" in plan, plan
-            assert "SCAN audit_log" not in plan, plan
-            return
+        made: list[_retention_rules.Superseding] = []
 
-        def explain(tx: object, _: object) -> str:
-            # On an empty table any plan is cheap: forbid the sequential scan so the plan
-            # shows whether the index can serve the query at all.
-            tx.write("SET LOCAL enable_seqscan = off", ())  # type: ignore[attr-defined]
-            return " ".join(str(r[0]) for r in tx.rows(f"EXPLAIN {query}", ()))  # type: ignore[attr-defined]
+        class Counting(_retention_rules.Superseding):
+            def __init__(self, tx: object) -> None:
+                super().__init__(tx)  # type: ignore[arg-type]
+                made.append(self)
 
-        plan = store._run(explain, "explain")  # type: ignore[attr-defined]
-        assert "audit_by_kind" in plan, plan
-        assert "Seq Scan" not in plan, plan
+        monkeypatch.setattr("effectgate.store._retention.Superseding", Counting)
+        gate, clock = controls_then_orders(store)
+        for i in range(6):  # more control entries for the one read to answer
+            on = i % 2 == 0
+            store.set_kill("cancel_order", on, operator="alice", reason=f"r{i}", now=clock())
+        report, after = run_prune(store, gate, clock, tmp_path, clock())
+        assert after.ok, after.findings
+        assert report.operations > 0  # the prefix went past the superseded changes
+        assert made and all(s.reads <= 1 for s in made)
+        assert sum(s.reads for s in made) >= 1
+        # The latest change of each kill switch is still in force and stays.
+        assert "kill_switch_on" in kinds(store)

@@ -25,7 +25,7 @@ from effectgate._core.retention import LegalHold, PruneReport
 from effectgate._core.states import TERMINAL, State
 from effectgate.errors import ConfigError, OperationNotFound
 from effectgate.store._hooks import StoreHooks
-from effectgate.store._retention_rules import entry_in_force
+from effectgate.store._retention_rules import Superseding, entry_in_force
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import IDENTITY_PATTERN, SYSTEM_PREFIX
 
@@ -296,6 +296,7 @@ class RetentionRoles(StoreHooks):
         ops_in_prefix: set[tuple[str, str]] = set()
         reach = 0  # the highest seq any operation in the prefix has an entry at
         retention = max(min_age.values(), default=0.0)
+        later = Superseding(tx)  # one read of the superseding kinds for this lane's batch
         for seq, entry_hash, scope, operation_id, at, kind, detail in entries:
             if float(at) >= before:
                 report.stopped[lane] = f"seq {seq}: after the cut-off"
@@ -312,6 +313,7 @@ class RetentionRoles(StoreHooks):
                     before=before,
                     now=now,
                     retention=retention,
+                    later=later,
                 )
                 if why_kept is not None:
                     report.stopped[lane] = f"seq {seq}: {why_kept}"

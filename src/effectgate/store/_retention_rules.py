@@ -28,7 +28,7 @@ from typing import Any
 
 from effectgate.store._tx import SharedTx
 
-__all__ = ["CONTROL_FAMILIES", "RUN_KINDS", "entry_in_force", "later_query"]
+__all__ = ["CONTROL_FAMILIES", "RUN_KINDS", "SUPERSEDING_KINDS", "Superseding", "entry_in_force"]
 
 CONTROL_FAMILIES: dict[str, tuple[str, ...]] = {
     "kill_switch_on": ("kill_switch_on", "kill_switch_off"),
@@ -43,19 +43,47 @@ RUN_KINDS = frozenset(
 )
 
 
-def later_query(count: int) -> str:
-    """Entries of ``count`` kinds written after a time: a range read of the ``audit_by_kind``
-    index ``(kind, at)`` per kind (store/_schema.py), never a scan of the log."""
-    return f"SELECT detail FROM audit_log WHERE kind IN ({','.join('?' * count)}) AND at > ?"
+SUPERSEDING_KINDS: tuple[str, ...] = (
+    *sorted({k for family in CONTROL_FAMILIES.values() for k in family}),
+    "audit_anchored",
+    "audit_pruned",
+)
 
 
-def _later(tx: SharedTx, kinds: tuple[str, ...], at: float) -> list[dict[str, Any]]:
-    return [json.loads(str(r[0])) for r in tx.rows(later_query(len(kinds)), (*kinds, at))]
+class Superseding:
+    """The entries a later one may supersede (controls, prunes, anchorings), read once per prune.
+
+    Such entries are rare next to the operations' own, so one read of them per prune costs
+    less than an index on the audit log, which every action's two entries would pay for.
+    """
+
+    def __init__(self, tx: SharedTx) -> None:
+        self._tx = tx
+        self._by_kind: dict[str, list[tuple[float, dict[str, Any]]]] | None = None
+        self.reads = 0  # how many times the log was read (tests check it stays at one)
+
+    def later(self, kinds: tuple[str, ...], at: float) -> list[dict[str, Any]]:
+        """Details of the entries of ``kinds`` written after ``at``."""
+        if self._by_kind is None:
+            self._by_kind = {}
+            self.reads += 1
+            marks = ",".join("?" * len(SUPERSEDING_KINDS))
+            for kind, when, text in self._tx.rows(
+                f"SELECT kind, at, detail FROM audit_log WHERE kind IN ({marks})", SUPERSEDING_KINDS
+            ):
+                try:
+                    detail = json.loads(str(text))
+                except ValueError:
+                    detail = None
+                self._by_kind.setdefault(str(kind), []).append(
+                    (float(when), detail if isinstance(detail, dict) else {})
+                )
+        return [d for k in kinds for when, d in self._by_kind.get(k, ()) if when > at]
 
 
-def _control(tx: SharedTx, kind: str, detail: dict[str, Any], at: float) -> str | None:
+def _control(later: Superseding, kind: str, detail: dict[str, Any], at: float) -> str | None:
     action = detail.get("action")
-    if any(d.get("action") == action for d in _later(tx, CONTROL_FAMILIES[kind], at)):
+    if any(d.get("action") == action for d in later.later(CONTROL_FAMILIES[kind], at)):
         return None
     return f"{kind} on {action} is the control's latest change (in force)"
 
@@ -113,6 +141,7 @@ def entry_in_force(
     before: float,
     now: float,
     retention: float,
+    later: Superseding | None = None,
 ) -> str | None:
     """None when this entry (not about an operation) is no longer in force; else why it is."""
     try:
@@ -121,8 +150,9 @@ def entry_in_force(
         return f"{kind}: unreadable detail"
     if not isinstance(detail, dict):
         return f"{kind}: unreadable detail"
+    later = later if later is not None else Superseding(tx)
     if kind in CONTROL_FAMILIES:
-        return _control(tx, kind, detail, at)
+        return _control(later, kind, detail, at)
     if kind in ("principal_created", "principal_revoked"):
         return _principal(tx, kind, detail, before, now, retention)
     if kind in ("legal_hold_placed", "legal_hold_released"):
@@ -131,5 +161,5 @@ def entry_in_force(
         return _run(tx, kind, scope, detail, before, now, retention)
     if kind in ("audit_pruned", "audit_anchored"):
         what = "prune" if kind == "audit_pruned" else "anchoring"
-        return None if _later(tx, (kind,), at) else f"the latest {what} (in force)"
+        return None if later.later((kind,), at) else f"the latest {what} (in force)"
     return f"{kind}: an entry of this kind is always in force"

@@ -18,7 +18,6 @@ from effectgate.store.base import refuse_newer_schema
 __all__ = [
     "Types",
     "apply_migrations",
-    "audit_kind_index",
     "backfill_chain",
     "budgets_tables",
     "channel_tables",
@@ -262,7 +261,6 @@ def shared_migrations(t: Types) -> list[str]:
         value_record_columns(t),  # the shared record of dispatched value (_value_record.py)
         approval_binding_columns(t),  # what an approval was given with (store/_controls.py)
         announcement_tables(t),  # one announcement per channel and round (store/_channels.py)
-        audit_kind_index(t),  # prune's "is this entry still in force" reads (_retention_rules)
     ]
 
 
@@ -284,13 +282,6 @@ ALTER TABLE run_budgets ADD COLUMN settled_at {real};
 CREATE UNIQUE INDEX run_budgets_by_reservation ON run_budgets (scope, plan_id, reservation_id)
     WHERE reservation_id IS NOT NULL
 """.format(**asdict(t))
-
-
-def audit_kind_index(t: Types) -> str:
-    """An index on the audit log by kind and time: whether a control, prune or anchoring entry
-    is superseded by a later one of its kinds (store/_retention_rules.py) is then an index
-    range read per kind, not a scan of the whole log."""
-    return "CREATE INDEX audit_by_kind ON audit_log (kind, at)"
 
 
 def retention_tables(t: Types) -> str:
