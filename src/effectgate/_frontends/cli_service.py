@@ -327,8 +327,7 @@ def serve(
     loop: Annotated[
         str,
         typer.Option(
-            help="uvicorn's event loop: auto (uvloop when installed), asyncio, uvloop.",
-            hidden=True,
+            help="uvicorn's event loop: auto (uvloop when installed), asyncio, uvloop.", hidden=True
         ),
     ] = "auto",
     http: Annotated[
