@@ -3,7 +3,7 @@
 The service runs as ``effectgate serve`` in its own process (uvicorn, one worker) on a fresh
 ledger in the target store, with the in-process paper venue; rate limits are lifted and the
 standing reconciler is off so only the request path is measured. A second process drives it with
-C concurrent keep-alive clients (httpx, asyncio), each POSTing intents under fresh
+C concurrent keep-alive clients (asyncio, HTTP/1.1 written by hand), each POSTing intents under fresh
 ``Idempotency-Key`` values, and reports throughput and per-request latency. Every request must
 answer 201 with an acknowledged operation: anything else fails the run.
 
@@ -239,51 +239,89 @@ def _mcp_call(op: str) -> bytes:
     return json.dumps(call).encode()
 
 
-def _mcp_failure(r: Any) -> str | None:
-    if r.status_code != 200:
-        return f"{r.status_code} {r.text[:200]}"
-    result = r.json().get("result") or {}
-    state = (result.get("structuredContent") or {}).get("state")
-    return None if state == "acknowledged" and not result.get("isError") else r.text[:200]
+def _failure(door: str, status: int, body: bytes) -> str | None:
+    """Why an answer is not an acknowledged operation (None: it is)."""
+    import json
+
+    if door == "mcp":
+        result = json.loads(body).get("result") or {} if status == 200 else {}
+        state = (result.get("structuredContent") or {}).get("state")
+        ok = state == "acknowledged" and not result.get("isError")
+    else:
+        ok = status == 201 and json.loads(body).get("state") == "acknowledged"
+    return None if ok else f"{status} {body[:200]!r}"
+
+
+class _Client:
+    """One keep-alive HTTP/1.1 connection, written by hand: an HTTP library in the load
+    generator costs several hundred us of CPU a request, taken from the two cores the server
+    runs on. Each answer is still read whole (Content-Length or chunked) and checked."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    async def post(self, head: bytes, body: bytes) -> tuple[int, bytes]:
+        self.writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(raw[9:12])
+        fields = {}
+        for line in raw.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            fields[name.strip().lower()] = value.strip()
+        if b"content-length" in fields:
+            return status, await self.reader.readexactly(int(fields[b"content-length"]))
+        chunks = []
+        while size := int((await self.reader.readuntil(b"\r\n")).strip(), 16):
+            chunks.append(await self.reader.readexactly(size))
+            await self.reader.readexactly(2)
+        await self.reader.readuntil(b"\r\n")
+        return status, b"".join(chunks)
 
 
 async def _load_async(url: str, token: str, clients: int, n: int, door: str) -> dict[str, Any]:
-    import httpx
+    from urllib.parse import urlsplit
 
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
     run_id = os.urandom(4).hex()
     lat: list[float] = []
     errors: list[str] = []
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    common = (
+        f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: application/json\r\n"
+    )
+    mcp_head = (
+        f"POST /mcp HTTP/1.1\r\n{common}Accept: application/json, text/event-stream\r\n"
+    ).encode()
+    conns = [_Client(*await asyncio.open_connection(host, port)) for _ in range(clients)]
 
-        mcp_headers = {**headers, "Accept": "application/json, text/event-stream"}
+    async def one(client: _Client, i: int) -> None:
+        op = f"b5-{run_id}-{i}"
+        t0 = time.perf_counter()
+        if door == "mcp":
+            status, body = await client.post(mcp_head, _mcp_call(op))
+        else:
+            head = (
+                f"POST /v1/actions/submit_order HTTP/1.1\r\n{common}Idempotency-Key: {op}\r\n"
+            ).encode()
+            status, body = await client.post(head, BODY)
+        lat.append(time.perf_counter() - t0)
+        if (failure := _failure(door, status, body)) is not None:
+            errors.append(failure)
 
-        async def one(i: int) -> None:
-            op = f"b5-{run_id}-{i}"
-            t0 = time.perf_counter()
-            if door == "mcp":
-                r = await client.post("/mcp", content=_mcp_call(op), headers=mcp_headers)
-                lat.append(time.perf_counter() - t0)
-                if (failure := _mcp_failure(r)) is not None:
-                    errors.append(failure)
-                return
-            r = await client.post(
-                "/v1/actions/submit_order", content=BODY, headers={**headers, "Idempotency-Key": op}
-            )
-            lat.append(time.perf_counter() - t0)
-            if r.status_code != 201 or r.json().get("state") != "acknowledged":
-                errors.append(f"{r.status_code} {r.text[:200]}")
+    async def worker(w: int) -> None:
+        for i in range(w, n, clients):
+            await one(conns[w], i)
 
-        async def worker(w: int) -> None:
-            for i in range(w, n, clients):
-                await one(i)
-
-        await one(-1)  # warm the server (imports, first connection) outside the clock
+    try:
+        await one(conns[0], -1)  # warm the server (imports, first request) outside the clock
         lat.clear()
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(w) for w in range(clients)))
         seconds = time.perf_counter() - t0
+    finally:
+        for c in conns:
+            c.writer.close()
     if errors:
         return {"error": f"{len(errors)} of {n} requests failed; first: {errors[0]}"}
     return {"seconds": seconds, "lat": lat}
