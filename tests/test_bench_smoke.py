@@ -39,8 +39,14 @@ def test_bench_smoke_runs_and_prints_ratios(tmp_path) -> None:
     b3 = next(f for f in report["figures"] if f["workload"] == "B3" and f["unit"] == "calls")
     assert b3["effectgate"] == b3["floor"]  # venue calls == operation ids after recovery
     b5 = [f for f in report["figures"] if f["workload"] == "B5"]
-    assert [f["notes"]["clients"] for f in b5] == [16, 64]
-    assert all(f["effectgate"] > 0 for f in b5)  # every request answered 201, acknowledged
+    assert [(f["variant"], f["notes"]["clients"]) for f in b5] == [
+        ("HTTP, 16 clients", 16),
+        ("MCP (streamable HTTP), 16 clients", 16),
+        ("HTTP, 64 clients", 64),
+    ]
+    # Every request answered (201 or a tools/call result) with an acknowledged operation, and
+    # each door figure carries its ratio to in-process B1 on the same store, same run.
+    assert all(f["effectgate"] > 0 and f["floor"] > 0 and f["ratio"] > 0 for f in b5)
     # the bench leaves nothing beside the given path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json"]
 

@@ -316,6 +316,27 @@ def serve(
     port: Annotated[int | None, typer.Option(help="Override [service] port.")] = None,
     log_level: Annotated[LogLevel, typer.Option(help="Log level (uvicorn's too).")] = LogLevel.info,
     log_format: LogFormatOpt = None,
+    access_log: Annotated[
+        bool,
+        typer.Option(
+            "--access-log/--no-access-log",
+            help="One log line per request at INFO (uvicorn's access log). Off under heavy "
+            "load: formatting and writing it costs about as much as parsing the request.",
+        ),
+    ] = True,
+    loop: Annotated[
+        str,
+        typer.Option(
+            help="uvicorn's event loop: auto (uvloop when installed), asyncio, uvloop.", hidden=True
+        ),
+    ] = "auto",
+    http: Annotated[
+        str,
+        typer.Option(
+            help="uvicorn's HTTP parser: auto (httptools when installed), h11, httptools.",
+            hidden=True,
+        ),
+    ] = "auto",
 ) -> None:
     """Run the HTTP API (and MCP at /mcp) with the standing reconciler."""
     import ipaddress
@@ -352,6 +373,11 @@ def serve(
             log_level=log_level.value,
             log_config=None,
             server_header=False,
+            access_log=access_log,
+            # uvloop and httptools when installed (the server extra pulls them in where they
+            # build): the event loop and the HTTP parser in C, not Python.
+            loop=loop,
+            http=http,
         )
     )
     try:

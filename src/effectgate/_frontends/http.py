@@ -210,7 +210,7 @@ def create_app(
         tags=["agent"],
         summary="Look up an operation in your scope",
     )
-    async def get_operation(operation_id: str, who: agent) -> JSONResponse:
+    async def get_operation(operation_id: str, who: agent) -> Response:
         op = await run_in_threadpool(service.lookup, who, operation_id)
         return _operation_response(op, 200, service)
 
@@ -325,7 +325,7 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
                 description="RUN/SLOT/CALL: the harness's run call proposing it (docs/runs.md)",
             ),
         ] = None,
-    ) -> JSONResponse:
+    ) -> Response:
         if len(request.headers.getlist("idempotency-key")) > 1:
             # One request is one operation: picking one of several ids would be a guess.
             raise InvalidIdempotencyKey(
@@ -377,14 +377,16 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
     )
 
 
-def _operation_response(op: Operation, status: int, service: Service) -> JSONResponse:
+def _operation_response(op: Operation, status: int, service: Service) -> Response:
     headers = {"Location": f"/v1/operations/{op.operation_id}"}
     if op.replayed:
         headers["Idempotent-Replayed"] = "true"
-    return JSONResponse(
-        operation_out(op, service.config.registry).model_dump(mode="json"),
+    # Serialised by pydantic-core straight to JSON bytes: no dict of the model, no json.dumps.
+    return Response(
+        operation_out(op, service.config.registry).model_dump_json(),
         status_code=status,
         headers=headers,
+        media_type="application/json",
     )
 
 

@@ -1,12 +1,17 @@
-"""B5: the HTTP API under concurrent load from a separate process (16 and 64 clients).
+"""B5: the HTTP API (and the MCP door) under concurrent load from a separate process.
 
 The service runs as ``effectgate serve`` in its own process (uvicorn, one worker) on a fresh
 ledger in the target store, with the in-process paper venue; rate limits are lifted and the
 standing reconciler is off so only the request path is measured. A second process drives it with
-C concurrent keep-alive clients (httpx, asyncio), each POSTing intents under fresh
+C concurrent keep-alive clients (asyncio, HTTP/1.1 written by hand), each POSTing intents under fresh
 ``Idempotency-Key`` values, and reports throughput and per-request latency. Every request must
-answer 201 with an acknowledged operation: anything else fails the run. There is no raw floor for
-a network service; B1's floor is the per-commit cost underneath it.
+answer 201 with an acknowledged operation: anything else fails the run.
+
+The reference ("floor" column) is in-process B1 on the same kind of store, measured in the same
+run just before: ``Gate.submit`` in a loop on a fresh ledger, one thread, no HTTP. The ratio says
+what the door keeps of what the library does alone (target: 0.5x at 16 clients). The MCP path is
+the same service's ``/mcp`` (streamable HTTP, stateless, JSON answers): each request a
+``tools/call`` of ``submit_order`` with a fresh ``operation_id``, the same 16 clients.
 """
 
 from __future__ import annotations
@@ -27,9 +32,12 @@ from typing import Any
 from effectgate.bench.common import Figure, Target, summarise
 from effectgate.errors import StoreError
 
-__all__ = ["CLIENTS", "run"]
+__all__ = ["CLIENTS", "SERVE_ARGS", "run"]
 
 CLIENTS = (16, 64)
+#: How the benchmark starts the server (``effectgate serve`` options): no access log, so what
+#: is measured is the request path, not a log line per request.
+SERVE_ARGS = ("--no-access-log",)
 
 #: An order for the starter config's ``submit_order`` class (what ``effectgate init`` writes).
 BODY = (
@@ -40,18 +48,56 @@ BODY = (
 
 
 def run(target: Target, n: int, *, smoke: bool = False) -> list[Figure]:
+    alone = in_process(target, n)
     figures = []
     for clients in CLIENTS:
         with _service(target, f"b5c{clients}") as (url, token):
-            figures.append(_drive(url, token, clients, max(n, clients)))
+            figures.append(_drive(url, token, clients, max(n, clients), alone=alone))
+            if clients == CLIENTS[0]:
+                figures.append(
+                    _drive(url, token, clients, max(n, clients), alone=alone, door="mcp")
+                )
     return figures
+
+
+def in_process(target: Target, n: int) -> float:
+    """Actions/s of ``Gate.submit`` alone on a fresh ledger in ``target`` (B1's action)."""
+    from effectgate._core.states import State
+    from effectgate.adapters.paper import PaperAdapter, PaperVenue
+    from effectgate.bench.common import INTENT_BODY, bench_gate
+    from effectgate.store import open_store
+
+    if target.dialect == "sqlite":
+        cm: Any = target.sqlite_file("b5-alone")
+        url = f"sqlite:///{cm.__enter__()}"
+    else:
+        cm = target.pg_schema("b5alone")
+        url = cm.__enter__()
+    try:
+        store = open_store(url, create=True)
+        try:
+            gate = bench_gate(store, PaperAdapter(PaperVenue()))
+            for i in range(50):  # warm-up, outside the clock
+                gate.submit("submit_order", f"w{i}", INTENT_BODY)
+            t0 = time.perf_counter()
+            for i in range(n):
+                if (
+                    gate.submit("submit_order", f"a{i}", INTENT_BODY).state
+                    is not State.ACKNOWLEDGED
+                ):
+                    raise StoreError(f"B5 reference action a{i} was not acknowledged")
+            return n / (time.perf_counter() - t0)
+        finally:
+            store.close()
+    finally:
+        cm.__exit__(None, None, None)
 
 
 class _service:
     """``effectgate serve`` on a free loopback port with a starter config aimed at ``target``."""
 
-    def __init__(self, target: Target, name: str) -> None:
-        self.target, self.name = target, name
+    def __init__(self, target: Target, name: str, serve_args: tuple[str, ...] = SERVE_ARGS) -> None:
+        self.target, self.name, self.serve_args = target, name, serve_args
 
     def __enter__(self) -> tuple[str, str]:
         from effectgate._service import write_starter
@@ -69,7 +115,7 @@ class _service:
         text = starter.config.read_text(encoding="utf-8")
         text = re.sub(r"(?m)^port = \d+", f"port = {port}", text)
         text = re.sub(r"(?m)^reconcile_interval = [\d.]+", "reconcile_interval = 0", text)
-        text = re.sub(r"(?m)^mcp_http = true", "mcp_http = false", text)
+        text = re.sub(r"(?m)^mcp_http = false", "mcp_http = true", text)
         text = re.sub(r"(?m)^per_second = \d+", "per_second = 1000000", text)
         text = re.sub(r"(?m)^burst = \d+", "burst = 1000000", text)
         text = re.sub(r'(?m)^url = "sqlite:///effectgate.db"', f'url = "{store_url}"', text)
@@ -79,7 +125,15 @@ class _service:
         # reads fills up and blocks the server in the middle of the run.
         self._log = open(folder / "serve.log", "wb")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "effectgate", "serve", "--config", str(starter.config)],
+            [
+                sys.executable,
+                "-m",
+                "effectgate",
+                "serve",
+                "--config",
+                str(starter.config),
+                *self.serve_args,
+            ],
             cwd=folder,
             stdout=subprocess.DEVNULL,
             stderr=self._log,
@@ -137,58 +191,137 @@ def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     raise StoreError("B5: effectgate serve did not become healthy within 30 s")
 
 
-def _drive(url: str, token: str, clients: int, n: int) -> Figure:
+def _drive(
+    url: str, token: str, clients: int, n: int, *, alone: float | None = None, door: str = "http"
+) -> Figure:
     """Run the load generator in its own process and turn its report into a figure."""
     ctx = mp.get_context("spawn")
     out: Queue[dict[str, Any]] = ctx.Queue()
-    proc = ctx.Process(target=_load, args=(url, token, clients, n, out))
+    proc = ctx.Process(target=_load, args=(url, token, clients, n, out, door))
     proc.start()
     result = out.get(timeout=600)
     proc.join(timeout=30)
     if result.get("error"):
-        raise StoreError(f"B5 at {clients} clients: {result['error']}")
-    notes = {"clients": clients, "n": n, **summarise(result["lat"])}
-    return Figure("B5", f"HTTP, {clients} clients", "actions/s", n / result["seconds"], None, notes)
+        raise StoreError(f"B5 {door} at {clients} clients: {result['error']}")
+    notes = {
+        "clients": clients,
+        "n": n,
+        "reference": "in-process B1, same store",
+        **summarise(result["lat"]),
+    }
+    label = "HTTP" if door == "http" else "MCP (streamable HTTP)"
+    return Figure(
+        "B5", f"{label}, {clients} clients", "actions/s", n / result["seconds"], alone, notes
+    )
 
 
-def _load(url: str, token: str, clients: int, n: int, out: Queue[dict[str, Any]]) -> None:
+def _load(
+    url: str, token: str, clients: int, n: int, out: Queue[dict[str, Any]], door: str = "http"
+) -> None:
     """The load generator's process: ``clients`` keep-alive connections, ``n`` requests."""
     try:
-        out.put(asyncio.run(_load_async(url, token, clients, n)))
+        out.put(asyncio.run(_load_async(url, token, clients, n, door)))
     except Exception as exc:  # report, never hang the parent
         out.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
-async def _load_async(url: str, token: str, clients: int, n: int) -> dict[str, Any]:
-    import httpx
+def _mcp_call(op: str) -> bytes:
+    """A ``tools/call`` of ``submit_order`` carrying B5's order under operation id ``op``."""
+    import json
 
+    args = {**json.loads(BODY), "operation_id": op}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "submit_order", "arguments": args},
+    }
+    return json.dumps(call).encode()
+
+
+def _failure(door: str, status: int, body: bytes) -> str | None:
+    """Why an answer is not an acknowledged operation (None: it is)."""
+    import json
+
+    if door == "mcp":
+        result = json.loads(body).get("result") or {} if status == 200 else {}
+        state = (result.get("structuredContent") or {}).get("state")
+        ok = state == "acknowledged" and not result.get("isError")
+    else:
+        ok = status == 201 and json.loads(body).get("state") == "acknowledged"
+    return None if ok else f"{status} {body[:200]!r}"
+
+
+class _Client:
+    """One keep-alive HTTP/1.1 connection, written by hand: an HTTP library in the load
+    generator costs several hundred us of CPU a request, taken from the two cores the server
+    runs on. Each answer is still read whole (Content-Length or chunked) and checked."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    async def post(self, head: bytes, body: bytes) -> tuple[int, bytes]:
+        self.writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(raw[9:12])
+        fields = {}
+        for line in raw.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            fields[name.strip().lower()] = value.strip()
+        if b"content-length" in fields:
+            return status, await self.reader.readexactly(int(fields[b"content-length"]))
+        chunks = []
+        while size := int((await self.reader.readuntil(b"\r\n")).strip(), 16):
+            chunks.append(await self.reader.readexactly(size))
+            await self.reader.readexactly(2)
+        await self.reader.readuntil(b"\r\n")
+        return status, b"".join(chunks)
+
+
+async def _load_async(url: str, token: str, clients: int, n: int, door: str) -> dict[str, Any]:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
     run_id = os.urandom(4).hex()
     lat: list[float] = []
     errors: list[str] = []
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
-        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    common = (
+        f"Host: {host}:{port}\r\nAuthorization: Bearer {token}\r\n"
+        "Content-Type: application/json\r\n"
+    )
+    mcp_head = (
+        f"POST /mcp HTTP/1.1\r\n{common}Accept: application/json, text/event-stream\r\n"
+    ).encode()
+    conns = [_Client(*await asyncio.open_connection(host, port)) for _ in range(clients)]
 
-        async def one(i: int) -> None:
-            t0 = time.perf_counter()
-            r = await client.post(
-                "/v1/actions/submit_order",
-                content=BODY,
-                headers={**headers, "Idempotency-Key": f"b5-{run_id}-{i}"},
-            )
-            lat.append(time.perf_counter() - t0)
-            if r.status_code != 201 or r.json().get("state") != "acknowledged":
-                errors.append(f"{r.status_code} {r.text[:200]}")
+    async def one(client: _Client, i: int) -> None:
+        op = f"b5-{run_id}-{i}"
+        t0 = time.perf_counter()
+        if door == "mcp":
+            status, body = await client.post(mcp_head, _mcp_call(op))
+        else:
+            head = (
+                f"POST /v1/actions/submit_order HTTP/1.1\r\n{common}Idempotency-Key: {op}\r\n"
+            ).encode()
+            status, body = await client.post(head, BODY)
+        lat.append(time.perf_counter() - t0)
+        if (failure := _failure(door, status, body)) is not None:
+            errors.append(failure)
 
-        async def worker(w: int) -> None:
-            for i in range(w, n, clients):
-                await one(i)
+    async def worker(w: int) -> None:
+        for i in range(w, n, clients):
+            await one(conns[w], i)
 
-        await one(-1)  # warm the server (imports, first connection) outside the clock
+    try:
+        await one(conns[0], -1)  # warm the server (imports, first request) outside the clock
         lat.clear()
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(w) for w in range(clients)))
         seconds = time.perf_counter() - t0
+    finally:
+        for c in conns:
+            c.writer.close()
     if errors:
         return {"error": f"{len(errors)} of {n} requests failed; first: {errors[0]}"}
     return {"seconds": seconds, "lat": lat}

@@ -42,14 +42,14 @@ def _child_effectgate(url: str, n: int) -> dict[str, Any]:
     gate = bench_gate(store, PaperAdapter(PaperVenue()))
     for i in range(100):  # warm-up
         gate.submit("submit_order", f"w{i}", INTENT_BODY)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     for i in range(n):
         row = gate.submit("submit_order", f"op{i}", INTENT_BODY)
         if row.state.value != "acknowledged":
             raise RuntimeError(f"effectgate action {i} ended {row.state.value}")
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     store.close()
-    return {"actions_per_s": n / seconds, "seconds": seconds}
+    return {"actions_per_s": n / seconds, "seconds": seconds, "cpu_us_per_action": cpu / n * 1e6}
 
 
 def _child_dbos(url: str, n: int) -> dict[str, Any]:
@@ -81,16 +81,16 @@ def _child_dbos(url: str, n: int) -> dict[str, Any]:
         for i in range(100):  # warm-up
             with SetWorkflowID(f"w{i}"):
                 action(f"w{i}")
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for i in range(n):
             with SetWorkflowID(f"op{i}"):
                 action(f"op{i}")
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         DBOS.destroy()
     if venue.effect_count != n + 100:
         raise RuntimeError(f"DBOS made {venue.effect_count} effects, not {n + 100}")
-    return {"actions_per_s": n / seconds, "seconds": seconds}
+    return {"actions_per_s": n / seconds, "seconds": seconds, "cpu_us_per_action": cpu / n * 1e6}
 
 
 def _spawn(kind: str, url: str, n: int) -> dict[str, Any]:
@@ -154,6 +154,9 @@ def compare(n: int, rounds: int, pg: str | None) -> list[dict[str, Any]]:
     kinds = ["sqlite"] + (["postgresql"] if pg else [])
     for kind in kinds:
         eg_rates, dbos_rates = [], []
+        # Process CPU per action (all the child's threads): on a shared machine the wall-clock
+        # rates move with the neighbours, the CPU a side spends per action much less.
+        eg_cpu, dbos_cpu = [], []
         for r in range(rounds):
             with tempfile.TemporaryDirectory(prefix="eg-dbos-") as tmp:
                 if kind == "sqlite":
@@ -168,9 +171,13 @@ def compare(n: int, rounds: int, pg: str | None) -> list[dict[str, Any]]:
                     order = ("eg", "dbos") if r % 2 == 0 else ("dbos", "eg")
                     for side in order:
                         if side == "eg":
-                            eg_rates.append(_spawn("effectgate", eg_url, n)["actions_per_s"])
+                            got = _spawn("effectgate", eg_url, n)
+                            eg_rates.append(got["actions_per_s"])
+                            eg_cpu.append(got["cpu_us_per_action"])
                         else:
-                            dbos_rates.append(_spawn("dbos", dbos_url, n)["actions_per_s"])
+                            got = _spawn("dbos", dbos_url, n)
+                            dbos_rates.append(got["actions_per_s"])
+                            dbos_cpu.append(got["cpu_us_per_action"])
                 finally:
                     if cleanup is not None and pg is not None:
                         _pg_cleanup(pg, cleanup[0], cleanup[1])
@@ -186,6 +193,9 @@ def compare(n: int, rounds: int, pg: str | None) -> list[dict[str, Any]]:
                 "ratio": eg_rate / dbos_rate,
                 "effectgate_rounds": eg_rates,
                 "dbos_rounds": dbos_rates,
+                "effectgate_cpu_us_per_action": sum(eg_cpu) / len(eg_cpu),
+                "dbos_cpu_us_per_action": sum(dbos_cpu) / len(dbos_cpu),
+                "cpu_ratio": sum(dbos_cpu) / sum(eg_cpu),
             }
         )
     return rows
@@ -209,11 +219,13 @@ def main() -> None:
         print(json.dumps(fn(args.url, args.n)))
         return
     rows = compare(args.n, args.rounds, args.pg)
-    print(f"{'store':<12}{'effectgate':>16}{'DBOS Transact':>16}{'ratio':>9}")
+    print(f"{'store':<12}{'effectgate':>16}{'DBOS Transact':>16}{'ratio':>9}{'CPU ratio':>11}")
     for row in rows:
         print(
             f"{row['store']:<12}{row['effectgate_actions_per_s']:>12,.0f} a/s"
             f"{row['dbos_actions_per_s']:>12,.0f} a/s{row['ratio']:>8.1f}x"
+            f"{row['cpu_ratio']:>10.1f}x  (CPU/action {row['effectgate_cpu_us_per_action']:,.0f}"
+            f" vs {row['dbos_cpu_us_per_action']:,.0f} us)"
         )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:

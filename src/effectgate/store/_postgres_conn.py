@@ -18,15 +18,18 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.pq.abc import PGresult
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from effectgate.errors import CommitOutcomeUnknown, ConfigError, LedgerNotFound, StoreError
+from effectgate.store._postgres_wire import HotLane, Prepared, TripError, trip
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -151,6 +154,8 @@ class PgConnections:
             "keepalives_count": 3,
         }
         self._conninfo = conninfo
+        # The hot path's own connections (journal, receipt): no pool checkout per commit.
+        self._lane = HotLane(self._hot_connect, max_size)
         self._sweep_mutex = threading.Lock()
         self._lock_conn: Conn | None = None
         self._pool = ConnectionPool(
@@ -302,6 +307,62 @@ class PgConnections:
                 f"{type(exc).__name__}: {first_line(exc)}"
             ) from exc
         return cur
+
+    def _hot_connect(self) -> Conn:
+        """A hot-path connection with the session settings as startup options: no round trip
+        after the connect (the pool's connections run :meth:`_configure` instead)."""
+        # In ``options`` a backslash escapes the next character ("read committed").
+        opts = " ".join(
+            f"-c {name}=" + value.replace("\\", "\\\\").replace(" ", "\\ ")
+            for name, value in self._settings.items()
+        )
+        mine = conninfo_to_dict(self._conninfo).get("options")
+        options = f"{mine} {opts}" if mine else opts
+        return psycopg.connect(self._conninfo, **self._connect_kwargs, options=options)
+
+    def _hot(self, statements: Sequence[tuple[Prepared, Any]], what: str) -> PGresult:
+        """``statements`` as ONE implicit transaction in one round trip (see
+        :func:`~effectgate.store._postgres_wire.trip`), classified like
+        :meth:`_write_one_trip`: a server error wrote nothing (:class:`StoreError`); a lost
+        connection may have committed (:class:`CommitOutcomeUnknown`), never retried."""
+        try:
+            conn = self._lane.take()
+        except psycopg.Error as exc:
+            raise StoreError(f"{what}: cannot connect, nothing written: {first_line(exc)}") from exc
+        try:
+            if conn is not None:
+                healthy = False
+                try:
+                    result = trip(conn, statements)
+                    healthy = True
+                    return result
+                finally:
+                    self._lane.give(conn, healthy)
+            # Every hot connection is busy (more threads than the lane holds): the pool's.
+            with self._pool.connection(timeout=self._pool_timeout) as pooled:
+                if not pooled.autocommit or pooled.info.transaction_status != _IDLE:
+                    raise StoreError(
+                        f"{what}: pooled connection is not idle in autocommit mode; nothing written"
+                    )
+                try:
+                    return trip(pooled, statements)
+                except TripError:
+                    pooled.close()  # never hand a half-read pipeline back to the pool
+                    raise
+        except PoolTimeout as exc:
+            raise StoreError(
+                f"{what}: no database connection within {self._pool_timeout:g}s"
+            ) from exc
+        except TripError as exc:
+            if _connection_lost(exc.error, exc.conn):
+                raise CommitOutcomeUnknown(
+                    f"{what}: connection lost while the statements and their commit were in "
+                    f"flight; the write may or may not be durable ({type(exc.error).__name__})"
+                ) from exc.error
+            raise StoreError(
+                f"{what} failed and was rolled back, nothing written: "
+                f"{type(exc.error).__name__}: {first_line(exc.error)}"
+            ) from exc.error
 
     def _read(self, work: Callable[[Conn], T], what: str) -> T:
         """One autocommit read; a connection failure is retried once (reads change nothing)."""

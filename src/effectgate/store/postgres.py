@@ -33,6 +33,7 @@ from effectgate.store._ledger import SQLStore, Work
 from effectgate.store._postgres_conn import PgConnections, drop_schema, split_schema
 from effectgate.store._postgres_schema import LANES, MIGRATIONS
 from effectgate.store._postgres_tx import PgTx, audit_params, cas_params, pg_sql
+from effectgate.store._postgres_wire import Prepared
 from effectgate.store._schema import apply_migrations, backfill_chain
 from effectgate.store.base import (
     Journal,
@@ -108,6 +109,10 @@ SELECT {returning} FROM upd
 _FAST_TRANSITION = _fast_transition_sql(sql.OP_COLUMNS)
 # When the caller holds the row (the receipt path), only what the update changed comes back.
 _FAST_TRANSITION_CHANGED = _fast_transition_sql(pgtx.CHANGED_COLUMNS)
+# The hot path's statements, prepared by name on the hot connections (store._postgres_wire).
+_P_TWO_LOCKS = Prepared.positional("eg_two_locks", _TWO_LOCKS)
+_P_FAST_INSERT = Prepared.named("eg_fast_insert", _FAST_INSERT)
+_P_FAST_TRANSITION_CHANGED = Prepared.named("eg_fast_receipt", _FAST_TRANSITION_CHANGED)
 # One compare-and-set of a batch (transition_many): the same update as a single transition.
 _CAS_ONE = pgtx.cas_sql("1")
 
@@ -187,7 +192,7 @@ class PostgresStore(PgConnections, SQLStore):
 
         # A configured breaker records and reads its windows before deciding: the full path.
         if guard is None or guard.breaker is None:
-            done = self._journal_fast(new, path, now, audit, guard, locks)
+            done = self._journal_fast(new, path, now, audit, guard)
             if done is not None:
                 return done
 
@@ -220,7 +225,6 @@ class PostgresStore(PgConnections, SQLStore):
         now: float,
         audit: Mapping[str, object] | None,
         guard: DispatchGuard | None,
-        locks: Any,
     ) -> Journal | None:
         """One round trip: the locks, the statement and the commit. None: a control is active,
         the statement wrote nothing, and the full path must run."""
@@ -248,11 +252,13 @@ class PostgresStore(PgConnections, SQLStore):
             ),
         }
 
-        def first(conn: Conn) -> Cur:
-            locks(conn)
-            return conn.execute(_FAST_INSERT, params)
-
-        inserted, active = self._write_one_trip(first, f"insert {new.op_key}").fetchone() or (0, 0)
+        locks = (
+            pgtx.lock_key(self.schema, new.op_key, "op"),
+            pgtx.lock_key(self.schema, new.action),
+        )
+        res = self._hot(((_P_TWO_LOCKS, locks), (_P_FAST_INSERT, params)), f"insert {new.op_key}")
+        inserted = int(res.get_value(0, 0) or 0)
+        active = int(res.get_value(0, 1) or 0)
         if inserted:
             return Journal(
                 new.journalled(final, now), True, SEND if final is State.SUBMITTED else None
@@ -285,16 +291,25 @@ class PostgresStore(PgConnections, SQLStore):
                 lane_for(scope, operation_id, LANES), now, scope, operation_id, "transition", event
             ),
         }
-        query = _FAST_TRANSITION if known is None else _FAST_TRANSITION_CHANGED
+        what = f"transition {scope}:{operation_id}"
         # One round trip: the compare-and-set and its commit. A miss wrote nothing.
-        row = self._write_one_trip(
-            lambda conn: conn.execute(query, params),
-            f"transition {scope}:{operation_id}",
-            single=True,
-        ).fetchone()
-        if row is None:
+        if known is None:
+            row = self._write_one_trip(
+                lambda conn: conn.execute(_FAST_TRANSITION, params), what, single=True
+            ).fetchone()
+            return None if row is None else sql.operation_from_row(row)
+        res = self._hot(((_P_FAST_TRANSITION_CHANGED, params),), what)
+        if not res.ntuples:
             return None
-        return sql.operation_from_row(row) if known is None else moved(known, target, now, row)
+        # Text results: (version, venue_id, detail, submitted_at).
+        version, venue, held, sent = (res.get_value(0, i) for i in range(4))
+        changed = (
+            int(version or 0),
+            None if venue is None else bytes(venue).decode(),
+            None if held is None else bytes(held).decode(),
+            None if sent is None else float(sent),
+        )
+        return moved(known, target, now, changed)
 
     def transition_many(self, moves: Sequence[Move], *, now: float) -> list[bool]:
         """Every move's compare-and-set, then each lane's chained audit entries: one transaction.
@@ -438,4 +453,5 @@ class PostgresStore(PgConnections, SQLStore):
     def close(self) -> None:
         with self._sweep_mutex:
             self._drop_lock_connection()
+        self._lane.close()
         self._pool.close()

@@ -1,0 +1,232 @@
+"""The PostgreSQL hot path on the wire: named prepared statements sent through libpq directly.
+
+The journal and the receipt are two fixed statements run thousands of times a second. Through
+psycopg's cursors each execute cost ~35 us of client CPU (a cursor object, query conversion, a
+dumper per parameter, the prepare bookkeeping) and its pipeline another ~40 us; the same
+messages sent with ``PGconn.send_query_prepared`` and read with psycopg's own non-blocking
+generators (``conn.wait``, so interrupts and timeouts behave as on every other call) cost a
+few. The protocol is unchanged: the same Parse/Bind/Execute messages, one Sync per trip, so a
+trip is still ONE implicit transaction that the server commits at its Sync.
+
+Each statement is parsed once per connection, in the same pipeline as its first execution (no
+extra round trip). Parameters travel as text with the types named below; everything else is
+left for the server to infer from the statement, as psycopg does for ``str``.
+
+:class:`HotLane` keeps a few connections of its own (a LIFO stack, outside the pool) so the hot
+path pays no pool checkout and each thread tends to get the connection it used last. When all
+are busy, the caller falls back to the pool (see ``PgConnections._hot``). A connection goes back
+on the stack only when idle and healthy: after any error it is closed, so a half-finished
+pipeline or a statement parsed in an aborted trip never reaches the next caller.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import weakref
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import pq
+from psycopg.waiting import Ready, Wait
+
+from effectgate.errors import StoreError
+
+__all__ = ["HotLane", "Prepared", "TripError", "trip"]
+
+Conn = psycopg.Connection[Any]
+
+_FLOAT8, _INT8, _INT4, _BOOL = 701, 20, 23, 16
+#: Parameters that are not text: their types, so ``INSERT ... SELECT $n`` never sees ``unknown``.
+_TYPES: Mapping[str, int] = {
+    "now": _FLOAT8,
+    "submitted_at": _FLOAT8,
+    "expires_at": _FLOAT8,
+    "a_at": _FLOAT8,
+    "value_micros": _INT8,
+    "required": _INT4,
+    "lane": _INT4,
+    "dispatch": _BOOL,
+    "approval": _BOOL,
+    "release": _BOOL,
+}
+_NAMED = re.compile(r"%\((\w+)\)s")
+_OK = (pq.ExecStatus.TUPLES_OK, pq.ExecStatus.COMMAND_OK)
+_IDLE = pq.TransactionStatus.IDLE
+
+
+class TripError(Exception):
+    """A trip failed; ``error`` is psycopg's exception (with its SQLSTATE, if the server sent
+    one) and ``conn`` the connection it failed on, for the caller's classification."""
+
+    def __init__(self, error: psycopg.Error, conn: Conn) -> None:
+        super().__init__(str(error))
+        self.error, self.conn = error, conn
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One statement of the hot path: its server-side name, its text with ``$n`` placeholders,
+    and the parameter names (or, for ``%s`` statements, their count) in ``$n`` order."""
+
+    name: bytes
+    text: bytes
+    names: tuple[str, ...]
+    types: tuple[int, ...]
+
+    @classmethod
+    def named(cls, name: str, query: str) -> Prepared:
+        """From a psycopg-style query with ``%(name)s`` placeholders (a name may repeat)."""
+        order: list[str] = []
+
+        def number(m: re.Match[str]) -> str:
+            if m.group(1) not in order:
+                order.append(m.group(1))
+            return f"${order.index(m.group(1)) + 1}"
+
+        text = _NAMED.sub(number, query)
+        if "%s" in text:
+            raise StoreError(f"statement {name} mixes named and positional placeholders")
+        return cls(
+            name.encode(), text.encode(), tuple(order), tuple(_TYPES.get(n, 0) for n in order)
+        )
+
+    @classmethod
+    def positional(cls, name: str, query: str) -> Prepared:
+        """From a query with ``%s`` placeholders, all text."""
+        parts = query.split("%s")
+        text = parts[0] + "".join(f"${i}{p}" for i, p in enumerate(parts[1:], 1))
+        count = len(parts) - 1
+        return cls(name.encode(), text.encode(), tuple(str(i) for i in range(count)), (0,) * count)
+
+    def encode(self, params: Mapping[str, Any] | Sequence[Any]) -> list[bytes | None]:
+        values = [params[n] for n in self.names] if isinstance(params, Mapping) else list(params)
+        if len(values) != len(self.names):
+            raise StoreError(f"statement {self.name!r}: {len(values)} parameters")
+        return [_text(v) for v in values]
+
+
+def _text(value: object) -> bytes | None:
+    # bool before int: bool is an int subclass.
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    if value is True:
+        return b"t"
+    if value is False:
+        return b"f"
+    if isinstance(value, int):
+        return str(value).encode()
+    if isinstance(value, float):
+        return repr(value).encode()
+    raise StoreError(f"hot-path parameter of type {type(value).__name__} has no text form")
+
+
+#: Statement names each connection has parsed (a connection replaced is a new key).
+_parsed: weakref.WeakKeyDictionary[Conn, set[bytes]] = weakref.WeakKeyDictionary()
+
+
+def trip(conn: Conn, statements: Sequence[tuple[Prepared, Any]]) -> pq.abc.PGresult:
+    """Send ``statements`` as one pipeline with one Sync (one implicit transaction, one round
+    trip) and return the last statement's result. Raise :class:`TripError` on any failure:
+    the server aborted the implicit transaction (nothing written) or the connection failed
+    (the outcome is unknown); the caller classifies it and must not reuse ``conn``.
+    """
+    pg = conn.pgconn
+    known = _parsed.setdefault(conn, set())
+    new = [p for p, _ in statements if p.name not in known]
+    try:
+        pg.enter_pipeline_mode()
+        for p in new:
+            pg.send_prepare(p.name, p.text, p.types)
+        for p, params in statements:
+            pg.send_query_prepared(p.name, p.encode(params))
+        pg.pipeline_sync()
+        results = conn.wait(_exchange(pg))
+        pg.exit_pipeline_mode()
+    except psycopg.Error as exc:
+        raise TripError(exc, conn) from exc
+    # One result per Parse and per statement (an error or, after one, PIPELINE_ABORTED).
+    if len(results) != len(new) + len(statements):
+        raise TripError(psycopg.OperationalError(f"{len(results)} results in the pipeline"), conn)
+    for res in results:
+        if res.status not in _OK:
+            error = psycopg.errors.error_from_result(res, encoding=conn.info.encoding)
+            raise TripError(error, conn)
+    known.update(p.name for p in new)
+    return results[-1]
+
+
+def _exchange(pg: pq.abc.PGconn) -> Generator[Wait, Ready | int, list[pq.abc.PGresult]]:
+    """Flush the pipeline, then read every result up to its Sync: one ``conn.wait`` per trip
+    (psycopg's generators take one per statement, each a poll of its own)."""
+    while pg.flush() != 0:
+        ready = yield Wait.RW
+        if ready & Ready.R:
+            pg.consume_input()
+    results: list[pq.abc.PGresult] = []
+    while True:
+        while pg.is_busy():
+            ready = yield Wait.R
+            if ready:
+                pg.consume_input()
+        res = pg.get_result()
+        if res is None:  # the end of one statement's results
+            continue
+        if res.status == pq.ExecStatus.PIPELINE_SYNC:
+            return results
+        results.append(res)
+
+
+class HotLane:
+    """Connections kept for the hot path, outside the pool: at most ``cap`` of them."""
+
+    def __init__(self, connect: Callable[[], Conn], cap: int) -> None:
+        self._connect, self._cap = connect, cap
+        self._idle: list[Conn] = []
+        self._count = 0
+        self._mutex = threading.Lock()
+        self._closed = False
+
+    def take(self) -> Conn | None:
+        """An idle hot connection, a new one if under the cap, or None (use the pool)."""
+        try:
+            return self._idle.pop()  # atomic under the GIL: no lock on the common path
+        except IndexError:
+            pass
+        with self._mutex:
+            if self._closed or self._count >= self._cap:
+                return None
+            self._count += 1
+        try:
+            return self._connect()
+        except BaseException:
+            with self._mutex:
+                self._count -= 1
+            raise
+
+    def give(self, conn: Conn, healthy: bool) -> None:
+        """Back on the stack if ``healthy`` and idle; otherwise closed (and its slot freed)."""
+        if (
+            healthy
+            and not self._closed
+            and not conn.closed
+            and conn.pgconn.transaction_status == _IDLE
+            and conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
+        ):
+            self._idle.append(conn)
+            return
+        with self._mutex:
+            self._count -= 1
+        conn.close()
+
+    def close(self) -> None:
+        with self._mutex:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            self._count -= len(idle)
+        for conn in idle:
+            conn.close()
