@@ -161,6 +161,33 @@ class SQLiteTx(SharedTx):
             schema.advance_head(self.conn, *self._last)
 
 
+class _SharedBody:
+    """One body as a :class:`SQLiteTx`: the group commit's body, then :meth:`SQLiteTx.finish`
+    before it commits (not after an error: the body is rolled back). A plain class rather than
+    a generator context manager: it runs twice per action."""
+
+    __slots__ = ("_body", "_tx")
+
+    def __init__(self, gate: TxGate) -> None:
+        self._body = gate.transaction()
+
+    def __enter__(self) -> SQLiteTx:
+        self._tx = SQLiteTx(self._body.__enter__())
+        return self._tx
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if exc is None:
+            try:
+                self._tx.finish()
+            except BaseException as err:
+                # Rolled back with the body; a driver error comes out as a StoreError.
+                self._body.__exit__(type(err), err, err.__traceback__)
+                raise
+        self._body.__exit__(kind, exc, tb)
+
+
 def _connect(path: str, busy_timeout_ms: int, *pragmas: str) -> sqlite3.Connection:
     # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes the
     # write lock up front instead of failing to upgrade it half-way through.
@@ -247,12 +274,8 @@ class SQLiteStore(SQLStore):
         with self._read() as conn:
             return conn.execute(query, args).fetchall()
 
-    @contextmanager
-    def _shared_tx(self) -> Iterator[SQLiteTx]:
-        with self._tx() as conn:
-            tx = SQLiteTx(conn)
-            yield tx
-            tx.finish()  # not after an error: the body is rolled back
+    def _shared_tx(self) -> _SharedBody:
+        return _SharedBody(self._gate)
 
     def _run(self, work: Work[T], what: str, hold: Hold = NO_HOLD) -> T:
         # BEGIN IMMEDIATE holds the only write lock: it orders classes, rows and the chain.
