@@ -28,7 +28,7 @@ import json
 import math
 import re
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import orjson
@@ -297,11 +297,10 @@ def _fast_document(text: str, max_depth: int) -> dict[str, object] | None:
     return doc
 
 
-def _plain_members(node: dict[str, Any] | list[Any], depth: int, max_depth: int) -> int:
+def _plain_members(node: Any, depth: int, max_depth: int) -> int:
     """Members of every object in ``node``; -1 for a float or a container past ``max_depth``."""
     if depth > max_depth:
         return -1
-    values: Iterable[Any]
     if type(node) is dict:
         count, values = len(node), node.values()
     else:
