@@ -90,7 +90,7 @@ def register_chain_function(conn: sqlite3.Connection) -> None:
 
 
 def chained_audit(
-    conn: sqlite3.Connection,
+    conn: sqlite3.Connection | sqlite3.Cursor,
     now: float,
     scope: str | None,
     operation_id: str | None,
@@ -114,7 +114,7 @@ def chained_audit(
     return int(seq), str(entry_hash)
 
 
-def advance_head(conn: sqlite3.Connection, seq: int, entry_hash: str) -> None:
+def advance_head(conn: sqlite3.Connection | sqlite3.Cursor, seq: int, entry_hash: str) -> None:
     """Record ``(seq, hash)`` as the chain's head, unless a later one is recorded already."""
     conn.execute(_ADVANCE_HEAD, (seq, entry_hash))
 

@@ -73,17 +73,20 @@ class SQLiteTx(SharedTx):
     compare-and-set or insert writes anyway (no extra page), otherwise by :meth:`finish`.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, cur: sqlite3.Cursor | None = None) -> None:
         super().__init__()
         self.conn = conn
+        # Statements run on one cursor: Connection.execute builds (and registers) a new cursor
+        # per statement, which costs as much as binding the statement itself.
+        self.cur = cur if cur is not None else conn.cursor()
         self._last: tuple[int, str] | None = None
         self._anchored: tuple[int, str] | None = None
 
     def rows(self, query: str, args: Sequence[Any] = ()) -> list[Sequence[Any]]:
-        return self.conn.execute(query, args).fetchall()
+        return self.cur.execute(query, args).fetchall()
 
     def write(self, query: str, args: Sequence[Any] = ()) -> None:
-        self.conn.execute(query, args)
+        self.cur.execute(query, args)
 
     def audit(
         self,
@@ -94,7 +97,7 @@ class SQLiteTx(SharedTx):
         operation_id: str | None = None,
     ) -> None:
         self._last = schema.chained_audit(
-            self.conn, at, scope, operation_id, kind, detail, advance_head=False
+            self.cur, at, scope, operation_id, kind, detail, advance_head=False
         )
 
     def _anchor(self) -> tuple[int | None, str | None]:
@@ -114,7 +117,7 @@ class SQLiteTx(SharedTx):
         submitted_at: float | None = None,
     ) -> Sequence[Any] | None:
         # fetchall() runs the UPDATE to completion before COMMIT.
-        changed = self.conn.execute(
+        changed = self.cur.execute(
             _CAS,
             (
                 target.value,
@@ -133,7 +136,7 @@ class SQLiteTx(SharedTx):
     def insert_row(
         self, new: NewOperation, state: State, held: str | None, now: float, intent_text: str
     ) -> None:
-        self.conn.execute(
+        self.cur.execute(
             _INSERT,
             (
                 new.scope,
@@ -158,7 +161,7 @@ class SQLiteTx(SharedTx):
     def finish(self) -> None:
         """Record the transaction's last entry as the head unless a row records it."""
         if self._last is not None and self._last != self._anchored:
-            schema.advance_head(self.conn, *self._last)
+            schema.advance_head(self.cur, *self._last)
 
 
 class _SharedBody:
@@ -166,13 +169,14 @@ class _SharedBody:
     before it commits (not after an error: the body is rolled back). A plain class rather than
     a generator context manager: it runs twice per action."""
 
-    __slots__ = ("_body", "_tx")
+    __slots__ = ("_body", "_cur", "_tx")
 
-    def __init__(self, gate: TxGate) -> None:
+    def __init__(self, gate: TxGate, cur: sqlite3.Cursor) -> None:
         self._body = gate.transaction()
+        self._cur = cur
 
     def __enter__(self) -> SQLiteTx:
-        self._tx = SQLiteTx(self._body.__enter__())
+        self._tx = SQLiteTx(self._body.__enter__(), self._cur)
         return self._tx
 
     def __exit__(
@@ -235,6 +239,8 @@ class SQLiteStore(SQLStore):
             # in rollback-journal mode a reader would block the writer's COMMIT).
             reader = _connect(path, busy_timeout_ms, "PRAGMA query_only = 1") if wal else None
             self._gate = TxGate(SQLiteEngine(), self._conn, reader)
+            # The write connection's cursor for transaction bodies (one body at a time).
+            self._cur = self._conn.cursor()
         except sqlite3.Error as exc:
             with suppress(Exception):
                 self._conn.close()
@@ -275,7 +281,7 @@ class SQLiteStore(SQLStore):
             return conn.execute(query, args).fetchall()
 
     def _shared_tx(self) -> _SharedBody:
-        return _SharedBody(self._gate)
+        return _SharedBody(self._gate, self._cur)
 
     def _run(self, work: Work[T], what: str, hold: Hold = NO_HOLD) -> T:
         # BEGIN IMMEDIATE holds the only write lock: it orders classes, rows and the chain.
