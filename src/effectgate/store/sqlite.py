@@ -73,12 +73,15 @@ class SQLiteTx(SharedTx):
     compare-and-set or insert writes anyway (no extra page), otherwise by :meth:`finish`.
     """
 
-    def __init__(self, conn: sqlite3.Connection, cur: sqlite3.Cursor | None = None) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, cur: sqlite3.Cursor, link: schema.ChainLink
+    ) -> None:
         super().__init__()
         self.conn = conn
         # Statements run on one cursor: Connection.execute builds (and registers) a new cursor
         # per statement, which costs as much as binding the statement itself.
-        self.cur = cur if cur is not None else conn.cursor()
+        self.cur = cur
+        self._link = link
         self._last: tuple[int, str] | None = None
         self._anchored: tuple[int, str] | None = None
 
@@ -97,7 +100,7 @@ class SQLiteTx(SharedTx):
         operation_id: str | None = None,
     ) -> None:
         self._last = schema.chained_audit(
-            self.cur, at, scope, operation_id, kind, detail, advance_head=False
+            self.cur, self._link, at, scope, operation_id, kind, detail, advance_head=False
         )
 
     def _anchor(self) -> tuple[int | None, str | None]:
@@ -169,14 +172,15 @@ class _SharedBody:
     before it commits (not after an error: the body is rolled back). A plain class rather than
     a generator context manager: it runs twice per action."""
 
-    __slots__ = ("_body", "_cur", "_tx")
+    __slots__ = ("_body", "_cur", "_link", "_tx")
 
-    def __init__(self, gate: TxGate, cur: sqlite3.Cursor) -> None:
+    def __init__(self, gate: TxGate, cur: sqlite3.Cursor, link: schema.ChainLink) -> None:
         self._body = gate.transaction()
         self._cur = cur
+        self._link = link
 
     def __enter__(self) -> SQLiteTx:
-        self._tx = SQLiteTx(self._body.__enter__(), self._cur)
+        self._tx = SQLiteTx(self._body.__enter__(), self._cur, self._link)
         return self._tx
 
     def __exit__(
@@ -234,7 +238,7 @@ class SQLiteStore(SQLStore):
                 mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
                 wal = bool(mode) and str(mode[0]).lower() == "wal"
             self._conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-            schema.register_chain_function(self._conn)
+            self._link = schema.register_chain_function(self._conn)
             # Reads on their own connection: committed rows only, beside the writer (WAL only:
             # in rollback-journal mode a reader would block the writer's COMMIT).
             reader = _connect(path, busy_timeout_ms, "PRAGMA query_only = 1") if wal else None
@@ -281,7 +285,7 @@ class SQLiteStore(SQLStore):
             return conn.execute(query, args).fetchall()
 
     def _shared_tx(self) -> _SharedBody:
-        return _SharedBody(self._gate, self._cur)
+        return _SharedBody(self._gate, self._cur, self._link)
 
     def _run(self, work: Work[T], what: str, hold: Hold = NO_HOLD) -> T:
         # BEGIN IMMEDIATE holds the only write lock: it orders classes, rows and the chain.
