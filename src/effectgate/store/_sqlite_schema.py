@@ -60,7 +60,7 @@ CHAIN_FUNCTION = "effectgate_chain_hash"
 # link by CHAIN_FUNCTION), inserts it; its seq is the cursor's lastrowid and its hash what
 # CHAIN_FUNCTION just computed (ChainLink), no RETURNING table needed. BEGIN IMMEDIATE holds
 # the write lock, so no other writer can append between the read and the insert. The tail is
-# read by scalar subqueries of one VALUES row (one snapshot): a third cheaper than joining a
+# read by scalar subqueries of one VALUES row (one snapshot): cheaper than joining a
 # materialised subquery, which the engine builds as a temporary table for every entry.
 _TAIL = "(SELECT {} FROM audit_log ORDER BY seq DESC LIMIT 1)"
 _CHAINED_INSERT = (
