@@ -36,6 +36,15 @@ def test_bench_smoke_runs_and_prints_ratios(tmp_path) -> None:
     b1 = [f for f in report["figures"] if f["workload"] == "B1"]
     assert all(f["ratio"] is not None and f["ratio"] > 0 for f in b1)
     assert all(f["notes"]["effectgate"]["commits_per_action"] == 2 for f in b1)
+    # Each side's process CPU is reported beside its wall time (the library's own cost).
+    assert all(
+        f["notes"][side]["cpu_us_per_action"] > 0 for f in b1 for side in ("effectgate", "floor")
+    )
+    off = next(f for f in b1 if "synchronous=OFF" in f["variant"])
+    notes = off["notes"]
+    assert notes["cpu_overhead_us_per_action"] == round(
+        notes["effectgate"]["cpu_us_per_action"] - notes["floor"]["cpu_us_per_action"], 1
+    )
     b3 = next(f for f in report["figures"] if f["workload"] == "B3" and f["unit"] == "calls")
     assert b3["effectgate"] == b3["floor"]  # venue calls == operation ids after recovery
     b5 = [f for f in report["figures"] if f["workload"] == "B5"]

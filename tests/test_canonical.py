@@ -18,6 +18,8 @@ from effectgate._core.canonical import (
     canonical_decimal,
     canonical_effect,
     fingerprint,
+    fingerprint_checked,
+    nfc,
 )
 from effectgate._core.intent import ActionClass, EffectClass, IntentBase, Registry
 from effectgate.errors import IntentError
@@ -241,3 +243,20 @@ class TestProperties:
         assert "E" not in canonical and "e" not in canonical
         if value > 0:
             assert canonical_decimal(text, field="f") == canonical
+
+
+_effect_values = st.one_of(
+    st.text(max_size=12),
+    st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=12),  # controls, DEL, quotes
+    st.booleans(),
+    st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,8}", fullmatch=True), _effect_values))
+def test_the_parser_fingerprint_is_the_canonical_one(effect: dict[str, str | int | bool]) -> None:
+    """Invariant 2 rests on the fingerprint: the parser's orjson shortcut gives exactly
+    :func:`fingerprint` (over the JCS form) for every effect the parser can build."""
+    effect = {k: (nfc(v) if isinstance(v, str) else v) for k, v in effect.items()}
+    assert fingerprint_checked(effect) == fingerprint(effect)

@@ -43,6 +43,8 @@ from collections.abc import Mapping
 from decimal import Context, Decimal, InvalidOperation
 from typing import Final
 
+import orjson
+
 from effectgate._core.jsonparse import JsonFloat
 from effectgate.errors import IntentError
 
@@ -54,6 +56,7 @@ __all__ = [
     "canonical_decimal",
     "canonical_effect",
     "fingerprint",
+    "fingerprint_checked",
     "nfc",
 ]
 
@@ -231,6 +234,21 @@ def canonical_effect(effect: Mapping[str, str | int | bool]) -> bytes:
 def fingerprint(effect: Mapping[str, str | int | bool]) -> str:
     """Lowercase hex SHA-256 of :func:`canonical_effect` (64 characters)."""
     return hashlib.sha256(canonical_effect(effect)).hexdigest()
+
+
+def fingerprint_checked(effect: Mapping[str, str | int | bool]) -> str:
+    """:func:`fingerprint` of an effect the strict parser built: identifier keys, and values
+    that are ``str``, ``bool`` or ``int`` within +/-(2**53 - 1), decimals already canonical.
+
+    orjson's sorted compact encoding is then byte for byte the canonical form whenever it comes
+    out ASCII (same escapes for ``"``, ``\\`` and control characters, nothing else escaped; NFC
+    is a no-op on ASCII; tests/test_canonical.py checks it). Anything else takes
+    :func:`canonical_effect`.
+    """
+    raw = orjson.dumps(effect, option=orjson.OPT_SORT_KEYS)
+    if raw.isascii():
+        return hashlib.sha256(raw).hexdigest()
+    return fingerprint(effect)
 
 
 def _short(value: str, limit: int = 40) -> str:

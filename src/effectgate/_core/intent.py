@@ -31,7 +31,7 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
-from effectgate._core.canonical import MAX_SAFE_INT, canonical_decimal, fingerprint, nfc
+from effectgate._core.canonical import MAX_SAFE_INT, canonical_decimal, fingerprint_checked, nfc
 from effectgate._core.effects import check_effect_requirements
 from effectgate._core.jsonparse import copy_object, load_document, refuse_floats, show
 from effectgate._core.messages import intent_error
@@ -466,7 +466,8 @@ class Registry:
             if value is not None:
                 decimals[name] = canonical_decimal(value, field=name, positive=positive)
         try:
-            model = ac.model.model_validate(body, strict=True)
+            # The class's validator itself: model_validate adds only a wrapper call per intent.
+            model = ac.model.__pydantic_validator__.validate_python(body, strict=True)
         except ValidationError as exc:
             raise intent_error(exc, ac.model) from None
         effect: dict[str, str | int | bool] = {}
@@ -490,7 +491,7 @@ class Registry:
             else:
                 effect[name] = int(value)
         audit: dict[str, object] = {k: body[k] for k in _AUDIT_ORDER if k in body}
-        return Intent(action, version, effect, audit, body, fingerprint(effect))
+        return Intent(action, version, effect, audit, body, fingerprint_checked(effect))
 
 
 def _check_envelope(ac: ActionClass, body: dict[str, object]) -> str:

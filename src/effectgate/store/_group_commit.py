@@ -144,6 +144,9 @@ class TxGate:
                 raise StoreError(busy_why)
             self._owner = me
             joined, epoch = self._open, self._epoch
+            # Claimed before BEGIN runs: only the owner acts on an open transaction, so
+            # nobody sees the claim before BEGIN's outcome (a failed BEGIN abandons it).
+            self._open = True
         try:
             (self.engine.savepoint if joined else self.engine.begin)(self.conn)
         except self.engine.error as exc:
@@ -156,9 +159,8 @@ class TxGate:
         except BaseException:
             self._abandon(epoch, joined, "interrupted before the write began, nothing written")
             raise
-        if not joined:
+        if not joined and self._busy[0]:
             with self._lock:
-                self._open = True
                 self._busy = (0, "")  # the lock was free after all
         return epoch, joined
 
@@ -200,8 +202,6 @@ class TxGate:
                 if isinstance(exc, self.engine.error):
                     raise store_error("write failed before commit, nothing written", exc) from exc
                 raise
-        with self._lock:
-            self._pending += 1
         self._finish(epoch, done=True)
 
     def _finish(self, epoch: int, *, done: bool) -> None:
@@ -212,6 +212,8 @@ class TxGate:
         """
         failure: Failure | None = None
         with self._lock:
+            if done:
+                self._pending += 1
             commit_now = self._open and (
                 self._queued == 0 or self._readers > 0 or self._pending >= MAX_GROUP
             )
@@ -272,7 +274,8 @@ class TxGate:
                     self._failed[epoch] = failure
                 self._open, self._pending, self._owner = False, 0, None
                 self._epoch += 1
-                self._done.notify_all()
+                if self._waiters or self._closing:  # a lone caller: nobody waits on it
+                    self._done.notify_all()
                 self._wake()
         return failure
 

@@ -278,16 +278,25 @@ def path_audit(
     dispatch id (derived from it, as ``submitted_at`` is) in this same entry.
     """
     final = path[-1]
+    key = tuple(path)
+    shape = _PATH_SHAPES.get(key)
+    if shape is None:
+        # A handful of paths exist (check_path admits only the state table's): kept per path.
+        shape = _PATH_SHAPES[key] = (
+            tuple(s.value for s in path),
+            any(step not in (State.PROPOSED, State.SUBMITTED) for step in path),
+        )
+    names, decided = shape
     detail: dict[str, object] = {
-        "state": final.value,
-        "path": [s.value for s in path],
+        "state": names[-1],
+        "path": list(names),
         "intent": new.intent if intent_text is None else RawJSON(intent_text),
         "fingerprint": new.fingerprint,
         "action": new.action,
     }
     if audit:
         detail.update(audit)
-    if any(step not in (State.PROPOSED, State.SUBMITTED) for step in path):
+    if decided:
         detail.update(tier=new.tier, reason=new.reason, policy_version=new.policy_version)
     if final is State.SHADOWED:
         detail["request"] = shadow_request(new.op_key, new.action, new.effect)
@@ -297,6 +306,10 @@ def path_audit(
     if held is not None:
         out.append(("dispatch_held", {"reason": held}))
     return out
+
+
+#: Per journalled path: its states' names, and whether its entry carries the decision.
+_PATH_SHAPES: dict[tuple[State, ...], tuple[tuple[str, ...], bool]] = {}
 
 
 def check_approval(

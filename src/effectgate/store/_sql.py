@@ -185,7 +185,26 @@ def entry_from_row(row: Sequence[Any]) -> LedgerEntry:
 
 
 def controls_from_row(action: str, row: Sequence[Any] | None) -> ClassControls:
-    """A class's controls from its CONTROL_COLUMNS row; the defaults when it has none."""
+    """A class's controls from its CONTROL_COLUMNS row; the defaults when it has none.
+
+    Every journal reads them, and they rarely change: the same row gives back the same
+    (immutable) object, built once, instead of a new one and an envelope parsed from JSON.
+    """
+    key = (action, row if row is None or type(row) is tuple else tuple(row))
+    ctl = _CONTROLS_SEEN.get(key)
+    if ctl is None:
+        if len(_CONTROLS_SEEN) >= _CONTROLS_KEPT:
+            _CONTROLS_SEEN.clear()  # bounded: a new generation of rows starts over
+        ctl = _CONTROLS_SEEN[key] = _controls(action, row)
+    return ctl
+
+
+#: Controls rows seen lately, and how many are kept (classes x recent control changes).
+_CONTROLS_SEEN: dict[tuple[str, tuple[Any, ...] | None], ClassControls] = {}
+_CONTROLS_KEPT = 256
+
+
+def _controls(action: str, row: Sequence[Any] | None) -> ClassControls:
     if row is None:
         return ClassControls(action=action)
     return ClassControls(

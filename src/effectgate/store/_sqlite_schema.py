@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Mapping
 
 from effectgate._audit import GENESIS, chain_hash, content_digest
+from effectgate.errors import StoreError
 from effectgate.store._schema import (
     Types,
     apply_migrations,
@@ -21,7 +22,14 @@ from effectgate.store._schema import (
 )
 from effectgate.store.base import dumps
 
-__all__ = ["MIGRATIONS", "advance_head", "chained_audit", "migrate", "register_chain_function"]
+__all__ = [
+    "MIGRATIONS",
+    "ChainLink",
+    "advance_head",
+    "chained_audit",
+    "migrate",
+    "register_chain_function",
+]
 
 _TYPES = Types(
     text="TEXT",
@@ -49,14 +57,17 @@ CHAIN_FUNCTION = "effectgate_chain_hash"
 
 # One statement per entry: it reads the chain's last entry (the tail of the rowid B-tree, the
 # page this insert writes anyway), links the entry to it (the digest is computed beforehand, the
-# link by CHAIN_FUNCTION), inserts it and hands back its seq and hash. BEGIN IMMEDIATE holds
-# the write lock, so no other writer can append between the read and the insert.
+# link by CHAIN_FUNCTION), inserts it; its seq is the cursor's lastrowid and its hash what
+# CHAIN_FUNCTION just computed (ChainLink), no RETURNING table needed. BEGIN IMMEDIATE holds
+# the write lock, so no other writer can append between the read and the insert. The tail is
+# read by scalar subqueries of one VALUES row (one snapshot): cheaper than joining a
+# materialised subquery, which the engine builds as a temporary table for every entry.
+_TAIL = "(SELECT {} FROM audit_log ORDER BY seq DESC LIMIT 1)"
 _CHAINED_INSERT = (
     "INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, prev_hash, hash) "
-    "SELECT coalesce(t.seq, 0) + 1, ?, ?, ?, ?, ?, 0, coalesce(t.hash, ?), "
-    f"{CHAIN_FUNCTION}(coalesce(t.hash, ?), ?) FROM (SELECT 0) l LEFT JOIN "
-    "(SELECT seq, hash FROM audit_log ORDER BY seq DESC LIMIT 1) t ON 1 "
-    "RETURNING seq, hash"
+    f"VALUES (coalesce({_TAIL.format('seq')}, 0) + 1, ?, ?, ?, ?, ?, 0, "
+    f"coalesce({_TAIL.format('hash')}, ?), "
+    f"{CHAIN_FUNCTION}(coalesce({_TAIL.format('hash')}, ?), ?))"
 )
 _ADVANCE_HEAD = (
     "INSERT INTO audit_heads (lane, seq, hash) VALUES (0, ?, ?) ON CONFLICT (lane) DO UPDATE "
@@ -85,12 +96,29 @@ DROP TRIGGER IF EXISTS audit_head_advance
 """
 
 
-def register_chain_function(conn: sqlite3.Connection) -> None:
-    conn.create_function(CHAIN_FUNCTION, 2, chain_hash, deterministic=True)
+class ChainLink:
+    """CHAIN_FUNCTION on one connection, remembering the link it computed last: right after a
+    chained insert, the hash of the entry it wrote. A connection runs one statement at a time."""
+
+    __slots__ = ("hash",)
+
+    def __init__(self) -> None:
+        self.hash = ""
+
+    def __call__(self, prev_hash: str, digest: str) -> str:
+        self.hash = entry_hash = chain_hash(prev_hash, digest)
+        return entry_hash
+
+
+def register_chain_function(conn: sqlite3.Connection) -> ChainLink:
+    link = ChainLink()
+    conn.create_function(CHAIN_FUNCTION, 2, link, deterministic=True)
+    return link
 
 
 def chained_audit(
-    conn: sqlite3.Connection,
+    cur: sqlite3.Cursor,
+    link: ChainLink,
     now: float,
     scope: str | None,
     operation_id: str | None,
@@ -102,19 +130,22 @@ def chained_audit(
     """Append one audit entry linked to the chain's last one, in the caller's transaction.
 
     Returns the entry's ``(seq, hash)``. ``advance_head=False`` leaves audit_heads to the
-    caller (a batch advances it once).
+    caller (a batch advances it once). ``link``: the chain function registered on ``cur``'s
+    connection (:func:`register_chain_function`).
     """
     at, text = float(now), dumps(detail)
     digest = content_digest(0, at, scope, operation_id, kind, text)
-    seq, entry_hash = conn.execute(
-        _CHAINED_INSERT, (at, scope, operation_id, kind, text, GENESIS, GENESIS, digest)
-    ).fetchone()
+    link.hash = ""
+    cur.execute(_CHAINED_INSERT, (at, scope, operation_id, kind, text, GENESIS, GENESIS, digest))
+    seq, entry_hash = cur.lastrowid, link.hash
+    if not seq or not entry_hash:
+        raise StoreError("the chained audit insert did not report its entry")
     if advance_head:
-        conn.execute(_ADVANCE_HEAD, (seq, entry_hash))
-    return int(seq), str(entry_hash)
+        cur.execute(_ADVANCE_HEAD, (seq, entry_hash))
+    return seq, entry_hash
 
 
-def advance_head(conn: sqlite3.Connection, seq: int, entry_hash: str) -> None:
+def advance_head(conn: sqlite3.Connection | sqlite3.Cursor, seq: int, entry_hash: str) -> None:
     """Record ``(seq, hash)`` as the chain's head, unless a later one is recorded already."""
     conn.execute(_ADVANCE_HEAD, (seq, entry_hash))
 

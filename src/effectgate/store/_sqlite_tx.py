@@ -16,21 +16,35 @@ _BUSY = {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 class SQLiteEngine:
     error: type[Exception] = sqlite3.Error
 
+    def __init__(self) -> None:
+        # One cursor for the transaction statements of the connection last used (the group
+        # commit's write connection): Connection.execute would build a cursor per statement.
+        self._conn: sqlite3.Connection | None = None
+        self._cur: sqlite3.Cursor | None = None
+
+    def _cursor(self, conn: sqlite3.Connection) -> sqlite3.Cursor:
+        cur = self._cur
+        if cur is None or self._conn is not conn:
+            self._conn, cur = conn, conn.cursor()
+            self._cur = cur
+        return cur
+
     def begin(self, conn: sqlite3.Connection) -> None:
-        conn.execute("BEGIN IMMEDIATE")
+        self._cursor(conn).execute("BEGIN IMMEDIATE")
 
     def savepoint(self, conn: sqlite3.Connection) -> None:
-        conn.execute("SAVEPOINT eg_body")
+        self._cursor(conn).execute("SAVEPOINT eg_body")
 
     def release(self, conn: sqlite3.Connection) -> None:
-        conn.execute("RELEASE eg_body")
+        self._cursor(conn).execute("RELEASE eg_body")
 
     def rollback_to(self, conn: sqlite3.Connection) -> None:
-        conn.execute("ROLLBACK TO eg_body")
-        conn.execute("RELEASE eg_body")
+        cur = self._cursor(conn)
+        cur.execute("ROLLBACK TO eg_body")
+        cur.execute("RELEASE eg_body")
 
     def commit(self, conn: sqlite3.Connection) -> None:
-        conn.execute("COMMIT")
+        self._cursor(conn).execute("COMMIT")
 
     def rollback(self, conn: sqlite3.Connection) -> None:
         if conn.in_transaction:

@@ -19,7 +19,7 @@ import orjson
 from effectgate._core.controls import Verdict
 from effectgate._core.receipts import dispatch_id
 from effectgate._core.states import State, check_transition
-from effectgate.errors import ConfigError, IdempotencyConflict, StoreError
+from effectgate.errors import ConfigError, IdempotencyConflict, IntentError, StoreError
 
 __all__ = [
     "IDENTITY_PATTERN",
@@ -71,8 +71,6 @@ def credential_marker(actor: str) -> dict[str, object]:
 
 def validate_identity(scope: str, operation_id: str) -> None:
     """Refuse scopes and operation ids outside their ASCII alphabets (no look-alikes)."""
-    from effectgate.errors import IntentError
-
     if not isinstance(scope, str) or not SCOPE_PATTERN.fullmatch(scope):
         raise IntentError(
             f"scope {scope!r} must match {SCOPE_PATTERN.pattern}",

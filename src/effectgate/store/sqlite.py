@@ -73,17 +73,23 @@ class SQLiteTx(SharedTx):
     compare-and-set or insert writes anyway (no extra page), otherwise by :meth:`finish`.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(
+        self, conn: sqlite3.Connection, cur: sqlite3.Cursor, link: schema.ChainLink
+    ) -> None:
         super().__init__()
         self.conn = conn
+        # Statements run on one cursor: Connection.execute builds (and registers) a new cursor
+        # per statement, which costs as much as binding the statement itself.
+        self.cur = cur
+        self._link = link
         self._last: tuple[int, str] | None = None
         self._anchored: tuple[int, str] | None = None
 
     def rows(self, query: str, args: Sequence[Any] = ()) -> list[Sequence[Any]]:
-        return self.conn.execute(query, args).fetchall()
+        return self.cur.execute(query, args).fetchall()
 
     def write(self, query: str, args: Sequence[Any] = ()) -> None:
-        self.conn.execute(query, args)
+        self.cur.execute(query, args)
 
     def audit(
         self,
@@ -94,7 +100,7 @@ class SQLiteTx(SharedTx):
         operation_id: str | None = None,
     ) -> None:
         self._last = schema.chained_audit(
-            self.conn, at, scope, operation_id, kind, detail, advance_head=False
+            self.cur, self._link, at, scope, operation_id, kind, detail, advance_head=False
         )
 
     def _anchor(self) -> tuple[int | None, str | None]:
@@ -114,7 +120,7 @@ class SQLiteTx(SharedTx):
         submitted_at: float | None = None,
     ) -> Sequence[Any] | None:
         # fetchall() runs the UPDATE to completion before COMMIT.
-        changed = self.conn.execute(
+        changed = self.cur.execute(
             _CAS,
             (
                 target.value,
@@ -133,7 +139,7 @@ class SQLiteTx(SharedTx):
     def insert_row(
         self, new: NewOperation, state: State, held: str | None, now: float, intent_text: str
     ) -> None:
-        self.conn.execute(
+        self.cur.execute(
             _INSERT,
             (
                 new.scope,
@@ -158,7 +164,36 @@ class SQLiteTx(SharedTx):
     def finish(self) -> None:
         """Record the transaction's last entry as the head unless a row records it."""
         if self._last is not None and self._last != self._anchored:
-            schema.advance_head(self.conn, *self._last)
+            schema.advance_head(self.cur, *self._last)
+
+
+class _SharedBody:
+    """One body as a :class:`SQLiteTx`: the group commit's body, then :meth:`SQLiteTx.finish`
+    before it commits (not after an error: the body is rolled back). A plain class rather than
+    a generator context manager: it runs twice per action."""
+
+    __slots__ = ("_body", "_cur", "_link", "_tx")
+
+    def __init__(self, gate: TxGate, cur: sqlite3.Cursor, link: schema.ChainLink) -> None:
+        self._body = gate.transaction()
+        self._cur = cur
+        self._link = link
+
+    def __enter__(self) -> SQLiteTx:
+        self._tx = SQLiteTx(self._body.__enter__(), self._cur, self._link)
+        return self._tx
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if exc is None:
+            try:
+                self._tx.finish()
+            except BaseException as err:
+                # Rolled back with the body; a driver error comes out as a StoreError.
+                self._body.__exit__(type(err), err, err.__traceback__)
+                raise
+        self._body.__exit__(kind, exc, tb)
 
 
 def _connect(path: str, busy_timeout_ms: int, *pragmas: str) -> sqlite3.Connection:
@@ -203,11 +238,13 @@ class SQLiteStore(SQLStore):
                 mode = self._conn.execute("PRAGMA journal_mode = WAL").fetchone()
                 wal = bool(mode) and str(mode[0]).lower() == "wal"
             self._conn.execute(f"PRAGMA synchronous = {synchronous.upper()}")
-            schema.register_chain_function(self._conn)
+            self._link = schema.register_chain_function(self._conn)
             # Reads on their own connection: committed rows only, beside the writer (WAL only:
             # in rollback-journal mode a reader would block the writer's COMMIT).
             reader = _connect(path, busy_timeout_ms, "PRAGMA query_only = 1") if wal else None
             self._gate = TxGate(SQLiteEngine(), self._conn, reader)
+            # The write connection's cursor for transaction bodies (one body at a time).
+            self._cur = self._conn.cursor()
         except sqlite3.Error as exc:
             with suppress(Exception):
                 self._conn.close()
@@ -247,12 +284,8 @@ class SQLiteStore(SQLStore):
         with self._read() as conn:
             return conn.execute(query, args).fetchall()
 
-    @contextmanager
-    def _shared_tx(self) -> Iterator[SQLiteTx]:
-        with self._tx() as conn:
-            tx = SQLiteTx(conn)
-            yield tx
-            tx.finish()  # not after an error: the body is rolled back
+    def _shared_tx(self) -> _SharedBody:
+        return _SharedBody(self._gate, self._cur, self._link)
 
     def _run(self, work: Work[T], what: str, hold: Hold = NO_HOLD) -> T:
         # BEGIN IMMEDIATE holds the only write lock: it orders classes, rows and the chain.
