@@ -110,6 +110,10 @@ BODY_ROUTES = [
         OPERATOR,
     ),
     ("POST", "/v1/admin/grants/revoke", {"holder": "h"}, OPERATOR),
+    ("POST", "/v1/admin/policies", {"policy": "[policies.cancel_order]\n"}, OPERATOR),
+    ("POST", "/v1/admin/policies/pp_0000000000000000/reject", {"reason": "r"}, OPERATOR),
+    ("POST", "/v1/admin/policies/load", {"policy": "[policies.cancel_order]\n"}, OPERATOR),
+    ("POST", "/v1/admin/policies/replay", {"policy": "[policies.cancel_order]\n"}, OPERATOR),
 ]
 ROUTE_IDS = [f"{m} {p}" for m, p, _, _ in BODY_ROUTES]
 
