@@ -2,10 +2,10 @@
 
 The service runs as ``effectgate serve`` in its own process (uvicorn, one worker) on a fresh
 ledger in the target store, with the in-process paper venue; rate limits are lifted and the
-standing reconciler is off so only the request path is measured. A second process drives it with
-C concurrent keep-alive clients (asyncio, HTTP/1.1 written by hand), each POSTing intents under fresh
-``Idempotency-Key`` values, and reports throughput and per-request latency. Every request must
-answer 201 with an acknowledged operation: anything else fails the run.
+standing reconciler is off so only the request path is measured. A second process drives it
+with C concurrent keep-alive clients (asyncio, HTTP/1.1 written by hand), each POSTing intents
+under fresh ``Idempotency-Key`` values, and reports throughput and per-request latency. Every
+request must answer 201 with an acknowledged operation: anything else fails the run.
 
 The reference ("floor" column) is in-process B1 on the same kind of store, measured in the same
 run just before: ``Gate.submit`` in a loop on a fresh ledger, one thread, no HTTP. The ratio says
