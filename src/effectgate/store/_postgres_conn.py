@@ -346,8 +346,8 @@ class PgConnections:
                     )
                 try:
                     return trip(pooled, statements)
-                except TripError:
-                    pooled.close()  # never hand a half-read pipeline back to the pool
+                except BaseException:
+                    pooled.close()  # never hand a half-sent or half-read pipeline back
                     raise
         except PoolTimeout as exc:
             raise StoreError(
