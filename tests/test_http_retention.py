@@ -100,6 +100,16 @@ class TestHoldsOverHttp:
         bad = httpx.post(url, json={"scope": "alpha"}, headers=bearer(OPERATOR))
         assert bad.status_code in (400, 422) and live.service.store.list_holds() == []
 
+    @pytest.mark.parametrize("reason", [" ", "\u0085", "\t\n"])
+    def test_a_blank_reason_is_a_400_and_holds_nothing(self, live: Live, reason: str) -> None:
+        """Whitespace passes the body's length check; the store's own check refuses it as an
+        invalid control (400, ``invalid_control``), never a 500 (found by schemathesis)."""
+        url = f"{live.url}/v1/admin/holds"
+        r = httpx.post(url, json={"scope": "alpha", "reason": reason}, headers=bearer(OPERATOR))
+        assert r.status_code == 400, r.text
+        assert r.json()["code"] == "invalid_control", r.text
+        assert live.service.store.list_holds() == []
+
 
 class TestAnchorAndPruneOverHttp:
     def test_anchor_verify_prune_and_the_chain_still_verifies(self, live: Live) -> None:

@@ -18,7 +18,7 @@ from effectgate._anchor import FileAnchor, verify_against_anchors
 from effectgate._audit import verify_store
 from effectgate._execute.retention import min_ages, prune
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.errors import ConfigError, OperationNotFound
+from effectgate.errors import ConfigError, ControlError, OperationNotFound
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store.roles import Store
 from effectgate.testing import ManualClock
@@ -153,7 +153,7 @@ class TestNeverPruned:
         assert kinds[-2:] == ["legal_hold_placed", "legal_hold_released"]
         with pytest.raises(OperationNotFound):
             store.release_hold(hold.hold_id, by="bob", reason="again", now=7.0)
-        with pytest.raises(ConfigError):
+        with pytest.raises(ControlError):
             store.place_hold("default", None, by="system:x", reason="r", now=1.0)
 
 

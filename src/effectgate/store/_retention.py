@@ -23,7 +23,7 @@ from typing import Any
 
 from effectgate._core.retention import LegalHold, PruneReport
 from effectgate._core.states import TERMINAL, State
-from effectgate.errors import ConfigError, OperationNotFound
+from effectgate.errors import ConfigError, ControlError, OperationNotFound
 from effectgate.store._hooks import StoreHooks
 from effectgate.store._retention_rules import Superseding, entry_in_force
 from effectgate.store._tx import SharedTx
@@ -119,12 +119,12 @@ def _actor(by: str) -> None:
         or not IDENTITY_PATTERN.fullmatch(by)
         or by.startswith(SYSTEM_PREFIX)
     ):
-        raise ConfigError(f"{by!r} is not an operator's name")
+        raise ControlError(f"{by!r} is not an operator's name")
 
 
 def _reason(reason: str) -> None:
     if not isinstance(reason, str) or not reason.strip() or len(reason) > 2000:
-        raise ConfigError("a reason is required (at most 2000 characters)")
+        raise ControlError("a reason is required (at most 2000 characters)")
 
 
 _HOLD_COLUMNS = (
@@ -155,7 +155,7 @@ class RetentionRoles(StoreHooks):
         _actor(by)
         _reason(reason)
         if not isinstance(scope, str) or not scope:
-            raise ConfigError("a hold needs a scope")
+            raise ControlError("a hold needs a scope")
         hold = LegalHold(uuid.uuid4().hex[:16], scope, operation_id, by, reason, now)
 
         def work(tx: SharedTx, _: object) -> LegalHold:
@@ -198,7 +198,7 @@ class RetentionRoles(StoreHooks):
         and heads and where it was written, so the log says when it was last anchored and a
         deleted anchoring entry is itself a break in the chain."""
         if not isinstance(by, str) or not IDENTITY_PATTERN.fullmatch(by):
-            raise ConfigError(f"{by!r} is not a principal's name")
+            raise ControlError(f"{by!r} is not a principal's name")
         detail = {
             "digest": checkpoint.get("digest"),
             "heads": checkpoint.get("heads"),
