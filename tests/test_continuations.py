@@ -11,8 +11,8 @@ from decimal import Decimal
 import pytest
 
 from effectgate import Gate, LimitPolicy, PolicySet, State, Tier
-from effectgate._core.controls import to_micros
 from effectgate._core.continuation import ContinuationProof, Ground
+from effectgate._core.controls import to_micros
 from effectgate._core.effects import MAX_COMPENSATIONS
 from effectgate._core.intent import ActionClass, EffectClass, Registry
 from effectgate._core.resolution import EvidenceKind, Proof

@@ -62,3 +62,28 @@ class TestOrdersAndCancels:
         unknown = adapter.execute(cancel("c-3", "V-999999"), timeout=5.0)  # type: ignore[attr-defined]
         assert unknown.outcome is Outcome.NOT_APPLIED
         assert venue.order_state("V-999999") is None
+
+
+class TestRecordVersions:
+    """The venue's version of a record (docs/paper-venue.md, "Record versions"): 1 when made,
+    one more on each change, reported in receipts and lookups, in process and over HTTP."""
+
+    def test_each_change_to_a_record_is_a_new_version(
+        self, wired: tuple[PaperVenue, object]
+    ) -> None:
+        venue, adapter = wired
+        placed = adapter.execute(order("o-1"), timeout=5.0)  # type: ignore[attr-defined]
+        assert placed.venue_version == "1" and venue.version(placed.venue_id) == 1
+        # A replay under the same key answers about the same record, unchanged.
+        replay = adapter.execute(order("o-1"), timeout=5.0)  # type: ignore[attr-defined]
+        assert (replay.venue_id, replay.venue_version) == (placed.venue_id, "1")
+        done = adapter.execute(cancel("c-1", placed.venue_id), timeout=5.0)  # type: ignore[attr-defined]
+        assert done.venue_version == "1"  # the cancel is a record of its own, new
+        assert venue.version(placed.venue_id) == 2  # the order changed: open -> cancelled
+        after = adapter.execute(order("o-1"), timeout=5.0)  # type: ignore[attr-defined]
+        assert (after.venue_id, after.venue_version) == (placed.venue_id, "2")
+        assert venue.find_versioned("o-1") == [(placed.venue_id, 2)]
+        # A refused change changes nothing.
+        again = adapter.execute(cancel("c-2", placed.venue_id), timeout=5.0)  # type: ignore[attr-defined]
+        assert again.outcome is Outcome.NOT_APPLIED and venue.version(placed.venue_id) == 2
+        assert venue.version("V-999999") is None
