@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import pytest
 
@@ -87,3 +87,23 @@ class TestRecordVersions:
         again = adapter.execute(cancel("c-2", placed.venue_id), timeout=5.0)  # type: ignore[attr-defined]
         assert again.outcome is Outcome.NOT_APPLIED and venue.version(placed.venue_id) == 2
         assert venue.version("V-999999") is None
+
+    def test_a_venue_wrapping_submit_still_sees_every_call_and_reports_versions(self) -> None:
+        """A subclass hooking ``submit`` (as the B3 bench counts calls) is not bypassed by the
+        versioned answer: the pair it passes through carries the version."""
+
+        class Counting(PaperVenue):
+            calls_seen = 0
+
+            def submit(
+                self, operation_key: str, action: str, effect: Mapping[str, str | int | bool]
+            ) -> tuple[str, bool]:
+                self.calls_seen += 1
+                return super().submit(operation_key, action, effect)
+
+        venue = Counting(strict_orders=True)
+        adapter = PaperAdapter(venue)
+        placed = adapter.execute(order("o-1"), timeout=5.0)
+        adapter.execute(cancel("c-1", str(placed.venue_id)), timeout=5.0)
+        replay = adapter.execute(order("o-1"), timeout=5.0)
+        assert venue.calls_seen == 3 and replay.venue_version == "2"

@@ -34,7 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 from effectgate._execute.adapter import VenueRecord
 from effectgate.adapters._paper_openapi import openapi
 from effectgate.adapters._paper_sandbox import PaperSandbox, dry_run_reply
-from effectgate.adapters.paper import PaperVenue, VenueRejection
+from effectgate.adapters.paper import PaperVenue, VenueRejection, submitted_version
 
 __all__ = ["MAX_BODY_BYTES", "PaperVenueServer", "serve_paper_venue"]
 
@@ -120,7 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         action, effect = parsed
         try:
-            venue_id, created, version = self.server.venue.submit_versioned(key, action, effect)
+            answer = self.server.venue.submit(key, action, effect)
         except VenueRejection as exc:
             self._send(HTTPStatus.UNPROCESSABLE_ENTITY, {"error": "rejected", "reason": exc.reason})
             return
@@ -130,9 +130,12 @@ class _Handler(BaseHTTPRequestHandler):
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
             return
-        self._send(
-            HTTPStatus.CREATED, {"venue_id": venue_id, "created": created, "version": version}
-        )
+        venue_id, created = answer
+        reply: dict[str, object] = {"venue_id": venue_id, "created": created}
+        version = submitted_version(self.server.venue, answer)
+        if version is not None:
+            reply["version"] = version
+        self._send(HTTPStatus.CREATED, reply)
 
     def _dry_run(self, sandbox: PaperSandbox) -> None:
         body = self._read_body()

@@ -33,7 +33,14 @@ from effectgate.errors import AdapterError
 if TYPE_CHECKING:
     from effectgate.adapters._paper_sandbox import PaperSandbox
 
-__all__ = ["PaperAdapter", "PaperRecord", "PaperVenue", "VenueRejection"]
+__all__ = [
+    "PaperAdapter",
+    "PaperRecord",
+    "PaperVenue",
+    "Submitted",
+    "VenueRejection",
+    "submitted_version",
+]
 
 EffectValue = str | int | bool
 
@@ -59,6 +66,27 @@ class PaperRecord:
     action: str
     effect: Mapping[str, EffectValue]
     created_at: float
+
+
+class Submitted(tuple[str, bool]):
+    """``(venue_id, created)`` as :meth:`PaperVenue.submit` answers, with the record's
+    ``version`` as of that answer. Still a pair, so a subclass that wraps ``submit`` (counting
+    or holding calls) passes it through unchanged."""
+
+    version: int
+
+    def __new__(cls, venue_id: str, created: bool, version: int) -> Submitted:
+        made = super().__new__(cls, (venue_id, created))
+        made.version = version
+        return made
+
+
+def submitted_version(venue: PaperVenue, answer: tuple[str, bool]) -> int | None:
+    """The version :meth:`PaperVenue.submit` answered with; a subclass's ``submit`` that built
+    its own pair loses it, and the record's current version is read instead."""
+    if isinstance(answer, Submitted):
+        return answer.version
+    return venue.version(answer[0])
 
 
 class PaperVenue:
@@ -110,15 +138,8 @@ class PaperVenue:
     def submit(
         self, operation_key: str, action: str, effect: Mapping[str, EffectValue]
     ) -> tuple[str, bool]:
-        """Apply an effect; return ``(venue_id, created)`` (see :meth:`submit_versioned`)."""
-        venue_id, created, _ = self.submit_versioned(operation_key, action, effect)
-        return venue_id, created
-
-    def submit_versioned(
-        self, operation_key: str, action: str, effect: Mapping[str, EffectValue]
-    ) -> tuple[str, bool, int]:
-        """Apply an effect; return ``(venue_id, created, version)``, the version of the record
-        answered about as of this answer.
+        """Apply an effect; return ``(venue_id, created)``, a :class:`Submitted` that also
+        carries ``version``, the record's version as of this answer (read under the same lock).
 
         With ``honour_key`` an existing record under ``operation_key`` is returned with
         ``created=False`` and no new effect. Raises :class:`VenueRejection` for a refused effect
@@ -139,7 +160,7 @@ class PaperVenue:
                 raise
             if fault:
                 raise ConnectionError("paper venue: connection lost before the reply")
-            return (*result, self._versions[result[0]])
+            return Submitted(*result, self._versions[result[0]])
 
     def order_state(self, venue_id: str) -> str | None:
         """``open`` or ``cancelled`` for a submitted order; None: no such order."""
@@ -406,18 +427,18 @@ class PaperAdapter(Adapter):
         ``timeout`` is not enforced: the call is in-process and never blocks on I/O.
         """
         try:
-            venue_id, created, version = self.venue.submit_versioned(
-                request.operation_key, request.action, request.effect
-            )
+            answer = self.venue.submit(request.operation_key, request.action, request.effect)
         except VenueRejection as exc:
             return Receipt(Outcome.NOT_APPLIED, proof=refusal(f"venue rejected: {exc.reason}"))
         except Exception as exc:  # the venue may or may not have applied it
             raise AdapterError(f"paper venue call failed: {type(exc).__name__}: {exc}") from exc
+        venue_id, created = answer
+        version = submitted_version(self.venue, answer)
         return Receipt(
             Outcome.APPLIED,
             venue_id=venue_id,
             detail={"created": "true" if created else "false"},
-            venue_version=str(version),
+            venue_version=None if version is None else str(version),
         )
 
     def probe(self, operation_key: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> list[str]:
