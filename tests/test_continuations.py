@@ -5,24 +5,31 @@ authorised action in the reserved namespace, fenced and admitted only with proof
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from decimal import Decimal
 
 import pytest
 
 from effectgate import Gate, LimitPolicy, PolicySet, State, Tier
 from effectgate._core.continuation import ContinuationProof, Ground
+from effectgate._core.controls import to_micros
 from effectgate._core.effects import MAX_COMPENSATIONS
 from effectgate._core.intent import ActionClass, EffectClass, Registry
 from effectgate._core.resolution import EvidenceKind, Proof
 from effectgate._core.venue import KeyHonour, ReadView, VenueContract
+from effectgate._execute.budgets import budget_dispatch_check
 from effectgate._execute.continuations import ContinuationService
+from effectgate._execute.predispatch import InTxCheck
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import ContinuationRefused
 from effectgate.examples import EXAMPLE_ORDER, SubmitOrder, cancel_order_class, notional
+from effectgate.store.base import Operation
 from effectgate.store.roles import Store
 from effectgate.testing import CountingAdapter, ManualClock
+from runkit import tool_call
 
 INTENT = dict(EXAMPLE_ORDER)
+VALUE = to_micros(Decimal("500000"))  # INTENT at quantity 5000 (price 100)
 
 
 def registry(
@@ -51,7 +58,9 @@ def registry(
 
 
 class World:
-    def __init__(self, store: Store, **reg: object) -> None:
+    def __init__(
+        self, store: Store, *, admission_checks: Sequence[InTxCheck] = (), **reg: object
+    ) -> None:
         self.clock = ManualClock()
         self.venue = PaperVenue(clock=self.clock, strict_orders=True, max_quantity=1000)
         self.adapter = CountingAdapter(PaperAdapter(self.venue))
@@ -68,6 +77,7 @@ class World:
                 policy=policy,
                 clock=self.clock,
                 process_id=process,
+                admission_checks=list(admission_checks),
             )
 
         self.agent_gate = gate("process-a")  # the original's process
@@ -390,3 +400,84 @@ class TestTierAndApproval:
         Dispatcher(w.ops_gate, owner="process-b").run_once()
         assert w.adapter.execute_calls == sent + 1
         assert w.ops_gate.get(retry.operation_id).state is State.FAILED  # the venue refused
+
+
+class TestChargedToThePlansValue:
+    """A continuation of an original whose run was admitted under a leaf of a value-bound plan
+    is charged its declared value on that leaf, in its own dispatch transaction (invariant 12:
+    budgets never overdraw; invariant 9: a continuation is a separately charged action)."""
+
+    def _world(self, store: Store, *, value_bound: bool = True) -> World:
+        from test_budgets_value import leaf, plan
+
+        w = World(store, admission_checks=[budget_dispatch_check])
+        # The original (5000 at 100) is worth 500,000; the leaf has room for it and one retry.
+        store.open_plan_account("default", plan(2_000_000 if value_bound else None), now=w.clock(),
+                                actor="h")  # fmt: skip
+        store.reserve(
+            "default", leaf(value=1_100_000 if value_bound else None), now=w.clock(), actor="h"
+        )
+        store.admit_run("default", "run-1", "plan-v", "leaf-a", now=w.clock(), actor="h")
+        call = tool_call("t-1", run="run-1")
+        store.record_run_call("default", call, now=w.clock(), actor="h")
+        original = w.agent_gate.submit(
+            "submit_order", "op-1", {**INTENT, "quantity": "5000"}, run_call=call.ref
+        )
+        assert original.state is State.FAILED  # sent, and refused by the venue
+        return w
+
+    def _retry(self, w: World, seq: int) -> Operation:
+        chain = w.service.chain("op-1")
+        return w.service.retry(
+            "op-1",
+            proof=w.proof(Ground.PERMANENT_ABSENCE, EvidenceKind.VENUE_REFUSAL, "r"),
+            by="alice",
+            seq=seq,
+            predecessor=chain.predecessor_digest or "",
+        )
+
+    def test_a_continuation_is_charged_its_value_and_refused_past_the_leaf(
+        self, store: Store
+    ) -> None:
+        w = self._world(store)
+        assert store.run_dispatched_value("default", "run-1") == VALUE
+        first = self._retry(w, 1)
+        assert first.state is State.FAILED  # sent: it fitted (500,000 + 500,000 <= 1,100,000)
+        assert store.run_dispatched_value("default", "run-1") == 2 * VALUE
+        used = store.run_budget("default", "run-1")
+        assert used is not None and used.usage.tool_calls == 2
+        sent = w.adapter.execute_calls
+        second = self._retry(w, 2)
+        assert second.state is State.REJECTED
+        assert "budget_exceeded" in (second.detail or "")
+        assert "(value_micros; charged to the original's run 'run-1')" in (second.detail or "")
+        assert w.adapter.execute_calls == sent, "refused before sending"
+        # Rolled back with the refused dispatch: no value, no slot, no entry in the record.
+        assert store.run_dispatched_value("default", "run-1") == 2 * VALUE
+        used = store.run_budget("default", "run-1")
+        assert used is not None and used.usage.tool_calls == 2
+        assert store.count_dispatched(0.0) == {"submit_order": 2}
+        # Settling the run charges the leaf what the original and its retry dispatched.
+        res, _ = store.settle_run("default", "run-1", now=w.clock() + 1, actor="h")
+        assert res.charge is not None and res.charge.value_micros == 2 * VALUE
+
+    def test_a_plan_that_does_not_bound_value_charges_a_continuation_only_its_slot(
+        self, store: Store
+    ) -> None:
+        w = self._world(store, value_bound=False)
+        for seq in (1, 2):
+            assert self._retry(w, seq).state is State.FAILED
+        assert store.run_dispatched_value("default", "run-1") == 0
+        used = store.run_budget("default", "run-1")
+        assert used is not None and used.usage.tool_calls == 3
+
+    def test_a_continuation_under_a_settled_leaf_is_refused_holding_no_slot(
+        self, store: Store
+    ) -> None:
+        w = self._world(store)
+        store.settle_run("default", "run-1", now=w.clock(), actor="h")
+        sent = w.adapter.execute_calls
+        row = self._retry(w, 1)
+        assert row.state is State.REJECTED and "budget_exceeded" in (row.detail or "")
+        assert w.adapter.execute_calls == sent
+        assert store.run_dispatched_value("default", "run-1") == VALUE

@@ -175,3 +175,40 @@ class TestNotAppliedNeedsProof:
         assert not proves_not_applied(Proof(EvidenceKind.VENUE_RECORD, reference="ord-1"))
         assert not proves_not_applied(Proof(EvidenceKind.OPERATOR_ATTESTATION, note="looked at it"))
         assert not proves_not_applied("venue rejected")
+
+
+class TestVenueVersion:
+    @pytest.mark.parametrize("wire", ["in_process", "http"])
+    def test_the_receipt_and_its_journalled_transition_carry_the_record_s_version(
+        self, store: Store, wire: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Invariant 3: the receipt's transition binds the venue's version of the record it
+        answered about (docs/paper-venue.md, "Record versions"), in process and over HTTP."""
+        from effectgate.adapters._paper_server import serve_paper_venue
+        from effectgate.adapters.http import HttpVenueAdapter
+        from test_budgets_value import _cancel
+
+        venue = PaperVenue(strict_orders=True)
+        with serve_paper_venue(venue, api_key="versions-key") as server:
+            monkeypatch.setenv("EFFECTGATE_TEST_VERSIONS_KEY", "versions-key")
+            adapter: Adapter = (
+                PaperAdapter(venue)
+                if wire == "in_process"
+                else HttpVenueAdapter(
+                    server.url, credential_env="EFFECTGATE_TEST_VERSIONS_KEY", timeout=5.0
+                )
+            )
+            try:
+                gate = _gate(store, adapter)
+                placed = gate.submit("submit_order", "op-1", EXAMPLE_ORDER)
+                assert placed.state is State.ACKNOWLEDGED and placed.venue_id is not None
+                cancelled = gate.submit("cancel_order", "op-2", _cancel(placed.venue_id))
+                assert cancelled.state is State.ACKNOWLEDGED
+            finally:
+                if isinstance(adapter, HttpVenueAdapter):
+                    adapter.close()
+        for op, ref in (("op-1", placed.venue_id), ("op-2", cancelled.venue_id)):
+            receipt = [d for _, d in _trail(store, op) if d.get("state") == "acknowledged"]
+            assert receipt[-1]["venue_version"] == "1"  # as of the answer: both new records
+            assert receipt[-1]["evidence"] == ref
+        assert venue.version(placed.venue_id) == 2  # the cancel changed the order

@@ -347,3 +347,51 @@ class TestEndpointIsConfiguration:
     def test_bad_endpoints_refused(self, endpoint: str) -> None:
         with pytest.raises(ConfigError):
             HttpVenueAdapter(endpoint, credential="k")
+
+
+class TestRecordVersions:
+    """The record's version over the wire (docs/paper-venue.md, "Record versions")."""
+
+    def test_lookups_report_each_record_s_version(
+        self, server: PaperVenueServer, adapter: HttpVenueAdapter, venue: PaperVenue
+    ) -> None:
+        placed = adapter.execute(request("op-1"), timeout=5.0)
+        posted = raw(
+            server, "POST", "/v1/orders", json={"action": "submit_order", "effect": EFFECT},
+            headers={"Authorization": f"Bearer {CANARY}", "Idempotency-Key": "op-1"},
+        )  # fmt: skip
+        assert posted.status_code == 201
+        assert posted.json() == {"venue_id": placed.venue_id, "created": False, "version": 1}
+        found = raw(server, "GET", "/v1/orders?key=op-1",
+                    headers={"Authorization": f"Bearer {CANARY}"})  # fmt: skip
+        assert found.json() == {"venue_ids": [placed.venue_id], "versions": {placed.venue_id: 1}}
+
+    @pytest.mark.parametrize(
+        ("body", "expected"),
+        [
+            ({"venue_id": "V-1", "created": True}, None),  # optional: a venue may not report it
+            ({"venue_id": "V-1", "created": True, "version": 7}, "7"),
+        ],
+    )
+    def test_the_adapter_reads_the_version_when_present(
+        self, body: dict[str, object], expected: str | None
+    ) -> None:
+        adapter = _answering(201, body)
+        receipt = adapter.execute(request("op-1"), timeout=5.0)
+        assert receipt.outcome is Outcome.APPLIED and receipt.venue_version == expected
+
+    @pytest.mark.parametrize("version", [0, -1, "3", True, 1.5, None])
+    def test_a_malformed_version_makes_the_outcome_unknown(self, version: object) -> None:
+        adapter = _answering(201, {"venue_id": "V-1", "created": True, "version": version})
+        with pytest.raises(AdapterError, match="malformed version"):
+            adapter.execute(request("op-1"), timeout=5.0)
+
+
+def _answering(status: int, body: dict[str, object]) -> HttpVenueAdapter:
+    """An http adapter whose venue answers ``status`` with ``body`` to every request."""
+    made = HttpVenueAdapter("http://127.0.0.1:9", credential="k", timeout=5.0)
+    made._client = httpx.Client(  # a venue other than the paper one, speaking the protocol
+        base_url="http://127.0.0.1:9",
+        transport=httpx.MockTransport(lambda _: httpx.Response(status, json=body)),
+    )
+    return made

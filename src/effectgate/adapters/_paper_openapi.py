@@ -48,6 +48,9 @@ _UNAUTHORISED = _json(
     {"WWW-Authenticate": {"schema": {"type": "string", "const": "Bearer"}}},
 )
 
+#: A record's version: 1 when made, one more on each change (docs/paper-venue.md).
+_VERSION = {"type": "integer", "minimum": 1}
+
 _EFFECT = {
     "type": "object",
     "description": "The effect fields, exactly as the gate validated them: strings, integers "
@@ -212,7 +215,10 @@ def _document() -> dict[str, Any]:
                     "responses": {
                         "201": _json(
                             "Applied now (`created: true`) or before under the same "
-                            "key (`created: false`).",
+                            "key (`created: false`). `version`: the record's version as of "
+                            "this answer (1 when made, one more on each change, such as an "
+                            "order's cancel); optional in the protocol, always sent by the "
+                            "paper venue.",
                             {
                                 "type": "object",
                                 "required": ["venue_id", "created"],
@@ -220,6 +226,7 @@ def _document() -> dict[str, Any]:
                                 "properties": {
                                     "venue_id": {"type": "string"},
                                     "created": {"type": "boolean"},
+                                    "version": _VERSION,
                                 },
                             },
                         ),
@@ -254,13 +261,18 @@ def _document() -> dict[str, Any]:
                     "responses": {
                         "200": _json(
                             "Venue ids of the visible records under `key` (several "
-                            "when the venue ignored the key).",
+                            "when the venue ignored the key), and each record's version "
+                            "(optional in the protocol, always sent by the paper venue).",
                             {
                                 "type": "object",
                                 "required": ["venue_ids"],
                                 "additionalProperties": False,
                                 "properties": {
-                                    "venue_ids": {"type": "array", "items": {"type": "string"}}
+                                    "venue_ids": {"type": "array", "items": {"type": "string"}},
+                                    "versions": {
+                                        "type": "object",
+                                        "additionalProperties": _VERSION,
+                                    },
                                 },
                             },
                         ),

@@ -34,7 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 from effectgate._execute.adapter import VenueRecord
 from effectgate.adapters._paper_openapi import openapi
 from effectgate.adapters._paper_sandbox import PaperSandbox, dry_run_reply
-from effectgate.adapters.paper import PaperVenue, VenueRejection
+from effectgate.adapters.paper import PaperVenue, VenueRejection, submitted_version
 
 __all__ = ["MAX_BODY_BYTES", "PaperVenueServer", "serve_paper_venue"]
 
@@ -120,7 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         action, effect = parsed
         try:
-            venue_id, created = self.server.venue.submit(key, action, effect)
+            answer = self.server.venue.submit(key, action, effect)
         except VenueRejection as exc:
             self._send(HTTPStatus.UNPROCESSABLE_ENTITY, {"error": "rejected", "reason": exc.reason})
             return
@@ -130,7 +130,12 @@ class _Handler(BaseHTTPRequestHandler):
             with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
             return
-        self._send(HTTPStatus.CREATED, {"venue_id": venue_id, "created": created})
+        venue_id, created = answer
+        reply: dict[str, object] = {"venue_id": venue_id, "created": created}
+        version = submitted_version(self.server.venue, answer)
+        if version is not None:
+            reply["version"] = version
+        self._send(HTTPStatus.CREATED, reply)
 
     def _dry_run(self, sandbox: PaperSandbox) -> None:
         body = self._read_body()
@@ -164,7 +169,11 @@ class _Handler(BaseHTTPRequestHandler):
         if len(keys) != 1 or not keys[0]:
             self._send(HTTPStatus.BAD_REQUEST, {"error": "key_required"})
             return
-        self._send(HTTPStatus.OK, {"venue_ids": self.server.venue.find(keys[0])})
+        found = self.server.venue.find_versioned(keys[0])
+        self._send(
+            HTTPStatus.OK,
+            {"venue_ids": [i for i, _ in found], "versions": {i: v for i, v in found}},
+        )
 
     def _get_records(self, query: dict[str, list[str]]) -> None:
         after_key, after_id = query.get("after_key", []), query.get("after_id", [])

@@ -114,6 +114,7 @@ class HttpVenueAdapter(Adapter):
                 Outcome.APPLIED,
                 venue_id=venue_id,
                 detail={"created": "true" if created is not False else "false"},
+                venue_version=_version(doc),
             )
         if response.status_code == 422:
             doc = _json(response, "POST", _ORDERS)
@@ -273,6 +274,17 @@ def not_sent_proof(exc: httpx.HTTPError, watch: SendWatch) -> str | None:
     else:
         what = "the connection to the venue could not be established"
     return f"{what} ({type(exc).__name__}) before any request byte was written"
+
+
+def _version(doc: Mapping[str, Any]) -> str | None:
+    """The record's version from a 201 answer (optional in the protocol, docs/paper-venue.md).
+    A malformed one makes the answer malformed: the outcome is unknown, as for any other."""
+    if "version" not in doc:
+        return None
+    version = doc["version"]
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise AdapterError(f"POST {_ORDERS}: 201 with a malformed version")
+    return str(version)
 
 
 def _transport_failure(exc: httpx.HTTPError) -> str:

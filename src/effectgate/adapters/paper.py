@@ -33,7 +33,14 @@ from effectgate.errors import AdapterError
 if TYPE_CHECKING:
     from effectgate.adapters._paper_sandbox import PaperSandbox
 
-__all__ = ["PaperAdapter", "PaperRecord", "PaperVenue", "VenueRejection"]
+__all__ = [
+    "PaperAdapter",
+    "PaperRecord",
+    "PaperVenue",
+    "Submitted",
+    "VenueRejection",
+    "submitted_version",
+]
 
 EffectValue = str | int | bool
 
@@ -61,12 +68,34 @@ class PaperRecord:
     created_at: float
 
 
+class Submitted(tuple[str, bool]):
+    """``(venue_id, created)`` as :meth:`PaperVenue.submit` answers, with the record's
+    ``version`` as of that answer. Still a pair, so a subclass that wraps ``submit`` (counting
+    or holding calls) passes it through unchanged."""
+
+    version: int
+
+    def __new__(cls, venue_id: str, created: bool, version: int) -> Submitted:
+        made = super().__new__(cls, (venue_id, created))
+        made.version = version
+        return made
+
+
+def submitted_version(venue: PaperVenue, answer: tuple[str, bool]) -> int | None:
+    """The version :meth:`PaperVenue.submit` answered with; a subclass's ``submit`` that built
+    its own pair loses it, and the record's current version is read instead."""
+    if isinstance(answer, Submitted):
+        return answer.version
+    return venue.version(answer[0])
+
+
 class PaperVenue:
     """A thread-safe in-process venue.
 
     Every effect is kept as its own record (never a dict keyed by operation key), so a venue that
     ignores the key shows two effects for one key (invariant 5). Reads only show records at least
-    ``read_lag`` seconds old by ``clock``.
+    ``read_lag`` seconds old by ``clock``. Each record has a version, 1 when it is made and one
+    more on each change to it (an order's cancel), reported with every answer about it.
     """
 
     def __init__(
@@ -101,6 +130,7 @@ class PaperVenue:
         # ``order_ref`` is its venue id cancels it (docs/paper-venue.md). ``strict_orders``:
         # a cancel of an order this venue never took is refused rather than recorded.
         self._cancelled: dict[str, str] = {}  # order venue id -> the cancel's venue id
+        self._versions: dict[str, int] = {}  # venue id -> its version (records are immutable)
         self._strict_orders = strict_orders
 
     # -- the venue's API ------------------------------------------------------------------
@@ -108,7 +138,8 @@ class PaperVenue:
     def submit(
         self, operation_key: str, action: str, effect: Mapping[str, EffectValue]
     ) -> tuple[str, bool]:
-        """Apply an effect; return ``(venue_id, created)``.
+        """Apply an effect; return ``(venue_id, created)``, a :class:`Submitted` that also
+        carries ``version``, the record's version as of this answer (read under the same lock).
 
         With ``honour_key`` an existing record under ``operation_key`` is returned with
         ``created=False`` and no new effect. Raises :class:`VenueRejection` for a refused effect
@@ -129,7 +160,7 @@ class PaperVenue:
                 raise
             if fault:
                 raise ConnectionError("paper venue: connection lost before the reply")
-            return result
+            return Submitted(*result, self._versions[result[0]])
 
     def order_state(self, venue_id: str) -> str | None:
         """``open`` or ``cancelled`` for a submitted order; None: no such order."""
@@ -138,6 +169,21 @@ class PaperVenue:
             if record is None or record.action != ORDER_ACTION:
                 return None
             return "cancelled" if venue_id in self._cancelled else "open"
+
+    def version(self, venue_id: str) -> int | None:
+        """The version of the visible record ``venue_id`` (None: no such visible record)."""
+        with self._lock:
+            record = self._by_id.get(venue_id)
+            if record is None or record.created_at > self._cutoff():
+                return None
+            return self._versions[venue_id]
+
+    def find_versioned(self, operation_key: str) -> list[tuple[str, int]]:
+        """:meth:`find`, each venue id with its record's version, in one read."""
+        with self._lock:
+            cutoff = self._cutoff()
+            ids = self._ids_by_key.get(operation_key, [])
+            return [(i, self._versions[i]) for i in ids if self._by_id[i].created_at <= cutoff]
 
     def refusal(self, effect: Mapping[str, EffectValue]) -> str | None:
         """Why the venue would refuse ``effect`` (None: it would accept it). Applies nothing."""
@@ -275,6 +321,7 @@ class PaperVenue:
             raise VenueRejection(f"order {ref} is already cancelled")
         venue_id = self._append(operation_key, CANCEL_ACTION, effect, None)
         self._cancelled[str(ref)] = venue_id
+        self._versions[str(ref)] += 1  # the order changed: open -> cancelled
         return venue_id
 
     def _check(self, effect: Mapping[str, EffectValue]) -> None:
@@ -311,6 +358,7 @@ class PaperVenue:
         )
         self._records.append(record)
         self._by_id[venue_id] = record
+        self._versions[venue_id] = 1
         self._ids_by_key.setdefault(operation_key, []).append(venue_id)
         self._pending.append((operation_key, venue_id))
         return venue_id
@@ -379,15 +427,18 @@ class PaperAdapter(Adapter):
         ``timeout`` is not enforced: the call is in-process and never blocks on I/O.
         """
         try:
-            venue_id, created = self.venue.submit(
-                request.operation_key, request.action, request.effect
-            )
+            answer = self.venue.submit(request.operation_key, request.action, request.effect)
         except VenueRejection as exc:
             return Receipt(Outcome.NOT_APPLIED, proof=refusal(f"venue rejected: {exc.reason}"))
         except Exception as exc:  # the venue may or may not have applied it
             raise AdapterError(f"paper venue call failed: {type(exc).__name__}: {exc}") from exc
+        venue_id, created = answer
+        version = submitted_version(self.venue, answer)
         return Receipt(
-            Outcome.APPLIED, venue_id=venue_id, detail={"created": "true" if created else "false"}
+            Outcome.APPLIED,
+            venue_id=venue_id,
+            detail={"created": "true" if created else "false"},
+            venue_version=None if version is None else str(version),
         )
 
     def probe(self, operation_key: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> list[str]:

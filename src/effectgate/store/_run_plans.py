@@ -50,17 +50,21 @@ class ValueRefusal(Exception):
         self.dimension = dimension
 
 
-def charge_run_value(tx: SharedTx, op: Operation, now: float) -> None:
+def charge_run_value(
+    tx: SharedTx, op: Operation, now: float, *, bound_to: str | None = None
+) -> None:
     """Charge ``op``'s declared value to its run's leaf, in the dispatch transaction that has
-    just recorded the dispatch (``dispatch_log``). Nothing for an operation bound to no run
-    admitted under a reservation (one primary-key read), or under a plan that does not bound
-    value. Raises :class:`ValueRefusal`: the leaf has settled, the class has no value measure,
-    or the value does not fit what the leaf allocates."""
+    just recorded the dispatch (``dispatch_log``). ``bound_to``: the operation whose run is
+    charged (a continuation is charged to its original's run, docs/continuations.md); by
+    default ``op`` itself. Nothing for an operation bound to no run admitted under a
+    reservation (one primary-key read), or under a plan that does not bound value. Raises
+    :class:`ValueRefusal`: the leaf has settled, the class has no value measure, or the value
+    does not fit what the leaf allocates."""
     bound = tx.rows(
         "SELECT b.run_id, b.plan_id, b.reservation_id FROM run_effects e JOIN run_budgets b "
         "ON b.scope = e.scope AND b.run_id = e.run_id "
         "WHERE e.scope = ? AND e.operation_id = ? AND b.reservation_id IS NOT NULL",
-        (op.scope, op.operation_id),
+        (op.scope, op.operation_id if bound_to is None else bound_to),
     )
     if not bound:
         return
