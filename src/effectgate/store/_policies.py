@@ -29,6 +29,13 @@ _COLUMNS = (
 _FROM = "policy_proposals p JOIN policy_versions v ON v.policy_hash = p.policy_hash"
 
 
+def _find(tx: SharedTx, proposal_id: str) -> PolicyProposal:
+    found = tx.rows(f"SELECT {_COLUMNS} FROM {_FROM} WHERE p.proposal_id = ?", (proposal_id,))
+    if not found:
+        raise ControlError(f"no policy proposal {proposal_id!r}", field="proposal")
+    return _proposal(found[0])
+
+
 def _proposal(r: Sequence[Any]) -> PolicyProposal:
     return PolicyProposal(
         str(r[0]), str(r[1]), str(r[2]), None if r[3] is None else str(r[3]), str(r[4]),
@@ -70,12 +77,7 @@ class PolicyRoles(StoreHooks):
         who = check_actor(approver)
 
         def work(tx: SharedTx, _: Operation | None) -> PolicyProposal:
-            found = tx.rows(
-                f"SELECT {_COLUMNS} FROM {_FROM} WHERE p.proposal_id = ?", (proposal_id,)
-            )
-            if not found:
-                raise ControlError(f"no policy proposal {proposal_id!r}", field="proposal")
-            p = _proposal(found[0])
+            p = _find(tx, proposal_id)
             if p.author == who:
                 raise SelfApproval(f"{who!r} proposed {proposal_id}; another principal approves")
             if p.state != "open":
@@ -109,12 +111,7 @@ class PolicyRoles(StoreHooks):
         who = check_actor(by)
 
         def work(tx: SharedTx, _: Operation | None) -> PolicyProposal:
-            found = tx.rows(
-                f"SELECT {_COLUMNS} FROM {_FROM} WHERE p.proposal_id = ?", (proposal_id,)
-            )
-            if not found:
-                raise ControlError(f"no policy proposal {proposal_id!r}", field="proposal")
-            p = _proposal(found[0])
+            p = _find(tx, proposal_id)
             # The state is compared in the UPDATE too: a concurrent approve wins or loses whole.
             moved = tx.rows(
                 "UPDATE policy_proposals SET state = 'rejected', decided_by = ?, decided_at = ? "

@@ -68,6 +68,18 @@ def run_hold(scope: str, run_id: str) -> Hold:
     return Hold(key=(scope, f"run/{run_id}"))
 
 
+def ensure_locked_run(tx: SharedTx, scope: str, run_id: str, now: float) -> None:
+    """Create the run's row if it is new, then lock it: budgets of one run are admitted one
+    transaction at a time (a no-op UPDATE takes the row lock on PostgreSQL)."""
+    tx.write(
+        "INSERT INTO runs (scope, run_id, created_at) VALUES (?,?,?) ON CONFLICT DO NOTHING",
+        (scope, run_id, now),
+    )
+    tx.one(
+        "UPDATE runs SET calls = calls WHERE scope = ? AND run_id = ? RETURNING 1", (scope, run_id)
+    )
+
+
 def write_usage(tx: SharedTx, scope: str, run_id: str, u: RunUsage, now: float) -> None:
     tx.write(
         "UPDATE run_budgets SET steps = ?, tokens = ?, reported_tokens = ?, tool_calls = ?, "
@@ -138,15 +150,7 @@ class RunBudgetRoles(StoreHooks):
         limits = dumps(budget.to_dict())
 
         def work(tx: SharedTx, _: Operation | None) -> tuple[RunBudgetState, bool]:
-            tx.write(
-                "INSERT INTO runs (scope, run_id, created_at) VALUES (?,?,?) "
-                "ON CONFLICT DO NOTHING",
-                (scope, run_id, now),
-            )
-            tx.one(
-                "UPDATE runs SET calls = calls WHERE scope = ? AND run_id = ? RETURNING 1",
-                (scope, run_id),
-            )
+            ensure_locked_run(tx, scope, run_id, now)
             inserted = tx.rows(
                 "INSERT INTO run_budgets (scope, run_id, limits, created_at, updated_at) "
                 "VALUES (?,?,?,?,?) ON CONFLICT DO NOTHING RETURNING 1",

@@ -25,7 +25,12 @@ from effectgate._core.run_value import RunLink, run_budget_for, run_settlement, 
 from effectgate._core.runs import check_run_id, check_scope
 from effectgate.errors import ReservationConflict, ReservationNotFound
 from effectgate.store._plan_rows import ACCOUNT_LOCK, plan_hold, settle_in, snapshot_in
-from effectgate.store._run_budgets import BUDGET_COLUMNS, RunBudgetRoles, budget_state
+from effectgate.store._run_budgets import (
+    BUDGET_COLUMNS,
+    RunBudgetRoles,
+    budget_state,
+    ensure_locked_run,
+)
 from effectgate.store._tx import SharedTx
 from effectgate.store._value_record import ValueRecordRoles, name_run, run_value
 from effectgate.store.base import Operation, credential_marker, dumps
@@ -120,15 +125,7 @@ class RunPlanRoles(ValueRecordRoles, RunBudgetRoles):
             snap = snapshot_in(tx, scope, plan_id)
             res = check_open(snap, reservation_id, now)
             budget = run_budget_for(res.request)
-            tx.write(
-                "INSERT INTO runs (scope, run_id, created_at) VALUES (?,?,?) "
-                "ON CONFLICT DO NOTHING",
-                (scope, run_id, now),
-            )
-            tx.one(
-                "UPDATE runs SET calls = calls WHERE scope = ? AND run_id = ? RETURNING 1",
-                (scope, run_id),
-            )
+            ensure_locked_run(tx, scope, run_id, now)
             old = tx.rows(_LINK, (scope, run_id))
             if old:
                 link = _link(scope, run_id, old[0])
