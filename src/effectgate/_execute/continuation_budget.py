@@ -45,20 +45,20 @@ def continuation_budget_check(tx: SharedTx, row: Operation, now: float) -> Refus
     try:
         admit_tool_slot(tx, row.scope, run_id, row.operation_id, now)
     except BudgetExceeded as exc:
-        return Refusal(
-            move="reject",
-            code=BudgetExceeded.code,
-            reason=f"budget_exceeded: {exc.message} ({exc.dimension}; charged to the "
-            f"original's run {run_id!r})",
-        )
+        return _over(exc.message, exc.dimension, run_id)
     try:
         # After the slot (the run's row, then the leaf's: a settlement's order, so no cycle).
         charge_run_value(tx, row, now, bound_to=original_id)
     except ValueRefusal as why:
-        return Refusal(
-            move="reject",
-            code=BudgetExceeded.code,
-            reason=f"budget_exceeded: {why} ({why.dimension}; charged to the original's run "
-            f"{run_id!r})",
-        )
+        return _over(str(why), why.dimension, run_id)
     return None
+
+
+def _over(message: str, dimension: str, run_id: str) -> Refusal:
+    """The refusal of a continuation its original's run cannot carry, naming the dimension."""
+    return Refusal(
+        move="reject",
+        code=BudgetExceeded.code,
+        reason=f"budget_exceeded: {message} ({dimension}; charged to the original's run "
+        f"{run_id!r})",
+    )
