@@ -62,6 +62,12 @@ from effectgate.store.base import (
 __all__ = ["SQLStore", "Work"]
 
 _AUDIT_PAGE = 1000
+#: Entries the index leaves to their row (in_row) that no row names (verification).
+_UNNAMED = (
+    "SELECT a.seq, a.scope, a.operation_id FROM audit_log a WHERE a.in_row AND NOT EXISTS "
+    "(SELECT 1 FROM operations o WHERE o.scope = a.scope AND o.operation_id = a.operation_id "
+    "AND a.seq IN (o.journal_seq, o.receipt_seq)) ORDER BY a.seq"
+)
 
 
 class SQLStore(
@@ -495,22 +501,27 @@ class SQLStore(
         operation_id: str | None = None,
         limit: int = 1000,
     ) -> list[ChainEntry]:
-        clause, args = where(
-            (
-                ("seq >", after_seq),
-                ("seq <=", until_seq),
-                ("lane =", lane),
-                ("scope =", scope),
-                ("operation_id =", operation_id),
+        if scope is not None and operation_id is not None:
+            # One operation's entries: through its index and its row (sql.op_entries).
+            terms, extra = where_terms(
+                (("a.seq >", after_seq), ("a.seq <=", until_seq), ("a.lane =", lane))
             )
-        )
+            query = sql.op_entries(sql.CHAIN_COLUMNS, "".join(f" AND {t}" for t in terms))
+            args = sql.op_entries_args(scope, operation_id, extra)
+        else:
+            clause, args = where(
+                (
+                    ("seq >", after_seq),
+                    ("seq <=", until_seq),
+                    ("lane =", lane),
+                    ("scope =", scope),
+                    ("operation_id =", operation_id),
+                )
+            )
+            query = f"SELECT {sql.CHAIN_COLUMNS} FROM audit_log {clause}"
         return [
             sql.chain_entry_from_row(r)
-            for r in self._rows(
-                f"SELECT {sql.CHAIN_COLUMNS} FROM audit_log {clause} ORDER BY seq LIMIT ?",
-                (*args, limit),
-                "audit_entries",
-            )
+            for r in self._rows(f"{query} ORDER BY seq LIMIT ?", (*args, limit), "audit_entries")
         ]
 
     def audit_heads(self) -> dict[int, tuple[int, str]]:
@@ -522,6 +533,20 @@ class SQLStore(
         }
 
     def audit_anchor_mismatches(self) -> list[tuple[int, str]]:
-        """None beyond the heads, where every append advances its lane's head row and chains
-        from it, so a cut-off tail stays a broken link (SQLite records more: it overrides)."""
-        return []
+        """Entries marked ``in_row`` that their operations row does not name.
+
+        Per-operation reads find such an entry only through its row (``sql.op_entries``), and
+        neither ``in_row`` nor the row's seqs are inside the entries' digests: an edit to
+        either would hide it there without breaking the chain, so verification reports it.
+        Beyond that, every append advances its lane's head row and chains from it, so a
+        cut-off tail stays a broken link (SQLite records more: it extends this).
+        """
+        return [
+            (
+                int(seq),
+                f"entry {seq} of {scope}:{operation_id} is marked as named by its operations "
+                "row, which does not name it: in_row or the row's journal_seq/receipt_seq "
+                "was edited (per-operation reads would miss the entry)",
+            )
+            for seq, scope, operation_id in self._rows(_UNNAMED, (), "audit_anchor_mismatches")
+        ]

@@ -211,17 +211,17 @@ class QuarantineRoles(StoreHooks):
 
     def quarantined_from(self, scope: str, operation_id: str) -> State | None:
         """The state the row last entered the queue from (None: not recorded)."""
-        return _from_trail(self._rows(_TRAIL, (scope, operation_id), "quarantined_from"))
+        return _from_trail(
+            self._rows(_TRAIL, sql.op_entries_args(scope, operation_id), "quarantined_from")
+        )
 
 
-_TRAIL = (
-    "SELECT detail FROM audit_log WHERE scope = ? AND operation_id = ? "
-    "AND kind = 'transition' ORDER BY seq DESC"
-)
+_TRANSITIONS = sql.op_entries("seq, detail", " AND a.kind = 'transition'")
+_TRAIL = f"SELECT detail FROM ({_TRANSITIONS}) t ORDER BY seq DESC"
 
 
 def _quarantined_from(tx: SharedTx, scope: str, operation_id: str) -> State | None:
-    return _from_trail(tx.rows(_TRAIL, (scope, operation_id)))
+    return _from_trail(tx.rows(_TRAIL, sql.op_entries_args(scope, operation_id)))
 
 
 def _from_trail(rows: Sequence[Sequence[Any]]) -> State | None:

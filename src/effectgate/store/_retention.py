@@ -24,6 +24,7 @@ from typing import Any
 from effectgate._core.retention import LegalHold, PruneReport
 from effectgate._core.states import TERMINAL, State
 from effectgate.errors import ConfigError, ControlError, OperationNotFound
+from effectgate.store import _sql as sql
 from effectgate.store._hooks import StoreHooks
 from effectgate.store._retention_rules import Superseding, entry_in_force
 from effectgate.store._tx import SharedTx
@@ -126,6 +127,9 @@ def _reason(reason: str) -> None:
     if not isinstance(reason, str) or not reason.strip() or len(reason) > 2000:
         raise ControlError("a reason is required (at most 2000 characters)")
 
+
+#: The last entry of one operation (through its index and its row: sql.op_entries).
+_LAST_OF_OPERATION = f"SELECT max(seq) FROM ({sql.op_entries('seq')}) t"
 
 _HOLD_COLUMNS = (
     "hold_id, scope, operation_id, placed_by, reason, placed_at, released_at, released_by"
@@ -326,10 +330,9 @@ class RetentionRoles(StoreHooks):
                 verdicts[op] = prunable_operation(
                     tx, op[0], op[1], before=before, now=now, min_age=min_age
                 )
-                last = tx.rows(
-                    "SELECT max(seq) FROM audit_log WHERE scope = ? AND operation_id = ?", op
-                )
-                last_of[op] = int(last[0][0])
+                last = tx.rows(_LAST_OF_OPERATION, sql.op_entries_args(*op))[0][0]
+                # None only if the row naming this entry was deleted by hand: it reaches here.
+                last_of[op] = int(seq) if last is None else max(int(last), int(seq))
             why = verdicts[op]
             if why is not None:
                 report.stopped[lane] = f"seq {seq}: {why}"

@@ -29,6 +29,7 @@ __all__ = [
     "principals_tables",
     "release_columns",
     "retention_tables",
+    "row_audit_columns",
     "runs_tables",
     "shadow_columns",
     "shared_migrations",
@@ -261,6 +262,7 @@ def shared_migrations(t: Types) -> list[str]:
         value_record_columns(t),  # the shared record of dispatched value (_value_record.py)
         approval_binding_columns(t),  # what an approval was given with (store/_controls.py)
         announcement_tables(t),  # one announcement per channel and round (store/_channels.py)
+        row_audit_columns(t),  # entries an operations row names, outside the per-operation index
     ]
 
 
@@ -437,6 +439,25 @@ CREATE TABLE channel_announcements (
     announced_at {real},
     PRIMARY KEY (channel, scope, operation_id, round)
 ){clustered}
+""".format(**asdict(t))
+
+
+def row_audit_columns(t: Types) -> str:
+    """Audit entries an operations row names itself, kept out of ``audit_by_operation``.
+
+    Every journal and receipt commit wrote one entry into the per-operation index, a page of
+    its own in each commit (on SQLite, a WAL frame the fsync waits for). A dialect whose hot
+    path can name the entry's seq in the row it writes anyway (SQLite) stores it in
+    ``journal_seq`` or ``receipt_seq`` and sets the entry's ``in_row``; the index holds only
+    the others. Readers of an operation's entries take both (store/_sql.py, ``op_entries``).
+    Existing entries keep ``in_row`` false: they stay in the index.
+    """
+    return """
+ALTER TABLE audit_log ADD COLUMN in_row {bool} NOT NULL DEFAULT {false};
+ALTER TABLE operations ADD COLUMN journal_seq {bigint};
+ALTER TABLE operations ADD COLUMN receipt_seq {bigint};
+DROP INDEX audit_by_operation;
+CREATE INDEX audit_by_operation ON audit_log (scope, operation_id, seq) WHERE NOT in_row
 """.format(**asdict(t))
 
 

@@ -28,6 +28,8 @@ __all__ = [
     "controls_from_row",
     "divergence_from_row",
     "entry_from_row",
+    "op_entries",
+    "op_entries_args",
     "operation_from_row",
     "shadow_pair_from_row",
     "step_from_row",
@@ -46,6 +48,34 @@ STEP_COLUMNS = (
     "id, action, axis, old, new, evidence, reverse_on, operator, at, kind, reverses, active"
 )
 CHAIN_COLUMNS = "seq, lane, at, scope, operation_id, kind, detail, prev_hash, hash"
+
+
+def op_entries(columns: str, extra: str = "") -> str:
+    """One operation's audit entries, unordered: those ``audit_by_operation`` holds and those
+    its operations row names (``journal_seq``, ``receipt_seq``: migration ``row_audit_columns``).
+
+    ``columns``: audit_log columns, bare; ``extra``: more conditions on the entry (`` AND ...``
+    over alias ``a``). Arguments: :func:`op_entries_args`. The two halves are disjoint by
+    ``in_row``; the second also checks the entry is the operation's (a seq alone could name
+    another entry once a cut-off tail's seqs were reused). Ordered by a caller that wants it,
+    e.g. ``op_entries(...) + " ORDER BY seq"``.
+    """
+    cols = ", ".join(f"a.{c.strip()}" for c in columns.split(","))
+    return (
+        f"SELECT {cols} FROM audit_log a WHERE a.scope = ? AND a.operation_id = ? "
+        f"AND NOT a.in_row{extra} UNION ALL "
+        f"SELECT {cols} FROM operations o JOIN audit_log a "
+        "ON a.seq IN (o.journal_seq, o.receipt_seq) AND a.in_row "
+        "AND a.scope = o.scope AND a.operation_id = o.operation_id "
+        f"WHERE o.scope = ? AND o.operation_id = ?{extra}"
+    )
+
+
+def op_entries_args(scope: str, operation_id: str, extra: Sequence[Any] = ()) -> list[Any]:
+    """The arguments of :func:`op_entries` (``extra``: those of its ``extra`` conditions)."""
+    return [scope, operation_id, *extra, scope, operation_id, *extra]
+
+
 DIVERGENCE_COLUMNS = "kind, op_key, venue_ids, ledger_state, first_seen"
 ALERT_COLUMNS = "kind, subject, action, message, detail, at"
 

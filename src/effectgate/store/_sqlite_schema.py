@@ -26,6 +26,7 @@ __all__ = [
     "MIGRATIONS",
     "ChainLink",
     "advance_head",
+    "append_entry",
     "chained_audit",
     "migrate",
     "register_chain_function",
@@ -64,8 +65,9 @@ CHAIN_FUNCTION = "effectgate_chain_hash"
 # materialised subquery, which the engine builds as a temporary table for every entry.
 _TAIL = "(SELECT {} FROM audit_log ORDER BY seq DESC LIMIT 1)"
 _CHAINED_INSERT = (
-    "INSERT INTO audit_log (seq, at, scope, operation_id, kind, detail, lane, prev_hash, hash) "
-    f"VALUES (coalesce({_TAIL.format('seq')}, 0) + 1, ?, ?, ?, ?, ?, 0, "
+    "INSERT INTO audit_log "
+    "(seq, at, scope, operation_id, kind, detail, in_row, lane, prev_hash, hash) "
+    f"VALUES (coalesce({_TAIL.format('seq')}, 0) + 1, ?, ?, ?, ?, ?, ?, 0, "
     f"coalesce({_TAIL.format('hash')}, ?), "
     f"{CHAIN_FUNCTION}(coalesce({_TAIL.format('hash')}, ?), ?))"
 )
@@ -126,17 +128,46 @@ def chained_audit(
     detail: Mapping[str, object],
     *,
     advance_head: bool = True,
+    in_row: bool = False,
 ) -> tuple[int, str]:
     """Append one audit entry linked to the chain's last one, in the caller's transaction.
 
     Returns the entry's ``(seq, hash)``. ``advance_head=False`` leaves audit_heads to the
     caller (a batch advances it once). ``link``: the chain function registered on ``cur``'s
-    connection (:func:`register_chain_function`).
+    connection (:func:`register_chain_function`). ``in_row``: the caller records the seq in
+    the operation's row, which is then how readers find it (not ``audit_by_operation``).
     """
-    at, text = float(now), dumps(detail)
+    return append_entry(
+        cur,
+        link,
+        float(now),
+        scope,
+        operation_id,
+        kind,
+        dumps(detail),
+        advance_head=advance_head,
+        in_row=in_row,
+    )
+
+
+def append_entry(
+    cur: sqlite3.Cursor,
+    link: ChainLink,
+    at: float,
+    scope: str | None,
+    operation_id: str | None,
+    kind: str,
+    text: str,
+    *,
+    advance_head: bool,
+    in_row: bool,
+) -> tuple[int, str]:
+    """:func:`chained_audit` of a detail already encoded as ``text``."""
     digest = content_digest(0, at, scope, operation_id, kind, text)
     link.hash = ""
-    cur.execute(_CHAINED_INSERT, (at, scope, operation_id, kind, text, GENESIS, GENESIS, digest))
+    cur.execute(
+        _CHAINED_INSERT, (at, scope, operation_id, kind, text, in_row, GENESIS, GENESIS, digest)
+    )
     seq, entry_hash = cur.lastrowid, link.hash
     if not seq or not entry_hash:
         raise StoreError("the chained audit insert did not report its entry")

@@ -67,12 +67,19 @@ def principal_value(rows: Rows, holder: str, actions: frozenset[str] | None, sin
     if actions is not None:
         only = f" AND d.action IN ({','.join('?' * len(actions))})"
         args.extend(sorted(actions))
+    # The journal entry names the proposer: found through the per-operation index or, when
+    # the row names it (migration row_audit_columns), through the row.
     found = rows(
         "SELECT d.op_key, d.value_micros, a.detail FROM dispatch_log d "
         "JOIN operations o ON o.op_key = d.op_key "
         "JOIN audit_log a ON a.scope = o.scope AND a.operation_id = o.operation_id "
+        f"AND NOT a.in_row AND a.kind = 'transition' WHERE d.at >= ?{only} UNION ALL "
+        "SELECT d.op_key, d.value_micros, a.detail FROM dispatch_log d "
+        "JOIN operations o ON o.op_key = d.op_key "
+        "JOIN audit_log a ON a.seq IN (o.journal_seq, o.receipt_seq) AND a.in_row "
+        "AND a.scope = o.scope AND a.operation_id = o.operation_id "
         f"AND a.kind = 'transition' WHERE d.at >= ?{only}",
-        args,
+        [*args, *args],
         "dispatched_micros",
     )
     seen: set[str] = set()

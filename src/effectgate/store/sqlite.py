@@ -39,15 +39,19 @@ _CAS = (
     "UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
     "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), "
     "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, lease_until = NULL, "
-    "audit_seq = coalesce(?, audit_seq), audit_hash = coalesce(?, audit_hash) "
+    "audit_seq = coalesce(?, audit_seq), audit_hash = coalesce(?, audit_hash), "
+    "receipt_seq = coalesce(receipt_seq, ?) "
     "WHERE scope = ? AND operation_id = ? AND state = ? "
-    "RETURNING version, venue_id, detail, submitted_at"
+    "RETURNING version, venue_id, detail, submitted_at, receipt_seq"
 )
 _INSERT = (
     "INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
     "intent, effect, tier, reason, policy_version, detail, created_at, updated_at, "
-    "submitted_at, audit_seq, audit_hash) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    "submitted_at, audit_seq, audit_hash, journal_seq) "
+    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
+# An entry written in_row that its row ended up not naming goes back to the index.
+_TO_INDEX = "UPDATE audit_log SET in_row = 0 WHERE seq = ?"
 # The journal's first read: the row if it exists and, beside it, the class's controls (which
 # the controls checks would read next), in one statement.
 _N_OP = len(sql.OP_COLUMNS.split(","))
@@ -67,10 +71,16 @@ class _Miss(Exception):
 
 class SQLiteTx(SharedTx):
     """:class:`~effectgate.store._tx.SharedTx` over the write connection, inside ``BEGIN
-    IMMEDIATE``: statements run at once, and each audit entry is chained as it is written.
+    IMMEDIATE``: statements run at once, and each audit entry is chained before the next one.
 
     The last entry of a transaction is recorded as the chain's head: in the operations row a
     compare-and-set or insert writes anyway (no extra page), otherwise by :meth:`finish`.
+
+    An entry is written when the transaction's next statement runs (it is encoded at once).
+    If that statement writes the entry's own row and names it there (the journal's insert:
+    ``journal_seq``; the move out of ``submitted``: ``receipt_seq``), the entry is written
+    ``in_row`` and stays out of ``audit_by_operation``: one index page less per commit
+    (migration ``row_audit_columns``; readers: ``_sql.op_entries``).
     """
 
     def __init__(
@@ -84,11 +94,17 @@ class SQLiteTx(SharedTx):
         self._link = link
         self._last: tuple[int, str] | None = None
         self._anchored: tuple[int, str] | None = None
+        # The entry audit() took and the next statement writes: (at, scope, op, kind, text).
+        self._pending: tuple[float, str | None, str | None, str, str] | None = None
 
     def rows(self, query: str, args: Sequence[Any] = ()) -> list[Sequence[Any]]:
+        if self._pending is not None:
+            self._write_pending(False)
         return self.cur.execute(query, args).fetchall()
 
     def write(self, query: str, args: Sequence[Any] = ()) -> None:
+        if self._pending is not None:
+            self._write_pending(False)
         self.cur.execute(query, args)
 
     def audit(
@@ -99,9 +115,37 @@ class SQLiteTx(SharedTx):
         scope: str | None = None,
         operation_id: str | None = None,
     ) -> None:
-        self._last = schema.chained_audit(
-            self.cur, self._link, at, scope, operation_id, kind, detail, advance_head=False
+        if self._pending is not None:
+            self._write_pending(False)
+        # Encoded now: the caller may reuse its mapping before the entry is written.
+        self._pending = (float(at), scope, operation_id, kind, dumps(detail))
+
+    def _write_pending(self, in_row: bool) -> int:
+        if self._pending is None:
+            raise StoreError("no audit entry is waiting to be written")
+        at, scope, operation_id, kind, text = self._pending
+        self._pending = None
+        self._last = schema.append_entry(
+            self.cur,
+            self._link,
+            at,
+            scope,
+            operation_id,
+            kind,
+            text,
+            advance_head=False,
+            in_row=in_row,
         )
+        return self._last[0]
+
+    def _row_entry(self, scope: str, operation_id: str) -> int | None:
+        """Write the waiting entry, if any; its seq if it is this row's (the row names it)."""
+        pending = self._pending
+        if pending is None:
+            return None
+        mine = pending[1] == scope and pending[2] == operation_id
+        seq = self._write_pending(mine)
+        return seq if mine else None
 
     def _anchor(self) -> tuple[int | None, str | None]:
         self._anchored = self._last
@@ -119,6 +163,13 @@ class SQLiteTx(SharedTx):
         detail: str | None = None,
         submitted_at: float | None = None,
     ) -> Sequence[Any] | None:
+        # Only a row's move out of submitted (at most one: nothing re-enters it) names its
+        # entry; any other move writes it as before.
+        seq = None
+        if expected is State.SUBMITTED:
+            seq = self._row_entry(scope, operation_id)
+        elif self._pending is not None:
+            self._write_pending(False)
         # fetchall() runs the UPDATE to completion before COMMIT.
         changed = self.cur.execute(
             _CAS,
@@ -129,16 +180,22 @@ class SQLiteTx(SharedTx):
                 detail,
                 submitted_at,
                 *self._anchor(),
+                seq,
                 scope,
                 operation_id,
                 expected.value,
             ),
         ).fetchall()
-        return changed[0] if changed else None
+        if seq is not None and (not changed or changed[0][4] != seq):
+            # No row moved (the caller rolls back or goes on without it), or the row names
+            # an earlier entry: this one must be found through the index.
+            self.cur.execute(_TO_INDEX, (seq,))
+        return changed[0][:4] if changed else None
 
     def insert_row(
         self, new: NewOperation, state: State, held: str | None, now: float, intent_text: str
     ) -> None:
+        seq = self._row_entry(new.scope, new.operation_id)
         self.cur.execute(
             _INSERT,
             (
@@ -158,11 +215,14 @@ class SQLiteTx(SharedTx):
                 now,
                 now if state is State.SUBMITTED else None,
                 *self._anchor(),
+                seq,
             ),
         )
 
     def finish(self) -> None:
-        """Record the transaction's last entry as the head unless a row records it."""
+        """Write the waiting entry; record the last entry as the head unless a row does."""
+        if self._pending is not None:
+            self._write_pending(False)
         if self._last is not None and self._last != self._anchored:
             schema.advance_head(self.cur, *self._last)
 
@@ -359,7 +419,7 @@ class SQLiteStore(SQLStore):
             "LEFT JOIN audit_log a ON a.seq = h.seq "
             "WHERE a.hash IS NULL OR a.hash <> h.hash ORDER BY 1"
         )
-        return [
+        recorded = [
             (
                 int(seq),
                 f"{who} records audit seq {seq}, which the log "
@@ -368,6 +428,7 @@ class SQLiteStore(SQLStore):
             )
             for seq, who, missing in rows
         ]
+        return sorted([*recorded, *super().audit_anchor_mismatches()])
 
     def audit_heads(self) -> dict[int, tuple[int, str]]:
         """The recorded head: the later of audit_heads and the newest operations-row anchor.
