@@ -81,10 +81,9 @@ def content_digest(
         and (scope is None or _plain(scope))
         and (operation_id is None or _plain(operation_id))
     ):
-        body = (
-            f"[{lane},{float.__repr__(at)},{_quote(scope)},{_quote(operation_id)},"
-            f"{_quote(kind)},{_quote(detail_text)}]"
-        )
+        # One orjson call quotes the four texts ('["s","o","k","d"]'); its list is compact.
+        texts = orjson.dumps([scope, operation_id, kind, detail_text]).decode("ascii")
+        body = f"[{lane},{float.__repr__(at)},{texts[1:]}"
     else:
         body = _DIGEST_ENCODER.encode([lane, at, scope, operation_id, kind, detail_text])
     return hashlib.sha256(body.encode("ascii")).hexdigest()
@@ -93,10 +92,6 @@ def content_digest(
 def _plain(text: str) -> bool:
     # ASCII without DEL: the standard encoder (ensure_ascii) escapes DEL, orjson does not.
     return text.isascii() and "\x7f" not in text
-
-
-def _quote(text: str | None) -> str:
-    return "null" if text is None else orjson.dumps(text).decode("ascii")
 
 
 def chain_hash(prev_hash: str, digest: str) -> str:
