@@ -24,7 +24,8 @@ AUTO = [P, V, S]
 
 # Entries flagged in_row that their row does not name: unreachable by operation if any existed.
 _ORPHANS = (
-    "SELECT count(*) FROM audit_log a WHERE a.in_row AND NOT EXISTS (SELECT 1 FROM operations o "
+    "SELECT count(*) FROM audit_log a WHERE a.in_row IS TRUE AND NOT EXISTS (SELECT 1 FROM "
+    "operations o "
     "WHERE o.scope = a.scope AND o.operation_id = a.operation_id "
     "AND a.seq IN (o.journal_seq, o.receipt_seq))"
 )
@@ -123,6 +124,64 @@ class TestTamperingIsReported:
         assert not result.ok
         assert [(f.seq, f.problem) for f in result.findings] == [(note.seq, "anchor")]
 
+    def test_a_null_flag_hides_no_entry(self, store: Store) -> None:
+        """Invariant 8: with the column's NOT NULL dropped (a schema edit) and the flag set to
+        NULL on an indexed entry and on one the row names, every entry is still in the trail:
+        the readers split on ``in_row IS TRUE``, which no value makes neither true nor false."""
+        store.insert_operation(new("mine"), AUTO, now=1.0)
+        store.append_audit("note", {"note": "n"}, now=1.5, scope="default", operation_id="mine")
+        store.transition("default", "mine", S, A, now=2.0, venue_id="V-1")
+        before = kinds(store, "mine")
+        assert [k for k, _ in before] == ["transition", "note", "transition"]
+        seqs = [e.seq for e in store.audit_entries(scope="default", operation_id="mine")]
+        reopened: SQLiteStore | None = None
+        if isinstance(store, SQLiteStore):
+            # SQLite cannot drop NOT NULL in place: the attacker rewrites the schema text.
+            conn = store._conn
+            conn.execute("PRAGMA writable_schema = ON")
+            conn.execute(
+                "UPDATE sqlite_master SET sql = replace(sql, 'in_row INTEGER NOT NULL DEFAULT 0', "
+                "'in_row INTEGER DEFAULT 0') WHERE name = 'audit_log'"
+            )
+            conn.execute("PRAGMA writable_schema = OFF")
+            store.close()
+            store = reopened = SQLiteStore(store.path)
+        else:
+            sql(store, "ALTER TABLE audit_log ALTER COLUMN in_row DROP NOT NULL")
+        try:
+            for seq in (seqs[1], seqs[2]):  # the note (indexed), the receipt (named by the row)
+                sql(store, "UPDATE audit_log SET in_row = NULL WHERE seq = ?", seq)
+            nulls = store._rows("SELECT count(*) FROM audit_log WHERE in_row IS NULL")  # type: ignore[attr-defined]
+            assert int(nulls[0][0]) == 2
+            assert kinds(store, "mine") == before
+            assert verify_store(store).ok  # nothing hidden, so nothing to report
+        finally:
+            if reopened is not None:
+                reopened.close()
+
+
+class TestIndexPerDialect:
+    def test_the_index_leaves_out_only_what_rows_name(self, store: Store) -> None:
+        """SQLite's per-operation index is partial (the entries rows name are left out);
+        PostgreSQL names no entry in its row and keeps the full index (rebuilding it would hold
+        the table's lock for nothing); the trail is the same on both."""
+        store.insert_operation(new("mine"), AUTO, now=1.0)
+        store.transition("default", "mine", S, A, now=2.0, venue_id="V-1")
+        rows = store._rows  # type: ignore[attr-defined]
+        flagged = int(rows("SELECT count(*) FROM audit_log WHERE in_row IS TRUE")[0][0])
+        if isinstance(store, SQLiteStore):
+            (ddl,) = rows("SELECT sql FROM sqlite_master WHERE name = 'audit_by_operation'")
+            assert str(ddl[0]).strip().endswith("WHERE in_row IS NOT TRUE")
+            assert flagged == 2
+        else:
+            (ddl,) = rows(
+                "SELECT indexdef FROM pg_indexes WHERE indexname = 'audit_by_operation' "
+                "AND schemaname = current_schema()"
+            )
+            assert " WHERE " not in str(ddl[0])
+            assert flagged == 0
+        assert [s for _, s in kinds(store, "mine")] == ["submitted", "acknowledged"]
+
 
 class TestSQLiteRowEntries:
     @pytest.fixture
@@ -147,7 +206,7 @@ class TestSQLiteRowEntries:
         assert named == (flags[0][0], flags[2][0])
         indexed = sqlite._conn.execute(
             "SELECT count(*) FROM audit_log INDEXED BY audit_by_operation "
-            "WHERE scope = 'default' AND operation_id = 'mine' AND NOT in_row"
+            "WHERE scope = 'default' AND operation_id = 'mine' AND in_row IS NOT TRUE"
         ).fetchone()[0]
         assert indexed == 1
 

@@ -62,12 +62,15 @@ from effectgate.store.base import (
 __all__ = ["SQLStore", "Work"]
 
 _AUDIT_PAGE = 1000
-#: Entries the index leaves to their row (in_row) that no row names (verification).
+#: Entries the index leaves to their row (in_row) that no row names (verification), in one
+#: range of seqs: a paged walk keeps each statement short on a large log (statement timeouts).
 _UNNAMED = (
-    "SELECT a.seq, a.scope, a.operation_id FROM audit_log a WHERE a.in_row AND NOT EXISTS "
+    "SELECT a.seq, a.scope, a.operation_id FROM audit_log a "
+    "WHERE a.seq > ? AND a.seq <= ? AND a.in_row IS TRUE AND NOT EXISTS "
     "(SELECT 1 FROM operations o WHERE o.scope = a.scope AND o.operation_id = a.operation_id "
     "AND a.seq IN (o.journal_seq, o.receipt_seq)) ORDER BY a.seq"
 )
+_UNNAMED_PAGE = 50_000
 
 
 class SQLStore(
@@ -541,12 +544,24 @@ class SQLStore(
         Beyond that, every append advances its lane's head row and chains from it, so a
         cut-off tail stays a broken link (SQLite records more: it extends this).
         """
-        return [
-            (
-                int(seq),
-                f"entry {seq} of {scope}:{operation_id} is marked as named by its operations "
-                "row, which does not name it: in_row or the row's journal_seq/receipt_seq "
-                "was edited (per-operation reads would miss the entry)",
-            )
-            for seq, scope, operation_id in self._rows(_UNNAMED, (), "audit_anchor_mismatches")
-        ]
+        found: list[tuple[int, str]] = []
+        bottom, top = self._rows(
+            "SELECT min(seq), max(seq) FROM audit_log", (), "audit_anchor_mismatches"
+        )[0]
+        low = int(bottom) - 1 if bottom is not None else 0
+        while top is not None and low < int(top):
+            high = low + _UNNAMED_PAGE
+            for seq, scope, operation_id in self._rows(
+                _UNNAMED, (low, high), "audit_anchor_mismatches"
+            ):
+                found.append(
+                    (
+                        int(seq),
+                        f"entry {seq} of {scope}:{operation_id} is marked as named by its "
+                        "operations row, which does not name it: in_row or the row's "
+                        "journal_seq/receipt_seq was edited (per-operation reads would miss "
+                        "the entry)",
+                    )
+                )
+            low = high
+        return found

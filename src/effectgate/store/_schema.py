@@ -55,6 +55,9 @@ class Types:
     key: str
     #: A check on ``operations.state`` (empty where the dialect keeps none).
     state_check: str = ""
+    #: Where the hot path names its audit entries in their row (SQLite): the statements that
+    #: leave those entries out of the per-operation index (migration ``row_audit_columns``).
+    row_named_index: str = ""
 
 
 def ledger_tables(t: Types) -> str:
@@ -448,16 +451,18 @@ def row_audit_columns(t: Types) -> str:
     Every journal and receipt commit wrote one entry into the per-operation index, a page of
     its own in each commit (on SQLite, a WAL frame the fsync waits for). A dialect whose hot
     path can name the entry's seq in the row it writes anyway (SQLite) stores it in
-    ``journal_seq`` or ``receipt_seq`` and sets the entry's ``in_row``; the index holds only
-    the others. Readers of an operation's entries take both (store/_sql.py, ``op_entries``).
-    Existing entries keep ``in_row`` false: they stay in the index.
+    ``journal_seq`` or ``receipt_seq`` and sets the entry's ``in_row``; its index
+    (``Types.row_named_index``) then holds only the others. Elsewhere nothing is ``in_row``
+    and the full index stays: rebuilding it would buy nothing and, on a large log, hold the
+    table's lock past a statement timeout. Readers of an operation's entries take both halves
+    (store/_sql.py, ``op_entries``), split by ``in_row IS TRUE`` so that no value of the flag,
+    NULL included, can drop an entry from both. Existing entries keep ``in_row`` false.
     """
     return """
 ALTER TABLE audit_log ADD COLUMN in_row {bool} NOT NULL DEFAULT {false};
 ALTER TABLE operations ADD COLUMN journal_seq {bigint};
 ALTER TABLE operations ADD COLUMN receipt_seq {bigint};
-DROP INDEX audit_by_operation;
-CREATE INDEX audit_by_operation ON audit_log (scope, operation_id, seq) WHERE NOT in_row
+{row_named_index}
 """.format(**asdict(t))
 
 

@@ -55,17 +55,18 @@ def op_entries(columns: str, extra: str = "") -> str:
     its operations row names (``journal_seq``, ``receipt_seq``: migration ``row_audit_columns``).
 
     ``columns``: audit_log columns, bare; ``extra``: more conditions on the entry (`` AND ...``
-    over alias ``a``). Arguments: :func:`op_entries_args`. The two halves are disjoint by
-    ``in_row``; the second also checks the entry is the operation's (a seq alone could name
+    over alias ``a``). Arguments: :func:`op_entries_args`. The two halves split on ``in_row IS
+    TRUE``, which is true or false for every value (a NULL flag lands in the first half, never
+    in neither); the second also checks the entry is the operation's (a seq alone could name
     another entry once a cut-off tail's seqs were reused). Ordered by a caller that wants it,
     e.g. ``op_entries(...) + " ORDER BY seq"``.
     """
     cols = ", ".join(f"a.{c.strip()}" for c in columns.split(","))
     return (
         f"SELECT {cols} FROM audit_log a WHERE a.scope = ? AND a.operation_id = ? "
-        f"AND NOT a.in_row{extra} UNION ALL "
+        f"AND a.in_row IS NOT TRUE{extra} UNION ALL "
         f"SELECT {cols} FROM operations o JOIN audit_log a "
-        "ON a.seq IN (o.journal_seq, o.receipt_seq) AND a.in_row "
+        "ON a.seq IN (o.journal_seq, o.receipt_seq) AND a.in_row IS TRUE "
         "AND a.scope = o.scope AND a.operation_id = o.operation_id "
         f"WHERE o.scope = ? AND o.operation_id = ?{extra}"
     )

@@ -73,10 +73,10 @@ def principal_value(rows: Rows, holder: str, actions: frozenset[str] | None, sin
         "SELECT d.op_key, d.value_micros, a.detail FROM dispatch_log d "
         "JOIN operations o ON o.op_key = d.op_key "
         "JOIN audit_log a ON a.scope = o.scope AND a.operation_id = o.operation_id "
-        f"AND NOT a.in_row AND a.kind = 'transition' WHERE d.at >= ?{only} UNION ALL "
+        f"AND a.in_row IS NOT TRUE AND a.kind = 'transition' WHERE d.at >= ?{only} UNION ALL "
         "SELECT d.op_key, d.value_micros, a.detail FROM dispatch_log d "
         "JOIN operations o ON o.op_key = d.op_key "
-        "JOIN audit_log a ON a.seq IN (o.journal_seq, o.receipt_seq) AND a.in_row "
+        "JOIN audit_log a ON a.seq IN (o.journal_seq, o.receipt_seq) AND a.in_row IS TRUE "
         "AND a.scope = o.scope AND a.operation_id = o.operation_id "
         f"AND a.kind = 'transition' WHERE d.at >= ?{only}",
         [*args, *args],
