@@ -7,6 +7,7 @@ uncertain, never failed) and invariant 9 (a retry is a new action with its own d
 
 from __future__ import annotations
 
+import hashlib
 import json
 from decimal import Decimal
 
@@ -63,6 +64,25 @@ def _trail(store: Store, op: str) -> list[tuple[str, dict[str, object]]]:
 
 
 class TestDispatchId:
+    @pytest.mark.parametrize(
+        "calls",
+        [
+            [("s", "o", 1.5), ("s", "o", 1.5)],
+            [("s", "o", 0.0), ("s", "o", -0.0), ("s", "o", 0.0)],
+            [("s", "o", 2.0), ("s", "p", 2.0), ("t", "o", 2.0), ("s", "o", 2.0)],
+        ],
+    )
+    def test_the_last_answer_kept_is_the_hash_of_the_arguments(
+        self, calls: list[tuple[str, str, float]]
+    ) -> None:
+        """Invariant 3: a recovering process recomputes the id from the row, so the one-entry
+        memo must answer exactly what the hash of its arguments is (0.0 and -0.0 are equal
+        floats with different texts, hence different ids)."""
+        for scope, op, at in calls:
+            text = f"{scope}\x00{op}\x00{at!r}".encode()
+            assert dispatch_id(scope, op, at) == "d-" + hashlib.sha256(text).hexdigest()[:24]
+        assert dispatch_id("s", "o", 0.0) != dispatch_id("s", "o", -0.0)
+
     def test_each_dispatch_has_an_id_journalled_with_submitted_and_bound_in_its_receipt(
         self, store: Store
     ) -> None:
