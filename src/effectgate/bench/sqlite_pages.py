@@ -23,12 +23,16 @@ import struct
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.bench.b1 import _sqlite_floor, floor_row
 from effectgate.bench.common import INTENT_BODY, bench_gate
 from effectgate.store.sqlite import SQLiteStore
+
+T = TypeVar("T")
 
 
 def per_commit(directory: str, tables: list[int], n: int) -> dict[int, float]:
@@ -55,7 +59,9 @@ def per_commit(directory: str, tables: list[int], n: int) -> dict[int, float]:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def frames_per_action(directory: str, n: int) -> tuple[float, float]:
+def _both_sides(directory: str, n: int, measure: Callable[[str], T]) -> tuple[T, T]:
+    """``measure(path)`` of the WAL that ``n`` B1 actions wrote, effectgate's then the floor's,
+    on one fresh file (autocheckpoint off, the WAL emptied before each side's timed part)."""
     work = tempfile.mkdtemp(prefix="eg-frames-", dir=directory)
     try:
         path = os.path.join(work, "ledger.db")
@@ -63,12 +69,11 @@ def frames_per_action(directory: str, n: int) -> tuple[float, float]:
         gate = bench_gate(store, PaperAdapter(PaperVenue()))
         for i in range(300):
             gate.submit("submit_order", f"warm-{i}", INTENT_BODY)
-        frame = store._conn.execute("PRAGMA page_size").fetchone()[0] + 24
         store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         store._conn.execute("PRAGMA wal_autocheckpoint = 0")
         for i in range(n):
             gate.submit("submit_order", f"op-{i}", INTENT_BODY)
-        effectgate = os.path.getsize(path + "-wal") / frame / n
+        effectgate = measure(path)
         store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn = sqlite3.connect(path, isolation_level=None)
         conn.execute("PRAGMA wal_autocheckpoint = 0")
@@ -77,12 +82,22 @@ def frames_per_action(directory: str, n: int) -> tuple[float, float]:
         loop(0, 300, None)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         loop(300, n, None)
-        floor = os.path.getsize(path + "-wal") / frame / n
+        floor = measure(path)
         conn.close()
         store.close()
         return effectgate, floor
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def frames_per_action(directory: str, n: int) -> tuple[float, float]:
+    """WAL frames per action, effectgate then the floor (WAL size over frame size over n)."""
+
+    def frames(path: str) -> float:
+        page_size: int = struct.unpack(">I", Path(path + "-wal").read_bytes()[8:12])[0]
+        return os.path.getsize(path + "-wal") / (page_size + 24) / n
+
+    return _both_sides(directory, n, frames)
 
 
 def _wal_commits(path: str, names: dict[int, str]) -> list[list[str]]:
@@ -117,32 +132,10 @@ def _page_names(path: str) -> dict[int, str]:
 
 def frames_by_btree(directory: str, n: int) -> dict[str, list[dict[str, float]]]:
     """Frames per action by B-tree, for each of the two commits, effectgate then the floor."""
-    work = tempfile.mkdtemp(prefix="eg-btrees-", dir=directory)
-    try:
-        path = os.path.join(work, "ledger.db")
-        store = SQLiteStore(path, synchronous="FULL")
-        gate = bench_gate(store, PaperAdapter(PaperVenue()))
-        for i in range(300):
-            gate.submit("submit_order", f"warm-{i}", INTENT_BODY)
-        store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        store._conn.execute("PRAGMA wal_autocheckpoint = 0")
-        for i in range(n):
-            gate.submit("submit_order", f"op-{i}", INTENT_BODY)
-        out = {"effectgate": _per_commit(_wal_commits(path, _page_names(path)), n)}
-        store._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        conn = sqlite3.connect(path, isolation_level=None)
-        conn.execute("PRAGMA wal_autocheckpoint = 0")
-        conn.execute("PRAGMA synchronous = FULL")
-        loop = _sqlite_floor(conn, floor_row())
-        loop(0, 300, None)
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        loop(300, n, None)
-        out["floor"] = _per_commit(_wal_commits(path, _page_names(path)), n)
-        conn.close()
-        store.close()
-        return out
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    effectgate, floor = _both_sides(
+        directory, n, lambda path: _per_commit(_wal_commits(path, _page_names(path)), n)
+    )
+    return {"effectgate": effectgate, "floor": floor}
 
 
 def _per_commit(commits: list[list[str]], n: int) -> list[dict[str, float]]:
