@@ -8,7 +8,6 @@ connection); everything that reads or writes these tables is written once, in
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Mapping
 
 from effectgate._audit import GENESIS, chain_hash, content_digest
 from effectgate.errors import StoreError
@@ -20,14 +19,12 @@ from effectgate.store._schema import (
     ledger_tables,
     shared_migrations,
 )
-from effectgate.store.base import dumps
 
 __all__ = [
     "MIGRATIONS",
     "ChainLink",
     "advance_head",
     "append_entry",
-    "chained_audit",
     "migrate",
     "register_chain_function",
 ]
@@ -122,38 +119,6 @@ def register_chain_function(conn: sqlite3.Connection) -> ChainLink:
     return link
 
 
-def chained_audit(
-    cur: sqlite3.Cursor,
-    link: ChainLink,
-    now: float,
-    scope: str | None,
-    operation_id: str | None,
-    kind: str,
-    detail: Mapping[str, object],
-    *,
-    advance_head: bool = True,
-    in_row: bool = False,
-) -> tuple[int, str]:
-    """Append one audit entry linked to the chain's last one, in the caller's transaction.
-
-    Returns the entry's ``(seq, hash)``. ``advance_head=False`` leaves audit_heads to the
-    caller (a batch advances it once). ``link``: the chain function registered on ``cur``'s
-    connection (:func:`register_chain_function`). ``in_row``: the caller records the seq in
-    the operation's row, which is then how readers find it (not ``audit_by_operation``).
-    """
-    return append_entry(
-        cur,
-        link,
-        float(now),
-        scope,
-        operation_id,
-        kind,
-        dumps(detail),
-        advance_head=advance_head,
-        in_row=in_row,
-    )
-
-
 def append_entry(
     cur: sqlite3.Cursor,
     link: ChainLink,
@@ -163,10 +128,16 @@ def append_entry(
     kind: str,
     text: str,
     *,
-    advance_head: bool,
     in_row: bool,
 ) -> tuple[int, str]:
-    """:func:`chained_audit` of a detail already encoded as ``text``."""
+    """Append one audit entry, its detail already encoded as ``text``, linked to the chain's
+    last one in the caller's transaction; its ``(seq, hash)``.
+
+    ``link``: the chain function registered on ``cur``'s connection
+    (:func:`register_chain_function`). The caller records the head (:func:`advance_head`, or
+    the operations row it writes). ``in_row``: the caller records the seq in the operation's
+    row, which is then how readers find it (not ``audit_by_operation``).
+    """
     digest = content_digest(0, at, scope, operation_id, kind, text)
     link.hash = ""
     cur.execute(
@@ -175,8 +146,6 @@ def append_entry(
     seq, entry_hash = cur.lastrowid, link.hash
     if not seq or not entry_hash:
         raise StoreError("the chained audit insert did not report its entry")
-    if advance_head:
-        cur.execute(_ADVANCE_HEAD, (seq, entry_hash))
     return seq, entry_hash
 
 

@@ -126,15 +126,7 @@ class SQLiteTx(SharedTx):
         at, scope, operation_id, kind, text = self._pending
         self._pending = None
         self._last = schema.append_entry(
-            self.cur,
-            self._link,
-            at,
-            scope,
-            operation_id,
-            kind,
-            text,
-            advance_head=False,
-            in_row=in_row,
+            self.cur, self._link, at, scope, operation_id, kind, text, in_row=in_row
         )
         return self._last[0]
 
