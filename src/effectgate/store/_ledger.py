@@ -66,9 +66,8 @@ _AUDIT_PAGE = 1000
 #: range of seqs: a paged walk keeps each statement short on a large log (statement timeouts).
 _UNNAMED = (
     "SELECT a.seq, a.scope, a.operation_id FROM audit_log a "
-    "WHERE a.seq > ? AND a.seq <= ? AND a.in_row IS TRUE AND NOT EXISTS "
-    "(SELECT 1 FROM operations o WHERE o.scope = a.scope AND o.operation_id = a.operation_id "
-    "AND a.seq IN (o.journal_seq, o.receipt_seq)) ORDER BY a.seq"
+    f"WHERE a.seq > ? AND a.seq <= ? AND NOT ({sql.INDEXED_ENTRY}) AND NOT EXISTS "
+    f"(SELECT 1 FROM operations o WHERE {sql.ROW_NAMED_ENTRY}) ORDER BY a.seq"
 )
 _UNNAMED_PAGE = 50_000
 

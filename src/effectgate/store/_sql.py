@@ -21,7 +21,9 @@ __all__ = [
     "CHAIN_COLUMNS",
     "CONTROL_COLUMNS",
     "ENTRY_COLUMNS",
+    "INDEXED_ENTRY",
     "OP_COLUMNS",
+    "ROW_NAMED_ENTRY",
     "STEP_COLUMNS",
     "alert_from_row",
     "chain_entry_from_row",
@@ -50,24 +52,32 @@ STEP_COLUMNS = (
 CHAIN_COLUMNS = "seq, lane, at, scope, operation_id, kind, detail, prev_hash, hash"
 
 
+#: The rule that splits one operation's entries (migration ``row_audit_columns``), over
+#: aliases ``a`` (audit_log) and ``o`` (operations): an entry in the index, or one its row names.
+#: Every reader and the verifier use these two, so no value of ``in_row`` (NULL included)
+#: can leave an entry in neither half.
+INDEXED_ENTRY = "a.in_row IS NOT TRUE"
+ROW_NAMED_ENTRY = (
+    "a.in_row IS TRUE AND a.scope = o.scope AND a.operation_id = o.operation_id "
+    "AND a.seq IN (o.journal_seq, o.receipt_seq)"
+)
+
+
 def op_entries(columns: str, extra: str = "") -> str:
     """One operation's audit entries, unordered: those ``audit_by_operation`` holds and those
     its operations row names (``journal_seq``, ``receipt_seq``: migration ``row_audit_columns``).
 
     ``columns``: audit_log columns, bare; ``extra``: more conditions on the entry (`` AND ...``
-    over alias ``a``). Arguments: :func:`op_entries_args`. The two halves split on ``in_row IS
-    TRUE``, which is true or false for every value (a NULL flag lands in the first half, never
-    in neither); the second also checks the entry is the operation's (a seq alone could name
-    another entry once a cut-off tail's seqs were reused). Ordered by a caller that wants it,
-    e.g. ``op_entries(...) + " ORDER BY seq"``.
+    over alias ``a``). Arguments: :func:`op_entries_args`. The halves are
+    :data:`INDEXED_ENTRY` and :data:`ROW_NAMED_ENTRY`; the second also checks the entry is the
+    operation's (a seq alone could name another entry once a cut-off tail's seqs were reused).
+    Ordered by a caller that wants it, e.g. ``op_entries(...) + " ORDER BY seq"``.
     """
     cols = ", ".join(f"a.{c.strip()}" for c in columns.split(","))
     return (
         f"SELECT {cols} FROM audit_log a WHERE a.scope = ? AND a.operation_id = ? "
-        f"AND a.in_row IS NOT TRUE{extra} UNION ALL "
-        f"SELECT {cols} FROM operations o JOIN audit_log a "
-        "ON a.seq IN (o.journal_seq, o.receipt_seq) AND a.in_row IS TRUE "
-        "AND a.scope = o.scope AND a.operation_id = o.operation_id "
+        f"AND {INDEXED_ENTRY}{extra} UNION ALL "
+        f"SELECT {cols} FROM operations o JOIN audit_log a ON {ROW_NAMED_ENTRY} "
         f"WHERE o.scope = ? AND o.operation_id = ?{extra}"
     )
 

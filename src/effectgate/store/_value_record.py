@@ -24,6 +24,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from effectgate.store import _sql as sql
 from effectgate.store._hooks import Hold, StoreHooks
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import Operation
@@ -73,11 +74,10 @@ def principal_value(rows: Rows, holder: str, actions: frozenset[str] | None, sin
         "SELECT d.op_key, d.value_micros, a.detail FROM dispatch_log d "
         "JOIN operations o ON o.op_key = d.op_key "
         "JOIN audit_log a ON a.scope = o.scope AND a.operation_id = o.operation_id "
-        f"AND a.in_row IS NOT TRUE AND a.kind = 'transition' WHERE d.at >= ?{only} UNION ALL "
+        f"AND {sql.INDEXED_ENTRY} AND a.kind = 'transition' WHERE d.at >= ?{only} UNION ALL "
         "SELECT d.op_key, d.value_micros, a.detail FROM dispatch_log d "
         "JOIN operations o ON o.op_key = d.op_key "
-        "JOIN audit_log a ON a.seq IN (o.journal_seq, o.receipt_seq) AND a.in_row IS TRUE "
-        "AND a.scope = o.scope AND a.operation_id = o.operation_id "
+        f"JOIN audit_log a ON {sql.ROW_NAMED_ENTRY} "
         f"AND a.kind = 'transition' WHERE d.at >= ?{only}",
         [*args, *args],
         "dispatched_micros",
