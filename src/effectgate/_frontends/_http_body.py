@@ -14,12 +14,12 @@ from __future__ import annotations
 
 from collections.abc import Collection
 
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from effectgate._frontends._models import problem_for
+from effectgate._frontends._offload import offload
 from effectgate._service import TokenBook
 from effectgate.errors import (
     BadRequest,
@@ -78,7 +78,7 @@ class BodyGate:
         try:
             # Whatever the route, a body from an unknown caller is never read, let alone parsed.
             # The lookup reads the ledger: in a worker thread, never on the event loop.
-            who = await run_in_threadpool(self._tokens.from_header, headers.get("authorization"))
+            who = await offload(self._tokens.from_header, headers.get("authorization"))
             wrong_type = _not_json(headers.get("content-type"))
             if wrong_type is not None:
                 raise UnsupportedMediaType(wrong_type)

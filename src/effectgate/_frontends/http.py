@@ -31,6 +31,7 @@ from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -50,6 +51,7 @@ from effectgate._frontends._http_retention import retention_router
 from effectgate._frontends._http_runs import harness_runs_router
 from effectgate._frontends._http_tracing import TraceContext
 from effectgate._frontends._models import OperationOut, Problem, operation_out, problem_for
+from effectgate._frontends._offload import offload
 from effectgate._frontends._run_wire import RUN_CALL_HEADER, parse_run_call
 from effectgate._service import Principal, Service
 from effectgate._service._metrics import CONTENT_TYPE
@@ -74,6 +76,39 @@ _KEY_PATTERN = f'^"?{OPERATION_ID_PATTERN.pattern}"?$'
 _bearer = HTTPBearer(
     auto_error=False, description="A principal's token (agent, harness, operator or approver)"
 )
+
+
+async def _authorize(
+    service: Service, request: Request, capability: Capability | None
+) -> Principal:
+    """The request's principal, holding ``capability`` (None: any), charged to its rate limit.
+
+    BodyGate authenticated a request with a body already, in this request; any other is looked
+    up here. The lookup reads the ledger: off the event loop."""
+    found = request.scope.get(PRINCIPAL_KEY)
+    who = (
+        found
+        if isinstance(found, Principal)
+        else await offload(service.tokens.from_header, request.headers.get("authorization"))
+    )
+    if capability is not None:
+        who.require(capability)
+    service.limiter.check(who)
+    return who
+
+
+def _served_by(handler: Callable[[Request], Coroutine[Any, Any, Response]]) -> type[APIRoute]:
+    """A route FastAPI documents from its endpoint's signature but that ``handler`` serves.
+
+    FastAPI's per-request dependency solving and parameter validation cost more event-loop CPU
+    than the rest of the action route together (py-spy, docs/benchmarks.md); the one hot route
+    reads its principal and two headers itself and calls the same endpoint function."""
+
+    class HotRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            return handler
+
+    return HotRoute
 
 
 def problem_response(exc: EffectgateError) -> JSONResponse:
@@ -165,20 +200,7 @@ def create_app(
         async def dependency(
             request: Request, _: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
         ) -> Principal:
-            # BodyGate authenticated a request with a body already, in this request; any
-            # other is looked up here. The lookup reads the ledger: off the event loop.
-            found = request.scope.get(PRINCIPAL_KEY)
-            who = (
-                found
-                if isinstance(found, Principal)
-                else await run_in_threadpool(
-                    service.tokens.from_header, request.headers.get("authorization")
-                )
-            )
-            if capability is not None:  # None: any authenticated principal
-                who.require(capability)
-            service.limiter.check(who)
-            return who
+            return await _authorize(service, request, capability)
 
         return dependency
 
@@ -304,6 +326,7 @@ def create_app(
 
 
 def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> None:
+    """``POST /v1/actions/NAME``: documented from ``propose``, served by ``handle``."""
     settings = service.config.service
 
     async def propose(
@@ -347,12 +370,23 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
         run_call = parse_run_call(run_call_header)
         raw = await request.body()  # authenticated, JSON-typed and capped by BodyGate
         refuse_deep(raw, settings.max_depth)
-        op = await run_in_threadpool(service.propose, who, name, key, raw, run_call)
+        op = await offload(service.propose, who, name, key, raw, run_call)
         return _operation_response(op, 200 if op.replayed else 201, service)
 
-    app.add_api_route(
+    async def handle(request: Request) -> Response:
+        # What FastAPI would solve from propose's signature, read directly (_served_by).
+        headers = request.headers
+        return await propose(
+            request,
+            await _authorize(service, request, Capability.PROPOSE),
+            headers.get("idempotency-key"),
+            headers.get(RUN_CALL_HEADER),
+        )
+
+    app.router.add_api_route(
         f"/v1/actions/{name}",
         propose,
+        route_class_override=_served_by(handle),
         methods=["POST"],
         response_model=OperationOut,
         status_code=201,
