@@ -48,6 +48,7 @@ from effectgate._core.principals import Capability
 from effectgate._frontends._http_tracing import mcp_carrier
 from effectgate._frontends._mcp_screen import REFUSED_META, ScreenedLines, screen
 from effectgate._frontends._models import OperationOut, operation_out, problem_for
+from effectgate._frontends._offload import offload
 from effectgate._frontends._run_wire import RUN_CALL_META_KEY, parse_run_call
 from effectgate._frontends.mcp_budgets import BUDGET_TOOL_NAMES, BUDGET_TOOLS, budget_call
 from effectgate._service import Principal, Service
@@ -236,9 +237,7 @@ async def _call(
     elif params.name in service.config.registry:
         run_call = parse_run_call((params.meta or {}).get(RUN_CALL_META_KEY))
         with _tracing.attach_remote(mcp_carrier(params.meta)):
-            op = await anyio.to_thread.run_sync(
-                service.propose, who, params.name, op_id, args, run_call
-            )
+            op = await offload(service.propose, who, params.name, op_id, args, run_call)
     else:
         raise UnknownActionClass(f"no tool named {params.name!r}")
     out = operation_out(op, service.config.registry).model_dump(mode="json")
@@ -336,9 +335,7 @@ class McpHttpMount:
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
         }
         try:
-            who = await anyio.to_thread.run_sync(
-                self._service.tokens.from_header, headers.get("authorization")
-            )
+            who = await offload(self._service.tokens.from_header, headers.get("authorization"))
             who.require(self._capability)
         except EffectgateError as exc:
             status, body, extra = problem_for(exc)

@@ -51,12 +51,18 @@ def run(target: Target, n: int, *, smoke: bool = False) -> list[Figure]:
     alone = in_process(target, n)
     figures = []
     for clients in CLIENTS:
-        with _service(target, f"b5c{clients}") as (url, token):
-            figures.append(_drive(url, token, clients, max(n, clients), alone=alone))
-            if clients == CLIENTS[0]:
-                figures.append(
-                    _drive(url, token, clients, max(n, clients), alone=alone, door="mcp")
+        service = _service(target, f"b5c{clients}")
+        with service as (url, token):
+            doors = ("http", "mcp") if clients == CLIENTS[0] else ("http",)
+            for door in doors:
+                before = service.cpu_seconds()
+                fig = _drive(url, token, clients, max(n, clients), alone=alone, door=door)
+                # The server's own CPU per request (user + system), beside the wall clock:
+                # what the door costs, whatever else the machine runs.
+                fig.notes["server_cpu_us_per_request"] = round(
+                    1e6 * (service.cpu_seconds() - before) / fig.notes["n"], 1
                 )
+                figures.append(fig)
     return figures
 
 
@@ -141,6 +147,11 @@ class _service:
         url = f"http://127.0.0.1:{port}"
         _wait_ready(url, self._proc, folder / "serve.log")
         return url, token
+
+    def cpu_seconds(self) -> float:
+        """CPU time the server process has used so far (user + system; Linux /proc)."""
+        fields = Path(f"/proc/{self._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def __exit__(self, *exc: object) -> None:
         self._proc.terminate()
