@@ -25,18 +25,12 @@ T = TypeVar("T")
 #: As many as anyio's default limiter: enough concurrent bodies for SQLite's group commit.
 WORKERS = 40
 
-_pool: ThreadPoolExecutor | None = None
-
-
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="effectgate-request")
-    return _pool
+# Built at import: the executor starts its threads on demand, so an idle process holds none.
+_POOL = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="effectgate-request")
 
 
 async def offload(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """``fn(*args, **kwargs)`` in a worker thread, in a copy of the caller's context."""
     ctx = contextvars.copy_context()
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor(), lambda: ctx.run(fn, *args, **kwargs))
+    return await loop.run_in_executor(_POOL, lambda: ctx.run(fn, *args, **kwargs))

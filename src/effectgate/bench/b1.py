@@ -97,8 +97,8 @@ def _alternate(
     Commits are counted on the wire (``on_count(side, starting)`` around each side's counted
     pass) but not in the timed rounds: SQLite's trace callback expands every statement with
     its bound values, which costs effectgate's ten statements more than the floor's six
-    (25-49 us per action measured) and would be timed as the library's own cost. The path is
-    the same in both passes: every action of either must end acknowledged.
+    (25-53 us of CPU per action in two measurements) and would be timed as the library's own
+    cost. The path is the same in both passes: every action of either must end acknowledged.
 
     Each side's process CPU time is kept beside its wall time: on a shared machine the wall
     clock also counts other processes, this process's CPU does not (the library's own cost).
