@@ -13,7 +13,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from effectgate._core.jsonparse import JsonFloat, _fast_document, load_document
+from effectgate._core.jsonparse import (
+    _KEY_END,
+    JsonFloat,
+    _fast_document,
+    _key_spots,
+    load_document,
+)
 from effectgate.errors import IntentError
 
 
@@ -111,3 +117,10 @@ def test_fast_and_strict_agree(members: list[tuple[str, object]], spaced: bool) 
         return
     if fast is not None:
         assert (fast, False) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet='"a: \t\n\r\\{},', max_size=60))
+def test_key_spots_count_what_the_key_pattern_matches(text: str) -> None:
+    # The duplicate-key count takes str.count where it must agree with the regex: on any text.
+    assert _key_spots(text) == len(_KEY_END.findall(text))

@@ -277,6 +277,14 @@ class ClassControls:
     updated_by: str | None = None
     updated_at: float | None = None
 
+    @property
+    def active(self) -> bool:
+        """Whether any control can change what a new row of the class does: a switch, a
+        breaker, shadow mode, or an envelope ever set (version 0 is the default one). A store
+        journals a row of an inactive class without consulting the controls further (the
+        same predicate as PostgreSQL's one-statement journal)."""
+        return self.killed or self.breaker_open or self.shadow or self.envelope.version > 0
+
     def to_dict(self) -> dict[str, object]:
         return {
             "action": self.action,

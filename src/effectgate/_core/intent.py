@@ -37,6 +37,7 @@ from effectgate._core.jsonparse import copy_object, load_document, refuse_floats
 from effectgate._core.messages import intent_error
 from effectgate._core.speculation import Speculation
 from effectgate._core.venue import VenueContract
+from effectgate._frozen import quick_init
 from effectgate.errors import IntentError, RegistryError, UnknownActionClass
 
 __all__ = [
@@ -88,12 +89,18 @@ class Tier(StrEnum):
     MULTI_APPROVE = "multi_approve"
 
 
-_TIER_RANK: Final = {Tier.VALIDATE: 0, Tier.APPROVE: 1, Tier.MULTI_APPROVE: 2}
+_TIER_RANK: Final[dict[str, int]] = {Tier.VALIDATE: 0, Tier.APPROVE: 1, Tier.MULTI_APPROVE: 2}
 
 
 def tier_rank(tier: Tier | str) -> int:
     """0 for ``validate``, 1 for ``approve``, 2 for ``multi_approve``: compare oversight."""
-    return _TIER_RANK[Tier(tier)]
+    # A member (or its value: a StrEnum hashes and compares as its text) skips Tier(), which
+    # costs a microsecond per call; anything else still goes through it and fails there.
+    try:
+        rank = _TIER_RANK.get(tier)
+    except TypeError:  # unhashable: Tier() names what is wrong with it
+        rank = None
+    return _TIER_RANK[Tier(tier)] if rank is None else rank
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +389,7 @@ class ActionClass:
         return schema
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Intent:
     """A parsed, validated intent. Treat the mappings as read-only; they are fresh copies.

@@ -292,9 +292,18 @@ def _fast_document(text: str, max_depth: int) -> dict[str, object] | None:
     if type(doc) is not dict:
         return None
     members = _plain_members(doc, 1, max_depth)
-    if members < 0 or members != len(_KEY_END.findall(text)):
+    if members < 0 or members != _key_spots(text):
         return None
     return doc
+
+
+def _key_spots(text: str) -> int:
+    """How many times :data:`_KEY_END` matches ``text``. Where no quote is followed by
+    whitespace (compact JSON, and ``json.dumps``' default spacing) every match is exactly
+    ``":``, which ``str.count`` finds at a fraction of the regex's cost."""
+    if '" ' in text or '"\n' in text or '"\t' in text or '"\r' in text:
+        return len(_KEY_END.findall(text))
+    return text.count('":')
 
 
 def _plain_members(node: Any, depth: int, max_depth: int) -> int:

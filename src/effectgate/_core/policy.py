@@ -12,10 +12,12 @@ from decimal import Decimal
 from typing import Protocol
 
 from effectgate._core.intent import ActionClass, Intent, Tier, tier_rank
+from effectgate._frozen import quick_init
 
 __all__ = ["Decision", "LimitPolicy", "Policy", "PolicySet", "effective_tier"]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Decision:
     allowed: bool
@@ -37,6 +39,8 @@ class Policy(Protocol):
 
 def effective_tier(floor: Tier, asked: Tier) -> Tier:
     """The stricter of the class's floor and the policy's tier: nothing lowers a floor."""
+    if floor is asked:
+        return floor
     return floor if tier_rank(floor) >= tier_rank(asked) else asked
 
 

@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Protocol, TypeVar, cast, runtime_checkable
 
 from effectgate._core.resolution import EvidenceKind, Proof
+from effectgate._frozen import quick_init
 from effectgate.errors import AdapterError, ConfigError
 
 __all__ = [
@@ -140,6 +141,7 @@ class Outcome(StrEnum):
     UNKNOWN = "unknown"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class OutboundRequest:
     """What the executor hands an adapter: never a credential, endpoint or free text."""
@@ -149,6 +151,7 @@ class OutboundRequest:
     effect: Mapping[str, str | int | bool]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Receipt:
     """The adapter's account of one call.

@@ -28,6 +28,7 @@ from effectgate._execute.adapter import (
     call_budget,
     refusal,
 )
+from effectgate._frozen import quick_init
 from effectgate.errors import AdapterError
 
 if TYPE_CHECKING:
@@ -57,6 +58,7 @@ ORDER_ACTION = "submit_order"
 CANCEL_ACTION = "cancel_order"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PaperRecord:
     """One effect at the paper venue, exactly as it was applied."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from effectgate._core.controls import ClassControls, DispatchGuard, Verdict, VerdictKind
 from effectgate._core.intent import Tier
@@ -41,6 +41,7 @@ from effectgate.store.base import (
 )
 
 __all__ = [
+    "PlainJournal",
     "approval_request_args",
     "check_approval",
     "dispatch_row",
@@ -48,6 +49,8 @@ __all__ = [
     "journal_new",
     "move_locked",
     "path_audit",
+    "plain_journal",
+    "skips_controls",
 ]
 
 
@@ -149,6 +152,51 @@ def journal_new(
     if verdict is not None and verdict.held:
         mark_held(tx, new.scope, new.operation_id, verdict, now)
     return Journal(new.journalled(final, now, held), True, verdict, tripped)
+
+
+class PlainJournal(NamedTuple):
+    """What journalling a new row writes when its class has no active control and no breaker
+    watches it (:func:`plain_journal`): the row's final state, the intent as stored, its one
+    audit entry, the dispatch record (``dispatch``, and the value in micros) and the approval
+    request (:data:`INSERT_REQUEST` arguments, or None)."""
+
+    final: State
+    intent: str
+    entry: dict[str, object]
+    dispatch: bool
+    value_micros: int | None
+    request: tuple[Any, ...] | None
+
+
+def skips_controls(ctl: ClassControls, guard: DispatchGuard | None) -> bool:
+    """Whether :func:`journal_new` would consult nothing but defaults for a row of this class:
+    no control is active (:attr:`ClassControls.active`) and no breaker observes proposals."""
+    return not ctl.active and (guard is None or guard.breaker is None)
+
+
+def plain_journal(
+    new: NewOperation,
+    path: list[State],
+    guard: DispatchGuard | None,
+    audit: Mapping[str, object] | None,
+    *,
+    now: float,
+) -> PlainJournal:
+    """:func:`journal_new`'s writes for a class where :func:`skips_controls` holds, as values:
+    a dialect then writes them in as few statements as it can. The same facts, in the same
+    entry, as the full path writes (no envelope to breach, no hold, no shadow)."""
+    final = path[-1]
+    intent = dumps(new.intent)
+    entry = path_audit(new, path, audit, None, intent_text=intent, now=now)[0][1]
+    sent = final is State.SUBMITTED
+    return PlainJournal(
+        final,
+        intent,
+        entry,
+        sent,
+        guard.value_micros if sent and guard is not None else None,
+        approval_request_args(new, guard, now) if final is State.AWAITING_APPROVAL else None,
+    )
 
 
 def dispatch_row(

@@ -19,6 +19,7 @@ import orjson
 from effectgate._core.controls import Verdict
 from effectgate._core.receipts import dispatch_id
 from effectgate._core.states import State, check_transition
+from effectgate._frozen import quick_init
 from effectgate.errors import ConfigError, IdempotencyConflict, IntentError, StoreError
 
 __all__ = [
@@ -163,6 +164,7 @@ def dumps(value: object) -> str:
         return _ENCODER.encode(value)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class NewOperation:
     """Everything journalled when an operation first enters the ledger."""
@@ -203,6 +205,7 @@ class NewOperation:
         )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Operation:
     """One ledger row, as read back from the store."""
@@ -311,6 +314,7 @@ class Move:
         )
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Journal:
     """What a journalling or dispatching transaction did, as a value.

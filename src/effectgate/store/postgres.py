@@ -28,7 +28,7 @@ from effectgate.store import _postgres_tx as pgtx
 from effectgate.store import _sql as sql
 from effectgate.store._guard import SEND
 from effectgate.store._hooks import NO_HOLD, Hold
-from effectgate.store._journal import approval_request_args, journal_new, path_audit
+from effectgate.store._journal import journal_new, plain_journal
 from effectgate.store._ledger import SQLStore, Work
 from effectgate.store._postgres_conn import PgConnections, drop_schema, split_schema
 from effectgate.store._postgres_schema import LANES, MIGRATIONS
@@ -42,7 +42,6 @@ from effectgate.store.base import (
     NewOperation,
     Operation,
     check_moves,
-    dumps,
     moved,
 )
 
@@ -228,27 +227,25 @@ class PostgresStore(PgConnections, SQLStore):
     ) -> Journal | None:
         """One round trip: the locks, the statement and the commit. None: a control is active,
         the statement wrote nothing, and the full path must run."""
-        final = path[-1]
-        intent = dumps(new.intent)
-        entries = path_audit(new, path, audit, None, intent_text=intent, now=now)
-        if len(entries) != 1:  # unreachable: an unheld new row has one entry
-            raise StoreError(f"the one-statement path writes one audit entry, not {len(entries)}")
-        req = approval_request_args(new, guard, now)
+        plain = plain_journal(new, path, guard, audit, now=now)
+        final, req = plain.final, plain.request
         params = {
-            **pgtx.row_params(new, final, now, intent),
-            "dispatch": final is State.SUBMITTED,
-            "value_micros": guard.value_micros if guard is not None else None,
-            "approval": final is State.AWAITING_APPROVAL,
-            "required": req[3],
-            "expires_at": req[4],
-            "proposers": req[5],
-            "release": req[6],
+            **pgtx.row_params(new, final, now, plain.intent),
+            "dispatch": plain.dispatch,
+            "value_micros": plain.value_micros,
+            "approval": req is not None,
+            # The request's columns (INSERT_REQUEST's order), unused without one.
+            "required": req[3] if req else None,
+            "expires_at": req[4] if req else None,
+            "proposers": req[5] if req else None,
+            "release": req[6] if req else None,
             **audit_params(
                 lane_for(new.scope, new.operation_id, LANES),
                 now,
                 new.scope,
                 new.operation_id,
-                *entries[0],
+                "transition",
+                plain.entry,
             ),
         }
 
@@ -260,9 +257,7 @@ class PostgresStore(PgConnections, SQLStore):
         inserted = int(res.get_value(0, 0) or 0)
         active = int(res.get_value(0, 1) or 0)
         if inserted:
-            return Journal(
-                new.journalled(final, now), True, SEND if final is State.SUBMITTED else None
-            )
+            return Journal(new.journalled(final, now), True, SEND if plain.dispatch else None)
         if active:
             return None
         # The insert conflicted: the winner had committed (ON CONFLICT waits for it), so a

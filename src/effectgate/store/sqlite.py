@@ -22,8 +22,9 @@ from effectgate.errors import LedgerNotFound, StoreError
 from effectgate.store import _sql as sql
 from effectgate.store import _sqlite_schema as schema
 from effectgate.store._group_commit import TxGate, store_error
+from effectgate.store._guard import SEND
 from effectgate.store._hooks import NO_HOLD, Hold
-from effectgate.store._journal import journal_new
+from effectgate.store._journal import PlainJournal, journal_new, plain_journal, skips_controls
 from effectgate.store._ledger import SQLStore, Work
 from effectgate.store._sqlite_tx import SQLiteEngine
 from effectgate.store._tx import SharedTx
@@ -353,18 +354,71 @@ class SQLiteStore(SQLStore):
         audit: Mapping[str, object] | None,
         guard: DispatchGuard | None,
     ) -> Journal:
-        with self._shared_tx() as tx:
-            both = tx.one(_SELECT_WITH_CONTROLS, (new.scope, new.operation_id, new.action))
+        cur = self._cur
+        with self._gate.transaction() as conn:
+            both = cur.execute(
+                _SELECT_WITH_CONTROLS, (new.scope, new.operation_id, new.action)
+            ).fetchone()
             if both[0] is not None:
                 return Journal(sql.operation_from_row(both[:_N_OP]), False)
             # BEGIN IMMEDIATE holds the write lock: nobody can insert between the read above
             # and the insert, and the controls are read under the same lock.
-            tx.seed(
-                sql.controls_from_row(
-                    new.action, None if both[_N_OP] is None else both[_N_OP + 1 :]
-                )
+            ctl = sql.controls_from_row(
+                new.action, None if both[_N_OP] is None else both[_N_OP + 1 :]
             )
-            return journal_new(tx, new, path, guard, audit, now=now)
+            if skips_controls(ctl, guard):
+                plain = plain_journal(new, path, guard, audit, now=now)
+                return self._journal_plain(cur, new, plain, now)
+            tx = SQLiteTx(conn, cur, self._link)
+            tx.seed(ctl)
+            done = journal_new(tx, new, path, guard, audit, now=now)
+            tx.finish()
+            return done
+
+    def _journal_plain(
+        self, cur: sqlite3.Cursor, new: NewOperation, plain: PlainJournal, now: float
+    ) -> Journal:
+        """The writes of :func:`plain_journal`, straight on the cursor: the dispatch record, the
+        entry (named by the row, so not indexed), the approval request, the row."""
+        if plain.dispatch:
+            cur.execute(sql.INSERT_DISPATCH, (new.action, now, new.op_key, plain.value_micros))
+        if plain.request is not None:
+            cur.execute(sql.INSERT_REQUEST, plain.request)
+        seq, entry_hash = schema.append_entry(
+            cur,
+            self._link,
+            now,
+            new.scope,
+            new.operation_id,
+            "transition",
+            dumps(plain.entry),
+            in_row=True,
+        )
+        final = plain.final
+        cur.execute(
+            _INSERT,
+            (
+                new.scope,
+                new.operation_id,
+                new.op_key,
+                new.action,
+                new.fingerprint,
+                final.value,
+                plain.intent,
+                dumps(new.effect),
+                new.tier,
+                new.reason,
+                new.policy_version,
+                None,
+                now,
+                now,
+                now if plain.dispatch else None,
+                seq,
+                entry_hash,
+                seq,
+            ),
+        )
+        return Journal(new.journalled(final, now), True, SEND if plain.dispatch else None)
 
     def _transition(
         self,
@@ -378,21 +432,46 @@ class SQLiteStore(SQLStore):
         event: Mapping[str, object],
         known: Operation | None,
     ) -> Operation | None:
+        # A move out of submitted (at most one: nothing re-enters it) is named by its row.
+        named = expected is State.SUBMITTED
+        text = dumps(event)
+        cur = self._cur
         try:
-            with self._shared_tx() as tx:
+            with self._gate.transaction():
                 # The entry first, so the compare-and-set records it as the chain's head.
-                tx.audit("transition", event, now, scope, operation_id)
-                changed = tx.cas(
-                    scope, operation_id, expected, target, now=now, venue_id=venue_id, detail=detail
+                seq, entry_hash = schema.append_entry(
+                    cur, self._link, now, scope, operation_id, "transition", text, in_row=named
                 )
-                if changed is None:
+                # fetchall() runs the UPDATE to completion before COMMIT.
+                changed = cur.execute(
+                    _CAS,
+                    (
+                        target.value,
+                        now,
+                        venue_id,
+                        detail,
+                        None,
+                        seq,
+                        entry_hash,
+                        seq if named else None,
+                        scope,
+                        operation_id,
+                        expected.value,
+                    ),
+                ).fetchall()
+                if not changed:
                     raise _Miss  # rolls the entry back with the transaction
+                if named and changed[0][4] != seq:
+                    # The row names an earlier entry: this one must be found through the index.
+                    cur.execute(_TO_INDEX, (seq,))
                 if known is None:
                     # No copy of the row to build on: read it back, inside the transaction.
-                    return sql.operation_from_row(tx.one(sql.SELECT_OP, (scope, operation_id)))
+                    return sql.operation_from_row(
+                        cur.execute(sql.SELECT_OP, (scope, operation_id)).fetchone()
+                    )
         except _Miss:
             return None
-        return moved(known, target, now, changed)
+        return moved(known, target, now, changed[0][:4])
 
     # --- schema, leases, locks, heads: SQLite's own -----------------------------------------
 
