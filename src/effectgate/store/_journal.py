@@ -50,7 +50,6 @@ __all__ = [
     "move_locked",
     "path_audit",
     "plain_journal",
-    "skips_controls",
 ]
 
 
@@ -168,12 +167,6 @@ class PlainJournal(NamedTuple):
     request: tuple[Any, ...] | None
 
 
-def skips_controls(ctl: ClassControls, guard: DispatchGuard | None) -> bool:
-    """Whether :func:`journal_new` would consult nothing but defaults for a row of this class:
-    no control is active (:attr:`ClassControls.active`) and no breaker observes proposals."""
-    return not ctl.active and (guard is None or guard.breaker is None)
-
-
 def plain_journal(
     new: NewOperation,
     path: list[State],
@@ -182,9 +175,10 @@ def plain_journal(
     *,
     now: float,
 ) -> PlainJournal:
-    """:func:`journal_new`'s writes for a class where :func:`skips_controls` holds, as values:
-    a dialect then writes them in as few statements as it can. The same facts, in the same
-    entry, as the full path writes (no envelope to breach, no hold, no shadow)."""
+    """:func:`journal_new`'s writes for a row of a class with no active control
+    (:attr:`~effectgate._core.controls.ClassControls.active`) and no breaker watching it, as
+    values: a dialect then writes them in as few statements as it can. The same facts, in the
+    same entry, as the full path writes (no envelope to breach, no hold, no shadow)."""
     final = path[-1]
     intent = dumps(new.intent)
     entry = path_audit(new, path, audit, None, intent_text=intent, now=now)[0][1]

@@ -24,7 +24,7 @@ from effectgate.store import _sqlite_schema as schema
 from effectgate.store._group_commit import TxGate, store_error
 from effectgate.store._guard import SEND
 from effectgate.store._hooks import NO_HOLD, Hold
-from effectgate.store._journal import PlainJournal, journal_new, plain_journal, skips_controls
+from effectgate.store._journal import PlainJournal, journal_new, plain_journal
 from effectgate.store._ledger import SQLStore, Work
 from effectgate.store._sqlite_tx import SQLiteEngine
 from effectgate.store._tx import SharedTx
@@ -63,6 +63,14 @@ _SELECT_WITH_CONTROLS = (
     + ", ".join(f"c.{c.strip()}" for c in sql.CONTROL_COLUMNS.split(","))
     + " FROM (SELECT 1) LEFT JOIN operations o ON o.scope = ? AND o.operation_id = ? "
     "LEFT JOIN class_controls c ON c.action = ?"
+)
+
+# The common case first, in two scalars (cheaper than the join above): is the key journalled
+# already, and is any control active on the class (ClassControls.active, as SQL)?
+_PROBE = (
+    "SELECT (SELECT 1 FROM operations WHERE scope = ? AND operation_id = ?), "
+    "(SELECT killed OR breaker_open OR shadow OR envelope_version > 0 "
+    "FROM class_controls WHERE action = ?)"
 )
 
 
@@ -355,20 +363,20 @@ class SQLiteStore(SQLStore):
         guard: DispatchGuard | None,
     ) -> Journal:
         cur = self._cur
+        key = (new.scope, new.operation_id, new.action)
         with self._gate.transaction() as conn:
-            both = cur.execute(
-                _SELECT_WITH_CONTROLS, (new.scope, new.operation_id, new.action)
-            ).fetchone()
+            # BEGIN IMMEDIATE holds the write lock: nobody can insert between these reads and
+            # the insert, and the controls are read under the same lock.
+            exists, active = cur.execute(_PROBE, key).fetchone()
+            if exists is None and not active and (guard is None or guard.breaker is None):
+                plain = plain_journal(new, path, guard, audit, now=now)
+                return self._journal_plain(cur, new, plain, now)
+            both = cur.execute(_SELECT_WITH_CONTROLS, key).fetchone()
             if both[0] is not None:
                 return Journal(sql.operation_from_row(both[:_N_OP]), False)
-            # BEGIN IMMEDIATE holds the write lock: nobody can insert between the read above
-            # and the insert, and the controls are read under the same lock.
             ctl = sql.controls_from_row(
                 new.action, None if both[_N_OP] is None else both[_N_OP + 1 :]
             )
-            if skips_controls(ctl, guard):
-                plain = plain_journal(new, path, guard, audit, now=now)
-                return self._journal_plain(cur, new, plain, now)
             tx = SQLiteTx(conn, cur, self._link)
             tx.seed(ctl)
             done = journal_new(tx, new, path, guard, audit, now=now)
