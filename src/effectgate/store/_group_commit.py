@@ -119,29 +119,30 @@ class TxGate:
                 raise StoreError("a write transaction cannot nest inside another")
             if self._closing:
                 raise StoreError("the store is closed")
-            self._arrivals += 1
-            ticket = self._arrivals
-            self._queued += 1
-            try:
-                while not self._closed and (
-                    self._owner is not None or (self._readers and not self._open)
-                ):
-                    self._turn.wait()
-            except BaseException:
+            self._arrivals = ticket = self._arrivals + 1
+            if self._closed or self._owner is not None or (self._readers and not self._open):
+                # The turn is taken: queue for it (a lone caller never gets here).
+                self._queued += 1
+                try:
+                    while not self._closed and (
+                        self._owner is not None or (self._readers and not self._open)
+                    ):
+                        self._turn.wait()
+                except BaseException:
+                    self._queued -= 1
+                    self._wake()  # a hand-over meant for this thread must reach someone
+                    raise
                 self._queued -= 1
-                self._wake()  # a hand-over meant for this thread must reach someone
-                raise
-            self._queued -= 1
-            if self._closed:
-                self._wake()
-                raise StoreError("the store is closed")
-            busy_ticket, busy_why = self._busy
-            if not self._open and ticket <= busy_ticket:
+                if self._closed:
+                    self._wake()
+                    raise StoreError("the store is closed")
+            busy_ticket = self._busy[0]
+            if busy_ticket and not self._open and ticket <= busy_ticket:
                 # Another process held the write lock past busy_timeout while this thread
                 # waited its turn: fail now, as one, instead of each waiting it out again.
                 # (Joining an open group needs no lock wait, so it is never refused.)
                 self._wake()
-                raise StoreError(busy_why)
+                raise StoreError(self._busy[1])
             self._owner = me
             joined, epoch = self._open, self._epoch
             # Claimed before BEGIN runs: only the owner acts on an open transaction, so

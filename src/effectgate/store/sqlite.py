@@ -36,15 +36,15 @@ T = TypeVar("T")
 
 # The compare-and-set. It hands back only what it changed: the caller already holds the
 # snapshot. It also records the transaction's latest audit entry (migration 4), when given.
-_CAS = (
+_CAS_SET = (
     "UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
     "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), "
     "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, lease_until = NULL, "
     "audit_seq = coalesce(?, audit_seq), audit_hash = coalesce(?, audit_hash), "
     "receipt_seq = coalesce(receipt_seq, ?) "
-    "WHERE scope = ? AND operation_id = ? AND state = ? "
-    "RETURNING version, venue_id, detail, submitted_at, receipt_seq"
+    "WHERE scope = ? AND operation_id = ? AND state = ?"
 )
+_CAS = _CAS_SET + " RETURNING version, venue_id, detail, submitted_at, receipt_seq"
 _INSERT = (
     "INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
     "intent, effect, tier, reason, policy_version, detail, created_at, updated_at, "
@@ -171,9 +171,8 @@ class SQLiteTx(SharedTx):
             seq = self._row_entry(scope, operation_id)
         elif self._pending is not None:
             self._write_pending(False)
-        # fetchall() runs the UPDATE to completion before COMMIT.
-        changed = self.cur.execute(
-            _CAS,
+        return _compare_and_set(
+            self.cur,
             (
                 target.value,
                 now,
@@ -186,12 +185,8 @@ class SQLiteTx(SharedTx):
                 operation_id,
                 expected.value,
             ),
-        ).fetchall()
-        if seq is not None and (not changed or changed[0][4] != seq):
-            # No row moved (the caller rolls back or goes on without it), or the row names
-            # an earlier entry: this one must be found through the index.
-            self.cur.execute(_TO_INDEX, (seq,))
-        return changed[0][:4] if changed else None
+            seq,
+        )
 
     def insert_row(
         self, new: NewOperation, state: State, held: str | None, now: float, intent_text: str
@@ -226,6 +221,20 @@ class SQLiteTx(SharedTx):
             self._write_pending(False)
         if self._last is not None and self._last != self._anchored:
             schema.advance_head(self.cur, *self._last)
+
+
+def _compare_and_set(
+    cur: sqlite3.Cursor, args: Sequence[Any], seq: int | None
+) -> Sequence[Any] | None:
+    """_CAS with ``args``: ``(version, venue_id, detail, submitted_at)`` as updated, or None. A
+    ``seq`` the row was to name goes to the index when the row did not take it."""
+    # fetchall() runs the UPDATE to completion before COMMIT.
+    changed = cur.execute(_CAS, args).fetchall()
+    if seq is not None and (not changed or changed[0][4] != seq):
+        # No row moved (the caller rolls back or goes on without it), or the row names an
+        # earlier entry: this one must be found through the index.
+        cur.execute(_TO_INDEX, (seq,))
+    return changed[0][:4] if changed else None
 
 
 class _SharedBody:
@@ -450,28 +459,38 @@ class SQLiteStore(SQLStore):
                 seq, entry_hash = schema.append_entry(
                     cur, self._link, now, scope, operation_id, "transition", text, in_row=named
                 )
-                # fetchall() runs the UPDATE to completion before COMMIT.
-                changed = cur.execute(
-                    _CAS,
-                    (
-                        target.value,
-                        now,
-                        venue_id,
-                        detail,
-                        None,
-                        seq,
-                        entry_hash,
-                        seq if named else None,
-                        scope,
-                        operation_id,
-                        expected.value,
-                    ),
-                ).fetchall()
-                if not changed:
+                args = (
+                    target.value,
+                    now,
+                    venue_id,
+                    detail,
+                    None,
+                    seq,
+                    entry_hash,
+                    seq if named else None,
+                    scope,
+                    operation_id,
+                    expected.value,
+                )
+                if named and known is not None and known.state is State.SUBMITTED:
+                    # The receipt, on a copy taken in submitted. A row's version, venue id and
+                    # detail stay put while it is submitted (only a move changes them, and
+                    # nothing re-enters submitted), and this is the one move out of it, so
+                    # the copy already says what the update leaves: no RETURNING (which costs
+                    # SQLite a temporary table per statement), and the row takes this seq.
+                    cur.execute(_CAS_SET, args)
+                    if cur.rowcount != 1:
+                        raise _Miss  # rolls the entry back with the transaction
+                    changed: Sequence[Any] | None = (
+                        known.version + 1,
+                        known.venue_id if venue_id is None else venue_id,
+                        known.detail if detail is None else detail,
+                        known.submitted_at,
+                    )
+                else:
+                    changed = _compare_and_set(cur, args, seq if named else None)
+                if changed is None:
                     raise _Miss  # rolls the entry back with the transaction
-                if named and changed[0][4] != seq:
-                    # The row names an earlier entry: this one must be found through the index.
-                    cur.execute(_TO_INDEX, (seq,))
                 if known is None:
                     # No copy of the row to build on: read it back, inside the transaction.
                     return sql.operation_from_row(
@@ -479,7 +498,7 @@ class SQLiteStore(SQLStore):
                     )
         except _Miss:
             return None
-        return moved(known, target, now, changed[0][:4])
+        return moved(known, target, now, changed)
 
     # --- schema, leases, locks, heads: SQLite's own -----------------------------------------
 

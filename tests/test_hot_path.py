@@ -1,10 +1,12 @@
-"""The journal's short path writes what the full path writes, and is taken only when it may be.
+"""The hot path's short forms write what the full path writes, and run only where they may.
 
 A row of a class with no active control and no breaker is journalled in as few statements as a
-dialect can manage (SQLite: three on the cursor; PostgreSQL: one statement). Every control that
-can change a new row's fate sends it down the full path (``journal_new``), in the same
-transaction. Invariants 1 and 7 ride on that split: a kill switch, breaker or shadow flag set by
-another process must be seen by the very next journal, and one id is journalled once.
+dialect can manage (SQLite: three on the cursor; PostgreSQL: one statement); every control that
+can change a new row's fate sends it down the full path (``journal_new``) in the same
+transaction. A receipt on the caller's copy of a submitted row builds the result from that
+copy (SQLite: no RETURNING). Invariants 1, 3 and 7 ride on these: a switch set by another
+process is seen by the very next journal, one id is journalled once, and the row returned is
+the row stored.
 """
 
 from __future__ import annotations
@@ -137,3 +139,63 @@ def test_active_names_every_control_that_changes_a_new_row(
     controls: ClassControls, active: bool
 ) -> None:
     assert controls.active is active
+
+
+class TestTheReceiptOnAHeldCopy:
+    """The receipt's compare-and-set returns the row as stored, built from the caller's copy."""
+
+    def test_a_receipt_on_the_journal_s_copy(self, store_factory: StoreFactory) -> None:
+        store = store_factory()
+        row = _journal(store, "r-1", NOW)["row"]
+        done = store.transition(
+            "default",
+            "r-1",
+            State.SUBMITTED,
+            State.ACKNOWLEDGED,
+            now=NOW + 1,
+            venue_id="V-1",
+            audit={"dispatch_id": row.dispatch_id},
+            current=row,
+        )
+        assert done == store.get("default", "r-1")
+        assert (done.version, done.venue_id, done.submitted_at) == (2, "V-1", NOW)
+        # The receipt's entry is the row's to name, and found with the journal's.
+        kinds = [e.kind for e in store.audit_entries(scope="default", operation_id="r-1")]
+        assert kinds == ["transition", "transition"]
+        assert verify_store(store).ok
+
+    def test_a_receipt_on_a_row_dispatched_after_a_hold(self, store_factory: StoreFactory) -> None:
+        store = store_factory()
+        store.set_kill("submit_order", True, operator="op:t", reason="drill", now=NOW)
+        held = store.journal(_new("h-1"), PATH, now=NOW, guard=_guard()).row
+        assert held.state is State.VALIDATED and held.detail
+        store.set_kill("submit_order", False, operator="op:t", reason=None, now=NOW + 1)
+        sent = store.dispatch("default", "h-1", now=NOW + 2, guard=_guard()).row
+        assert sent.state is State.SUBMITTED
+        done = store.transition(
+            "default",
+            "h-1",
+            State.SUBMITTED,
+            State.ACKNOWLEDGED,
+            now=NOW + 3,
+            venue_id="V-9",
+            current=sent,
+        )
+        # The copy's detail (what the dispatch left) is what the update kept.
+        assert done == store.get("default", "h-1")
+        assert done.detail == sent.detail and done.version == sent.version + 1
+
+    def test_a_stale_copy_misses(self, store_factory: StoreFactory) -> None:
+        from effectgate.errors import StaleState
+
+        store = store_factory()
+        row = _journal(store, "s-1", NOW)["row"]
+        store.transition(
+            "default", "s-1", State.SUBMITTED, State.ACKNOWLEDGED, now=NOW + 1, venue_id="V"
+        )
+        with pytest.raises(StaleState):
+            store.transition(
+                "default", "s-1", State.SUBMITTED, State.FAILED, now=NOW + 2, current=row
+            )
+        assert store.get("default", "s-1").state is State.ACKNOWLEDGED
+        assert len(store.audit_entries(scope="default", operation_id="s-1")) == 2
