@@ -81,11 +81,12 @@ def content_digest(
         and (scope is None or _plain(scope))
         and (operation_id is None or _plain(operation_id))
     ):
-        # One orjson call quotes the four texts ('["s","o","k","d"]'); its list is compact.
-        texts = orjson.dumps([scope, operation_id, kind, detail_text]).decode("ascii")
-        body = f"[{lane},{float.__repr__(at)},{texts[1:]}"
-    else:
-        body = _DIGEST_ENCODER.encode([lane, at, scope, operation_id, kind, detail_text])
+        # One orjson call quotes the four texts ('["s","o","k","d"]'); its list is compact, and
+        # hashed as it comes, after the two numbers (no copy of the detail into a new text).
+        digest = hashlib.sha256(f"[{lane},{float.__repr__(at)},".encode("ascii"))
+        digest.update(memoryview(orjson.dumps([scope, operation_id, kind, detail_text]))[1:])
+        return digest.hexdigest()
+    body = _DIGEST_ENCODER.encode([lane, at, scope, operation_id, kind, detail_text])
     return hashlib.sha256(body.encode("ascii")).hexdigest()
 
 

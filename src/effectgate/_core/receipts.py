@@ -41,20 +41,21 @@ NOT_APPLIED_EVIDENCE = frozenset(
 def dispatch_id(scope: str, operation_id: str, submitted_at: float) -> str:
     """The id of the dispatch journalled at ``submitted_at`` (``d-`` and 24 hex digits)."""
     global _last_dispatch_id
-    # By the instant's text, as hashed: 0.0 and -0.0 are equal floats but different ids.
-    key = (scope, operation_id, repr(float(submitted_at)))
-    last = _last_dispatch_id  # one immutable pair: read whole, whatever other threads store
-    if last[0] == key:
-        # The journal entry and the receipt's binding ask for the same id, one after the other.
-        return last[1]
-    text = f"{scope}\x00{operation_id}\x00{key[2]}"
+    last = _last_dispatch_id  # one immutable tuple: read whole, whatever other threads store
+    # The journal entry and the receipt's binding ask for the same id, one after the other,
+    # with the same float object: identity (never mere equality: 0.0 and -0.0 are equal floats
+    # but different ids) answers it without rendering the instant again.
+    if last[0] is submitted_at and last[1] == scope and last[2] == operation_id:
+        return last[3]
+    text = f"{scope}\x00{operation_id}\x00{float(submitted_at)!r}"
     found = "d-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:24]
-    _last_dispatch_id = (key, found)
+    _last_dispatch_id = (submitted_at, scope, operation_id, found)
     return found
 
 
-#: The last id computed and its arguments: a pure function's one-entry memo.
-_last_dispatch_id: tuple[tuple[str, str, str] | None, str] = (None, "")
+#: The last id computed and its arguments: a pure function's one-entry memo (holding the
+#: float it was asked about, so no other object can take its identity meanwhile).
+_last_dispatch_id: tuple[object, str, str, str] = (None, "", "", "")
 
 
 def request_digest(operation_key: str, action: str, effect_fingerprint: str) -> str:

@@ -102,10 +102,14 @@ class Prepared:
         return cls(name.encode(), text.encode(), tuple(str(i) for i in range(count)), (0,) * count)
 
     def encode(self, params: Mapping[str, Any] | Sequence[Any]) -> list[bytes | None]:
-        values = [params[n] for n in self.names] if isinstance(params, Mapping) else list(params)
-        if len(values) != len(self.names):
-            raise StoreError(f"statement {self.name!r}: {len(values)} parameters")
-        return [_text(v) for v in values]
+        if isinstance(params, Mapping):
+            values: Sequence[Any] = [params[n] for n in self.names]
+        else:
+            values = params
+            if len(values) != len(self.names):
+                raise StoreError(f"statement {self.name!r}: {len(values)} parameters")
+        # One lookup by exact type; anything else (a subclass) takes the checks in _text.
+        return [_TEXT.get(type(v), _text)(v) for v in values]
 
 
 def _text(value: object) -> bytes | None:
@@ -125,8 +129,34 @@ def _text(value: object) -> bytes | None:
     raise StoreError(f"hot-path parameter of type {type(value).__name__} has no text form")
 
 
-#: Statement names each connection has parsed (a connection replaced is a new key).
-_parsed: weakref.WeakKeyDictionary[Conn, set[bytes]] = weakref.WeakKeyDictionary()
+def _float_text(value: float) -> bytes:
+    return repr(value).encode()
+
+
+def _int_text(value: int) -> bytes:
+    return str(value).encode()
+
+
+#: The text form of each exact parameter type (:func:`_text` says how; bool before int there).
+_TEXT: dict[type, Callable[[Any], bytes | None]] = {
+    str: str.encode,
+    type(None): lambda _: None,
+    bool: lambda v: b"t" if v else b"f",
+    int: _int_text,
+    float: _float_text,
+}
+
+#: Statement names each connection has parsed, by the connection's id: an entry goes when its
+#: connection is collected (weakref.finalize), before anything else can take that id.
+_parsed: dict[int, set[bytes]] = {}
+
+
+def _parsed_by(conn: Conn) -> set[bytes]:
+    known = _parsed.get(id(conn))
+    if known is None:
+        known = _parsed[id(conn)] = set()
+        weakref.finalize(conn, _parsed.pop, id(conn), None)
+    return known
 
 
 def trip(conn: Conn, statements: Sequence[tuple[Prepared, Any]]) -> pq.abc.PGresult:
@@ -136,7 +166,7 @@ def trip(conn: Conn, statements: Sequence[tuple[Prepared, Any]]) -> pq.abc.PGres
     (the outcome is unknown); the caller classifies it and must not reuse ``conn``.
     """
     pg = conn.pgconn
-    known = _parsed.setdefault(conn, set())
+    known = _parsed_by(conn)
     new = [p for p, _ in statements if p.name not in known]
     try:
         pg.enter_pipeline_mode()
