@@ -697,7 +697,8 @@ def _path_for(decision: Decision, dispatch: bool) -> list[State]:
 def _provenance(parsed: Intent, decision: Decision, principal: str | None) -> dict[str, object]:
     """The audit facts of a proposal beyond the snapshot: who, from what, and what was decided."""
     by = parsed.audit.get("proposed_by")
-    by = by if isinstance(by, Mapping) else {}
+    # A parsed intent's nested objects are dicts; the ABC check is the slow path for the rest.
+    by = by if type(by) is dict or isinstance(by, Mapping) else {}
     digests = parsed.audit.get("tool_output_digests")
     return {
         "principal": principal,

@@ -22,6 +22,7 @@ _TYPES = Types(
     clustered="",
     key='text COLLATE "C"',
     state_check=f" CHECK (state IN ({', '.join(repr(s.value) for s in State)}))",
+    drop_dispatch_id="ALTER TABLE dispatch_log DROP COLUMN id",
 )
 
 MIGRATION_CONTROLS = f"""

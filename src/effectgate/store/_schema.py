@@ -23,6 +23,7 @@ __all__ = [
     "channel_tables",
     "continuation_tables",
     "controls_tables",
+    "dispatch_log_key",
     "grants_tables",
     "ledger_tables",
     "policy_tables",
@@ -58,6 +59,9 @@ class Types:
     #: Where the hot path names its audit entries in their row (SQLite): the statements that
     #: leave those entries out of the per-operation index (migration ``row_audit_columns``).
     row_named_index: str = ""
+    #: Drops ``dispatch_log``'s own key where the dialect still has one (PostgreSQL): nothing
+    #: reads it, and each dispatch wrote one index entry for it (migration ``dispatch_log_key``).
+    drop_dispatch_id: str = ""
 
 
 def ledger_tables(t: Types) -> str:
@@ -266,6 +270,7 @@ def shared_migrations(t: Types) -> list[str]:
         approval_binding_columns(t),  # what an approval was given with (store/_controls.py)
         announcement_tables(t),  # one announcement per channel and round (store/_channels.py)
         row_audit_columns(t),  # entries an operations row names, outside the per-operation index
+        dispatch_log_key(t),  # no key nobody reads on the dispatch record
     ]
 
 
@@ -464,6 +469,14 @@ ALTER TABLE operations ADD COLUMN journal_seq {bigint};
 ALTER TABLE operations ADD COLUMN receipt_seq {bigint};
 {row_named_index}
 """.format(**asdict(t))
+
+
+def dispatch_log_key(t: Types) -> str:
+    """The dispatch record keeps no key of its own. It is read by ``(action, at)`` windows, by
+    run and by the operation key it names, never by a key of its own: SQLite dropped its
+    ``id`` at migration 3 (clustered on ``(action, at, op_key)``); PostgreSQL drops it here
+    (``Types.drop_dispatch_id``), one index entry less for every dispatch."""
+    return t.drop_dispatch_id
 
 
 def backfill_chain(execute: Callable[..., Any], set_head: str) -> None:

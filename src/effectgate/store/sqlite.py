@@ -397,8 +397,9 @@ class SQLiteStore(SQLStore):
     ) -> Journal:
         """The writes of :func:`plain_journal`, straight on the cursor: the dispatch record, the
         entry (named by the row, so not indexed), the approval request, the row."""
+        op_key = new.op_key
         if plain.dispatch:
-            cur.execute(sql.INSERT_DISPATCH, (new.action, now, new.op_key, plain.value_micros))
+            cur.execute(sql.INSERT_DISPATCH, (new.action, now, op_key, plain.value_micros))
         if plain.request is not None:
             cur.execute(sql.INSERT_REQUEST, plain.request)
         seq, entry_hash = schema.append_entry(
@@ -417,7 +418,7 @@ class SQLiteStore(SQLStore):
             (
                 new.scope,
                 new.operation_id,
-                new.op_key,
+                op_key,
                 new.action,
                 new.fingerprint,
                 final.value,
