@@ -63,12 +63,14 @@ CHAIN_FUNCTION = "effectgate_chain_hash"
 # CHAIN_FUNCTION just computed (ChainLink), no RETURNING table needed. BEGIN IMMEDIATE holds
 # the write lock, so no other writer can append between the read and the insert. The tail is
 # read by scalar subqueries of one VALUES row (one snapshot): cheaper than joining a
-# materialised subquery, which the engine builds as a temporary table for every entry.
+# materialised subquery, which the engine builds as a temporary table for every entry. The seq
+# is left to SQLite: a rowid table without AUTOINCREMENT gives a new row the largest rowid + 1,
+# exactly the tail's seq + 1 (1 in an empty log), without reading the tail for it.
 _TAIL = "(SELECT {} FROM audit_log ORDER BY seq DESC LIMIT 1)"
 _CHAINED_INSERT = (
     "INSERT INTO audit_log "
     "(seq, at, scope, operation_id, kind, detail, in_row, lane, prev_hash, hash) "
-    f"VALUES (coalesce({_TAIL.format('seq')}, 0) + 1, ?, ?, ?, ?, ?, ?, 0, "
+    "VALUES (NULL, ?, ?, ?, ?, ?, ?, 0, "
     f"coalesce({_TAIL.format('hash')}, ?), "
     f"{CHAIN_FUNCTION}(coalesce({_TAIL.format('hash')}, ?), ?))"
 )
