@@ -301,9 +301,14 @@ def _key_spots(text: str) -> int:
     """How many times :data:`_KEY_END` matches ``text``. Where no quote is followed by
     whitespace (compact JSON, and ``json.dumps``' default spacing) every match is exactly
     ``":``, which ``str.count`` finds at a fraction of the regex's cost."""
-    if '" ' in text or '"\n' in text or '"\t' in text or '"\r' in text:
+    if _QUOTE_SPACE.search(text) is not None:
         return len(_KEY_END.findall(text))
     return text.count('":')
+
+
+# A quote followed by whitespace: one scan (four substring searches for a two-character needle
+# starting with '"', the commonest character of JSON, cost four times as much).
+_QUOTE_SPACE = re.compile(r'"[ \t\n\r]')
 
 
 def _plain_members(node: Any, depth: int, max_depth: int) -> int:
