@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from effectgate._frontends.cli import app
@@ -58,6 +59,27 @@ def test_bench_smoke_runs_and_prints_ratios(tmp_path) -> None:
     assert all(f["effectgate"] > 0 and f["floor"] > 0 and f["ratio"] > 0 for f in b5)
     # the bench leaves nothing beside the given path
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json"]
+
+
+@pytest.mark.postgres
+def test_b2_alternates_both_sides_on_postgresql(tmp_path) -> None:
+    """B2 runs both sides in every worker, in alternating rounds, and counts every action."""
+    from conftest import require_pg
+
+    out = tmp_path / "b2.json"
+    url = require_pg()
+    result = CliRunner().invoke(
+        app, ["bench", "--smoke", "--store", url, "--workload", "B2", "--json", str(out)]
+    )
+    assert result.exit_code == 0, result.output
+    figures = json.loads(out.read_text())["figures"]
+    assert [f["notes"]["workers"] for f in figures] == [1, 2]
+    for f in figures:
+        notes = f["notes"]
+        assert notes["rounds"] >= 2 and f["effectgate"] > 0 and f["floor"] > 0
+        # both sides ran the same number of actions, every worker its share of every round
+        assert notes["actions"] == notes["floor_actions"]
+        assert notes["actions"] % (notes["workers"] * notes["rounds"]) == 0
 
 
 class TestWindowSortBench:
