@@ -93,3 +93,21 @@ class TestWindowSortBench:
         assert got["spilled"]["peak_heap_mib"] > 0
         scratch = sqlite_scratch(2_000, 300)
         assert scratch["write_lock_max_ms"] > 0
+
+
+class TestRatioTargets:
+    """The ratio plot draws a target line only where issue 21 sets a ratio target."""
+
+    def test_each_figure_gets_its_workloads_target_or_none(self) -> None:
+        from effectgate.bench.common import ratio_target
+
+        def fig(workload: str, variant: str, **notes: int) -> dict[str, object]:
+            return {"workload": workload, "variant": variant, "notes": notes}
+
+        assert ratio_target(fig("B1", "SQLite WAL synchronous=FULL"), 2) == 0.7
+        assert ratio_target(fig("B1", "SQLite WAL synchronous=OFF"), 2) is None
+        assert ratio_target(fig("B2", "PostgreSQL, 2 worker processes", workers=2), 2) == 0.7
+        assert ratio_target(fig("B2", "PostgreSQL, 4 worker processes", workers=4), 2) is None
+        assert ratio_target(fig("B5", "HTTP, 16 clients", clients=16), 2) == 0.5
+        assert ratio_target(fig("B5", "HTTP, 64 clients", clients=64), 2) is None
+        assert ratio_target(fig("B5", "MCP (streamable HTTP), 16 clients", clients=16), 2) is None

@@ -15,7 +15,7 @@ import shutil
 import sqlite3
 import tempfile
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -242,3 +242,23 @@ class Target:
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
+
+
+#: The targets of issue 21 (ratio to the floor measured in the same run); docs/benchmarks.md.
+TARGETS = {"B1": 0.7, "B2": 0.7, "B4": 0.5, "B5": 0.5}
+
+
+def ratio_target(figure: Mapping[str, Any], cores: int | None) -> float | None:
+    """The ratio target of one figure, or None where issue 21 sets none: B1 with durability
+    off (its target is CPU above the raw loop), B2 past the core count, B5 other than HTTP at
+    16 clients (MCP and 64 clients are reported)."""
+    workload, variant = figure["workload"], figure.get("variant", "")
+    if workload == "B1" and "synchronous=OFF" in variant:
+        return None
+    if workload == "B2":
+        workers = figure.get("notes", {}).get("workers")
+        if cores is not None and workers is not None and workers > cores:
+            return None
+    if workload == "B5" and variant != "HTTP, 16 clients":
+        return None
+    return TARGETS.get(workload)

@@ -22,8 +22,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-#: The targets of issue 21 (ratio to the floor measured in the same run); docs/benchmarks.md.
-TARGETS = {"B1": 0.7, "B2": 0.7, "B4": 0.5, "B5": 0.5}
+from effectgate.bench.common import TARGETS, ratio_target
 
 
 def _report(path: str) -> dict[str, Any]:
@@ -71,7 +70,11 @@ def plot_ratios(paths: Sequence[str], out: str) -> None:
                 continue
             store = "PG" if report.get("store") == "postgresql" else "SQLite"
             rows.append(
-                (f"{f['workload']} {store}\n{f['variant']}", f["ratio"], TARGETS.get(f["workload"]))
+                (
+                    f"{f['workload']} {store}\n{f['variant']}",
+                    f["ratio"],
+                    ratio_target(f, report.get("machine", {}).get("cores")),
+                )
             )
     if not rows:
         return
