@@ -11,6 +11,7 @@ the row stored.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from decimal import Decimal
 from typing import Any
@@ -184,6 +185,28 @@ class TestTheReceiptOnAHeldCopy:
         # The copy's detail (what the dispatch left) is what the update kept.
         assert done == store.get("default", "h-1")
         assert done.detail == sent.detail and done.version == sent.version + 1
+
+    def test_a_copy_that_differs_from_the_row_still_returns_the_row_as_stored(
+        self, store_factory: StoreFactory
+    ) -> None:
+        """``current`` is public: an altered copy must not leak into the returned row."""
+        store = store_factory()
+        row = _journal(store, "c-1", NOW)["row"]
+        altered = dataclasses.replace(row, version=41, detail="from an old copy")
+        done = store.transition(
+            "default",
+            "c-1",
+            State.SUBMITTED,
+            State.ACKNOWLEDGED,
+            now=NOW + 1,
+            venue_id="V-1",
+            current=altered,
+        )
+        assert done == store.get("default", "c-1")
+        assert (done.version, done.detail) == (2, None)
+        kinds = [e.kind for e in store.audit_entries(scope="default", operation_id="c-1")]
+        assert kinds == ["transition", "transition"]
+        assert verify_store(store).ok
 
     def test_a_stale_copy_misses(self, store_factory: StoreFactory) -> None:
         from effectgate.errors import StaleState

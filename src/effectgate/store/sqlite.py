@@ -45,6 +45,13 @@ _CAS_SET = (
     "WHERE scope = ? AND operation_id = ? AND state = ?"
 )
 _CAS = _CAS_SET + " RETURNING version, venue_id, detail, submitted_at, receipt_seq"
+# The receipt on a copy the caller holds: it moves the row only if the row still is that copy
+# (what the update keeps of it, and no receipt entry named yet), so the copy tells what the
+# update left. A copy that differs falls back to _CAS in the same transaction.
+_CAS_KNOWN = (
+    _CAS_SET + " AND version = ? AND venue_id IS ? AND detail IS ? AND submitted_at IS ? "
+    "AND receipt_seq IS NULL"
+)
 _INSERT = (
     "INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
     "intent, effect, tier, reason, policy_version, detail, created_at, updated_at, "
@@ -473,22 +480,24 @@ class SQLiteStore(SQLStore):
                     operation_id,
                     expected.value,
                 )
+                changed: Sequence[Any] | None = None
                 if named and known is not None and known.state is State.SUBMITTED:
-                    # The receipt, on a copy taken in submitted. A row's version, venue id and
-                    # detail stay put while it is submitted (only a move changes them, and
-                    # nothing re-enters submitted), and this is the one move out of it, so
-                    # the copy already says what the update leaves: no RETURNING (which costs
-                    # SQLite a temporary table per statement), and the row takes this seq.
-                    cur.execute(_CAS_SET, args)
-                    if cur.rowcount != 1:
-                        raise _Miss  # rolls the entry back with the transaction
-                    changed: Sequence[Any] | None = (
-                        known.version + 1,
-                        known.venue_id if venue_id is None else venue_id,
-                        known.detail if detail is None else detail,
-                        known.submitted_at,
+                    # The receipt, on a copy taken in submitted: when the row still matches
+                    # the copy, the copy says what the update leaves, so no RETURNING (which
+                    # costs SQLite a temporary table per statement), and the row takes this
+                    # seq. A copy the caller altered or kept too long takes _CAS below.
+                    cur.execute(
+                        _CAS_KNOWN,
+                        (*args, known.version, known.venue_id, known.detail, known.submitted_at),
                     )
-                else:
+                    if cur.rowcount == 1:
+                        changed = (
+                            known.version + 1,
+                            known.venue_id if venue_id is None else venue_id,
+                            known.detail if detail is None else detail,
+                            known.submitted_at,
+                        )
+                if changed is None:
                     changed = _compare_and_set(cur, args, seq if named else None)
                 if changed is None:
                     raise _Miss  # rolls the entry back with the transaction
