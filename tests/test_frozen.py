@@ -8,6 +8,8 @@ factories, ``__post_init__``, keyword-only fields, errors), and stay frozen.
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,6 +74,11 @@ class TestSameValues:
     def test_missing_argument_is_a_type_error(self) -> None:
         with pytest.raises(TypeError, match="a"):
             Quick()  # type: ignore[call-arg]
+
+    def test_introspection_sees_the_dataclass_s_signature_and_hints(self) -> None:
+        assert str(inspect.signature(Quick.__init__)) == str(inspect.signature(Plain.__init__))
+        assert typing.get_type_hints(Quick.__init__) == typing.get_type_hints(Plain.__init__)
+        assert typing.get_type_hints(Operation.__init__)["version"] is int
 
     def test_replace_and_equality_are_the_dataclass_s(self) -> None:
         q = Quick(1, "x")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 import types
 from typing import Any, TypeVar
 
@@ -61,11 +62,24 @@ def quick_init(cls: type[T]) -> type[T]:
     if hasattr(cls, "__post_init__"):
         body.append("    self.__post_init__()")
     signature = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
-    source = f"def __init__({signature}):\n" + "\n".join(body or ["    pass"]) + "\n"
-    exec(source, env)  # noqa: S102 - generated from the class's own field names, as dataclasses does
-    init = env["__init__"]
+    # As dataclasses does: an outer function takes the helpers as closure cells, so the
+    # __init__ runs with the class's module as its globals (type hints resolve there).
+    source = (
+        f"def __create_init__({', '.join(env)}):\n"
+        + f"  def __init__({signature}):\n"
+        + "\n".join("  " + line for line in body or ["    pass"])
+        + "\n  return __init__\n"
+    )
+    module = sys.modules.get(cls.__module__)
+    scope: dict[str, Any] = {}
+    exec(source, vars(module) if module else {}, scope)  # noqa: S102 - generated from the class's own field names, as dataclasses does
+    init = scope["__create_init__"](**env)
+    original = cls.__init__
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
-    init.__doc__ = cls.__init__.__doc__
+    init.__doc__ = original.__doc__
+    # Introspection sees the dataclass's own: annotations, and "<factory>" for a factory default.
+    init.__annotations__ = dict(original.__annotations__)
+    init.__signature__ = inspect.signature(original)
     cls.__init__ = init  # type: ignore[method-assign]
     return cls
