@@ -108,25 +108,8 @@ class Prepared:
             values = params
             if len(values) != len(self.names):
                 raise StoreError(f"statement {self.name!r}: {len(values)} parameters")
-        # One lookup by exact type; anything else (a subclass) takes the checks in _text.
+        # One lookup by exact type; a subclass takes its nearest base's form (_text).
         return [_TEXT.get(type(v), _text)(v) for v in values]
-
-
-def _text(value: object) -> bytes | None:
-    # bool before int: bool is an int subclass.
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return value.encode()
-    if value is True:
-        return b"t"
-    if value is False:
-        return b"f"
-    if isinstance(value, int):
-        return str(value).encode()
-    if isinstance(value, float):
-        return repr(value).encode()
-    raise StoreError(f"hot-path parameter of type {type(value).__name__} has no text form")
 
 
 def _float_text(value: float) -> bytes:
@@ -137,7 +120,8 @@ def _int_text(value: int) -> bytes:
     return str(value).encode()
 
 
-#: The text form of each exact parameter type (:func:`_text` says how; bool before int there).
+#: The text form of each parameter type. bool is an int subclass, so a type is looked up along
+#: its MRO (:func:`_text`): bool finds its own entry before int's.
 _TEXT: dict[type, Callable[[Any], bytes | None]] = {
     str: str.encode,
     type(None): lambda _: None,
@@ -145,6 +129,16 @@ _TEXT: dict[type, Callable[[Any], bytes | None]] = {
     int: _int_text,
     float: _float_text,
 }
+
+
+def _text(value: object) -> bytes | None:
+    """A parameter whose exact type has no entry in :data:`_TEXT`: its nearest base's form."""
+    for base in type(value).__mro__:
+        encode = _TEXT.get(base)
+        if encode is not None:
+            return encode(value)
+    raise StoreError(f"hot-path parameter of type {type(value).__name__} has no text form")
+
 
 #: Statement names each connection has parsed, by the connection's id: an entry goes when its
 #: connection is collected (weakref.finalize), before anything else can take that id.
