@@ -23,7 +23,7 @@ from effectgate import State
 from effectgate._audit import verify_store
 from effectgate._core.controls import ClassControls, DispatchGuard, Envelope
 from effectgate.examples import EXAMPLE_ORDER, default_registry
-from effectgate.store.base import NewOperation
+from effectgate.store.base import NewOperation, Operation
 from effectgate.store.roles import Store
 
 PATH = [State.PROPOSED, State.VALIDATED, State.SUBMITTED]
@@ -145,24 +145,35 @@ def test_active_names_every_control_that_changes_a_new_row(
 class TestTheReceiptOnAHeldCopy:
     """The receipt's compare-and-set returns the row as stored, built from the caller's copy."""
 
+    @staticmethod
+    def _acknowledge(
+        store: Store, operation_id: str, current: Operation, now: float, venue_id: str, **kw: Any
+    ) -> Operation | None:
+        return store.transition(
+            "default",
+            operation_id,
+            State.SUBMITTED,
+            State.ACKNOWLEDGED,
+            now=now,
+            venue_id=venue_id,
+            current=current,
+            **kw,
+        )
+
+    @staticmethod
+    def _entry_kinds(store: Store, operation_id: str) -> list[str]:
+        return [e.kind for e in store.audit_entries(scope="default", operation_id=operation_id)]
+
     def test_a_receipt_on_the_journal_s_copy(self, store_factory: StoreFactory) -> None:
         store = store_factory()
         row = _journal(store, "r-1", NOW)["row"]
-        done = store.transition(
-            "default",
-            "r-1",
-            State.SUBMITTED,
-            State.ACKNOWLEDGED,
-            now=NOW + 1,
-            venue_id="V-1",
-            audit={"dispatch_id": row.dispatch_id},
-            current=row,
+        done = self._acknowledge(
+            store, "r-1", row, NOW + 1, "V-1", audit={"dispatch_id": row.dispatch_id}
         )
         assert done == store.get("default", "r-1")
         assert (done.version, done.venue_id, done.submitted_at) == (2, "V-1", NOW)
         # The receipt's entry is the row's to name, and found with the journal's.
-        kinds = [e.kind for e in store.audit_entries(scope="default", operation_id="r-1")]
-        assert kinds == ["transition", "transition"]
+        assert self._entry_kinds(store, "r-1") == ["transition", "transition"]
         assert verify_store(store).ok
 
     def test_a_receipt_on_a_row_dispatched_after_a_hold(self, store_factory: StoreFactory) -> None:
@@ -173,15 +184,7 @@ class TestTheReceiptOnAHeldCopy:
         store.set_kill("submit_order", False, operator="op:t", reason=None, now=NOW + 1)
         sent = store.dispatch("default", "h-1", now=NOW + 2, guard=_guard()).row
         assert sent.state is State.SUBMITTED
-        done = store.transition(
-            "default",
-            "h-1",
-            State.SUBMITTED,
-            State.ACKNOWLEDGED,
-            now=NOW + 3,
-            venue_id="V-9",
-            current=sent,
-        )
+        done = self._acknowledge(store, "h-1", sent, NOW + 3, "V-9")
         # The copy's detail (what the dispatch left) is what the update kept.
         assert done == store.get("default", "h-1")
         assert done.detail == sent.detail and done.version == sent.version + 1
@@ -193,19 +196,10 @@ class TestTheReceiptOnAHeldCopy:
         store = store_factory()
         row = _journal(store, "c-1", NOW)["row"]
         altered = dataclasses.replace(row, version=41, detail="from an old copy")
-        done = store.transition(
-            "default",
-            "c-1",
-            State.SUBMITTED,
-            State.ACKNOWLEDGED,
-            now=NOW + 1,
-            venue_id="V-1",
-            current=altered,
-        )
+        done = self._acknowledge(store, "c-1", altered, NOW + 1, "V-1")
         assert done == store.get("default", "c-1")
         assert (done.version, done.detail) == (2, None)
-        kinds = [e.kind for e in store.audit_entries(scope="default", operation_id="c-1")]
-        assert kinds == ["transition", "transition"]
+        assert self._entry_kinds(store, "c-1") == ["transition", "transition"]
         assert verify_store(store).ok
 
     def test_a_stale_copy_misses(self, store_factory: StoreFactory) -> None:
