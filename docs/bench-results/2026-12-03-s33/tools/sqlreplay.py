@@ -1,0 +1,121 @@
+"""B1's SQL on SQLite with no effectgate code around it, beside the floor and the gate itself.
+
+usage: python sqlreplay.py N FULL|OFF [ROUNDS]
+
+Records the statements and parameters of one real B1 action on the store's own cursors (the
+body's and the transaction engine's), then replays them N times on the store's connection, so
+the chain function is registered and the pragmas are the store's. Each replayed action rewrites
+the recorded operation id in every text parameter and puts the current time in the recorded
+timestamps; its parameters are built before the timed loop. Each round times, on one file:
+the floor, the replay, effectgate's own loop, the floor again. Reaches into private attributes
+(`_cur`, `_gate.engine._cur`): a one-off measurement, not an API.
+"""
+
+import os
+import resource
+import sqlite3
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from effectgate.adapters.paper import PaperAdapter, PaperVenue
+from effectgate.bench.b1 import _gate_loop, _sqlite_floor, floor_row
+from effectgate.bench.common import bench_gate
+from effectgate.store.sqlite import SQLiteStore
+
+n = int(sys.argv[1])
+sync = sys.argv[2]
+rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+path = os.path.join(tempfile.mkdtemp(dir=os.environ.get("TMPD")), "l.db")
+store = SQLiteStore(path, synchronous=sync)
+gate = bench_gate(store, PaperAdapter(PaperVenue()))
+conn = sqlite3.connect(path, isolation_level=None)
+conn.execute(f"PRAGMA synchronous = {sync}")
+floor = _sqlite_floor(conn, floor_row())
+_gate_loop(gate, "w", 0, 200, None)
+floor(0, 200, None)
+
+recorded: list[tuple[str, tuple[Any, ...]]] = []
+
+
+class Recorder:
+    """A cursor that notes each statement, then runs it."""
+
+    def __init__(self, cur: sqlite3.Cursor) -> None:
+        self.__dict__["_cur"] = cur
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        recorded.append((sql, tuple(params)))
+        return self._cur.execute(sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+
+body_cur, engine_cur = store._cur, store._gate.engine._cur
+store._cur, store._gate.engine._cur = Recorder(body_cur), Recorder(engine_cur)
+started = time.time()
+_gate_loop(gate, "zq", 7, 1, None)
+store._cur, store._gate.engine._cur = body_cur, engine_cur
+OP = "zq7"
+statements = [
+    (engine_cur if sql.split()[0].upper() in ("BEGIN", "COMMIT") else body_cur, sql, params)
+    for sql, params in recorded
+]
+print(f"{len(statements)} statements per action:", [s[1].split()[0] for s in statements])
+
+
+def rewrite(params: tuple[Any, ...], op: str, now: float) -> tuple[Any, ...]:
+    out = []
+    for p in params:
+        if isinstance(p, str) and OP in p:
+            p = p.replace(OP, op)
+        elif isinstance(p, float) and p > started - 1:
+            p = now
+        out.append(p)
+    return tuple(out)
+
+
+def replay(start: int, count: int) -> Callable[[], None]:
+    work = []
+    for i in range(start, start + count):
+        op, now = f"p{i}", time.time()
+        work.append([(cur, sql, rewrite(params, op, now)) for cur, sql, params in statements])
+
+    def run() -> None:
+        for action in work:
+            for cur, sql, params in action:
+                cur.execute(sql, params)
+
+    return run
+
+
+def measure(fn: Callable[[], None]) -> tuple[float, float, float]:
+    """Wall, user and system microseconds per action."""
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    fn()
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    return (
+        wall / n * 1e6,
+        (r1.ru_utime - r0.ru_utime) / n * 1e6,
+        (r1.ru_stime - r0.ru_stime) / n * 1e6,
+    )
+
+
+base = 100_000
+for k in range(rounds):
+    f1 = measure(lambda k=k: floor(base + k * 3 * n, n, None))
+    rp = measure(replay(base + k * n, n))
+    eg = measure(lambda k=k: _gate_loop(gate, f"e{k}_", 0, n, None))
+    f2 = measure(lambda k=k: floor(base + k * 3 * n + n, n, None))
+    fl = (f1[0] + f2[0]) / 2
+    print(
+        f"round {k}: floor {f1[0]:.0f}/{f2[0]:.0f} us  "
+        f"replay(no python) {rp[0]:.0f} us (user {rp[1]:.0f} sys {rp[2]:.0f})  "
+        f"effectgate {eg[0]:.0f} us (user {eg[1]:.0f} sys {eg[2]:.0f})  "
+        f"ratio replay {fl / rp[0]:.2f}x  effectgate {fl / eg[0]:.2f}x"
+    )
