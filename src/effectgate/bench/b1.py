@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from effectgate._core.states import State
 from effectgate._execute.executor import Gate
@@ -34,7 +34,10 @@ from effectgate.errors import StoreError
 from effectgate.examples import default_registry
 from effectgate.store.base import dumps
 
-__all__ = ["FloorRow", "floor_row", "pg_floor", "run"]
+if TYPE_CHECKING:
+    from effectgate.store.sqlite import SQLiteStore
+
+__all__ = ["FloorRow", "floor_row", "pg_floor", "run", "sqlite_sides"]
 
 ROUNDS = 5
 WARMUP = 100
@@ -211,16 +214,24 @@ def _sqlite_floor(
     return loop
 
 
-def _sqlite(target: Target, n: int, synchronous: str) -> Figure:
+def sqlite_sides(path: str, synchronous: str) -> tuple[SQLiteStore, Gate, sqlite3.Connection]:
+    """Both sides of B1 on one SQLite file: the store, its bench gate, and the floor's own
+    autocommit connection with the same ``synchronous`` (and a busy timeout, should a
+    checkpoint hold the lock). The caller closes the connection and the store."""
     from effectgate.store.sqlite import SQLiteStore
 
+    store = SQLiteStore(path, synchronous=synchronous)
+    gate = bench_gate(store, PaperAdapter(PaperVenue()))
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout = 30000")
+    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    return store, gate, conn
+
+
+def _sqlite(target: Target, n: int, synchronous: str) -> Figure:
     with target.sqlite_file(f"b1-{synchronous.lower()}") as path:
-        store = SQLiteStore(path, synchronous=synchronous)
-        gate = bench_gate(store, PaperAdapter(PaperVenue()))
-        conn = sqlite3.connect(path, isolation_level=None)
+        store, gate, conn = sqlite_sides(path, synchronous)
         try:
-            conn.execute("PRAGMA busy_timeout = 30000")
-            conn.execute(f"PRAGMA synchronous = {synchronous}")
             mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
             commits = {"eg": 0, "floor": 0}
             counting: dict[str, SQLiteCommitCounter] = {}

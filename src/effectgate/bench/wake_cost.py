@@ -23,16 +23,12 @@ import json
 import os
 import resource
 import shutil
-import sqlite3
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.bench.b1 import _gate_loop, _sqlite_floor, floor_row
-from effectgate.bench.common import bench_gate
-from effectgate.store.sqlite import SQLiteStore
+from effectgate.bench.b1 import _gate_loop, _sqlite_floor, floor_row, sqlite_sides
 
 Loop = Callable[[int, int, "list[float] | None"], None]
 
@@ -51,10 +47,7 @@ def _idle_settings() -> dict[str, str]:
 
 
 def _loops(path: str, synchronous: str) -> tuple[Loop, Loop, Callable[[], None]]:
-    store = SQLiteStore(path, synchronous=synchronous)
-    gate = bench_gate(store, PaperAdapter(PaperVenue()))
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute(f"PRAGMA synchronous = {synchronous}")
+    store, gate, conn = sqlite_sides(path, synchronous)
     floor = _sqlite_floor(conn, floor_row())
     prefix = f"{synchronous}-{time.time_ns()}-"
 

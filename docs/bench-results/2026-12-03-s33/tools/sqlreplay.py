@@ -20,19 +20,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.bench.b1 import _gate_loop, _sqlite_floor, floor_row
-from effectgate.bench.common import bench_gate
-from effectgate.store.sqlite import SQLiteStore
+from effectgate.bench.b1 import _gate_loop, _sqlite_floor, floor_row, sqlite_sides
 
 n = int(sys.argv[1])
 sync = sys.argv[2]
 rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 2
 path = os.path.join(tempfile.mkdtemp(dir=os.environ.get("TMPD")), "l.db")
-store = SQLiteStore(path, synchronous=sync)
-gate = bench_gate(store, PaperAdapter(PaperVenue()))
-conn = sqlite3.connect(path, isolation_level=None)
-conn.execute(f"PRAGMA synchronous = {sync}")
+store, gate, conn = sqlite_sides(path, sync)
 floor = _sqlite_floor(conn, floor_row())
 _gate_loop(gate, "w", 0, 200, None)
 floor(0, 200, None)

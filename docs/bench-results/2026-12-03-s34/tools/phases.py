@@ -27,11 +27,9 @@ import time
 from collections.abc import Callable
 from itertools import pairwise
 
-from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.bench.b1 import _sqlite_floor, floor_row
-from effectgate.bench.common import INTENT_BODY, bench_gate
+from effectgate.bench.b1 import _sqlite_floor, floor_row, sqlite_sides
+from effectgate.bench.common import INTENT_BODY
 from effectgate.store import _sqlite_tx
-from effectgate.store.sqlite import SQLiteStore
 
 NAMES = ("pre", "begin1", "body1", "commit1", "between", "begin2", "body2", "commit2", "post")
 
@@ -57,11 +55,7 @@ def commit(self: object, conn: sqlite3.Connection) -> None:
 
 engine.begin, engine.commit = begin, commit  # type: ignore[method-assign]
 path = os.path.join(tempfile.mkdtemp(), "l.db")
-store = SQLiteStore(path, synchronous=sync)
-gate = bench_gate(store, PaperAdapter(PaperVenue()))
-conn = sqlite3.connect(path, isolation_level=None)
-conn.execute("PRAGMA busy_timeout = 30000")
-conn.execute(f"PRAGMA synchronous = {sync}")
+store, gate, conn = sqlite_sides(path, sync)
 
 
 def timed(side: str, action: Callable[[], object], out: list[list[float]] | None) -> None:
