@@ -13,12 +13,13 @@ the floor, the replay, effectgate's own loop, the floor again. Reaches into priv
 
 import os
 import resource
-import sqlite3
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
+
+from recorder import record_action
 
 from effectgate.bench.b1 import _gate_loop, _sqlite_floor, floor_row, sqlite_sides
 
@@ -31,33 +32,8 @@ floor = _sqlite_floor(conn, floor_row())
 _gate_loop(gate, "w", 0, 200, None)
 floor(0, 200, None)
 
-recorded: list[tuple[str, tuple[Any, ...]]] = []
-
-
-class Recorder:
-    """A cursor that notes each statement, then runs it."""
-
-    def __init__(self, cur: sqlite3.Cursor) -> None:
-        self.__dict__["_cur"] = cur
-
-    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
-        recorded.append((sql, tuple(params)))
-        return self._cur.execute(sql, params)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._cur, name)
-
-
-body_cur, engine_cur = store._cur, store._gate.engine._cur
-store._cur, store._gate.engine._cur = Recorder(body_cur), Recorder(engine_cur)
-started = time.time()
-_gate_loop(gate, "zq", 7, 1, None)
-store._cur, store._gate.engine._cur = body_cur, engine_cur
+statements, started = record_action(store, gate)
 OP = "zq7"
-statements = [
-    (engine_cur if sql.split()[0].upper() in ("BEGIN", "COMMIT") else body_cur, sql, params)
-    for sql, params in recorded
-]
 print(f"{len(statements)} statements per action:", [s[1].split()[0] for s in statements])
 
 

@@ -1,0 +1,42 @@
+"""A cursor wrapper that notes each statement it runs (shared by the sitting scripts)."""
+
+import sqlite3
+import time
+from typing import Any
+
+
+class Recorder:
+    """A cursor that appends ``(sql, params)`` to ``into`` for each statement, then runs it;
+    every other attribute is the real cursor's."""
+
+    def __init__(self, cur: sqlite3.Cursor, into: list[tuple[str, tuple[Any, ...]]]) -> None:
+        self.__dict__["_cur"], self.__dict__["_into"] = cur, into
+
+    def execute(self, sql: str, params: Any = ()) -> sqlite3.Cursor:
+        self._into.append((sql, tuple(params)))
+        return self._cur.execute(sql, params)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cur, name)
+
+
+def record_action(store: Any, gate: Any) -> tuple[list[tuple[Any, str, tuple[Any, ...]]], float]:
+    """The statements of one real B1 action (operation id ``zq7``) as ``(cursor, sql,
+    params)``, BEGIN and COMMIT on the transaction engine's cursor and the rest on the store's,
+    and the time just before it ran (its timestamps are later). Reaches into private
+    attributes (``_cur``, ``_gate.engine._cur``): a one-off measurement, not an API."""
+    from effectgate.bench.b1 import _gate_loop
+
+    recorded: list[tuple[str, tuple[Any, ...]]] = []
+    body, engine = store._cur, store._gate.engine._cur
+    store._cur, store._gate.engine._cur = Recorder(body, recorded), Recorder(engine, recorded)
+    started = time.time()
+    try:
+        _gate_loop(gate, "zq", 7, 1, None)
+    finally:
+        store._cur, store._gate.engine._cur = body, engine
+    statements = [
+        (engine if sql.split()[0].upper() in ("BEGIN", "COMMIT") else body, sql, params)
+        for sql, params in recorded
+    ]
+    return statements, started
