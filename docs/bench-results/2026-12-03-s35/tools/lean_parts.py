@@ -1,4 +1,4 @@
-"""The lean bound's Python alone, warm: ``lean_work`` in a tight loop with no SQL between.
+"""The lean path's Python alone, warm: ``lean_work`` in a tight loop with no SQL between.
 
 usage: python lean_parts.py [N]
 

@@ -1,14 +1,14 @@
-"""The Python an action cannot do without, with no glue around it: the lean bound's half.
+"""The Python an action cannot do without, with no glue around it: the lean path's half.
 
 What is left when everything that is not a guarantee's own work is stripped: the strict parse
 and validation of the intent, the policy's decision, the snapshot and effect encoded, the
-journal's audit entry encoded and digested, the dispatch id, the venue's answer as a
-dict entry with a minted id, the request digest, the receipt's audit entry encoded and
-digested. The link of each entry to the chain is left to the replayed SQL, which makes it in
-both dialects (SQLite's registered chain function, PostgreSQL's statement). Not done here,
-though the real path must: the row objects handed back, the idempotency answers, the adapter
-contract, locks, error paths. Timed with the replayed SQL, it is an optimistic bound: any
-implementation in Python of the same path does at least this work, not an estimate of one.
+journal's audit entry encoded and digested, the dispatch id, the venue's answer as a dict entry
+with a minted id, the request digest, the receipt's audit entry encoded and digested. The link
+of each entry to the chain is left to the replayed SQL, which makes it in both dialects
+(SQLite's registered chain function, PostgreSQL's statement). Not done here, though the real
+path must: the row objects handed back, the idempotency answers, the adapter contract, locks,
+error paths. Timed with the replayed SQL, it is optimistic: an implementation that issues the
+same SQL with the same parser and policy does at least this work.
 """
 
 from __future__ import annotations

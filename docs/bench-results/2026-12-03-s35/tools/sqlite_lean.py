@@ -1,10 +1,10 @@
-"""B1 on SQLite: the floor, the replayed SQL, the lean bound and effectgate, in the same rounds.
+"""B1 on SQLite: the floor, the replayed SQL, the lean path and effectgate, in the same rounds.
 
 usage: python sqlite_lean.py N FULL|OFF [ROUNDS]
 
 Records the ten statements of one real B1 action on the store's own cursors (with the
-2026-12-03 sitting's ``record_action``), then times, on one file, per round: the floor; the
-statements replayed (parameters built before the timed loop, no other Python); the lean bound
+2026-12-03-s33 sitting's ``record_action``), then times, on one file, per round: the floor; the
+statements replayed (parameters built before the timed loop, no other Python); the lean path
 (the same replay with ``lean_work``'s Python where the real path does that work: before the
 journal's BEGIN and between the two transactions); effectgate's own loop; the floor again.
 Reaches into private attributes (``_cur``, ``_gate.engine._cur``): a one-off measurement, not
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "2026-12-03-s33" / "tools"))
+sys.path.append(str(Path(__file__).resolve().parents[2] / "2026-12-03-s33" / "tools"))
 from lean_work import LeanAction
 from recorder import record_action
 
@@ -114,3 +114,12 @@ for k in range(rounds):
         f"lean {fmt(ln)} {fl / ln[0]:.2f}x  effectgate {fmt(eg)} {fl / eg[0]:.2f}x",
         flush=True,
     )
+
+# Every replayed action wrote its row and moved it on: nothing was skipped as a conflict.
+for prefix in ("r", "l"):
+    (done,) = conn.execute(
+        "SELECT count(*) FROM operations WHERE operation_id GLOB ? AND state = 'acknowledged'",
+        (f"{prefix}[0-9]*_*",),
+    ).fetchone()
+    if done != n * rounds:
+        raise SystemExit(f"{prefix}: {done} acknowledged rows, expected {n * rounds}")
