@@ -1,5 +1,6 @@
-"""A cursor wrapper that notes each statement it runs (shared by the sitting scripts)."""
+"""Recording one B1 action on a SQLite store and replaying it: shared by the sitting scripts."""
 
+import resource
 import sqlite3
 import time
 from typing import Any
@@ -40,3 +41,25 @@ def record_action(store: Any, gate: Any) -> tuple[list[tuple[Any, str, tuple[Any
         for sql, params in recorded
     ]
     return statements, started
+
+
+def swap(value: Any, marker: str, op: str, started: float, now: float) -> Any:
+    """A recorded parameter for another action: ``marker`` (the recorded operation id) in a
+    text becomes ``op``, an instant after ``started`` (the recording's) becomes ``now``."""
+    if isinstance(value, str) and marker in value:
+        return value.replace(marker, op)
+    if isinstance(value, float) and value > started - 1:
+        return now
+    return value
+
+
+def measure(fn: Any, n: int) -> tuple[float, float, float]:
+    """Run ``fn`` (``n`` actions): wall, user and system microseconds per action."""
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    fn()
+    wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    return (
+        wall / n * 1e6,
+        (r1.ru_utime - r0.ru_utime) / n * 1e6,
+        (r1.ru_stime - r0.ru_stime) / n * 1e6,
+    )

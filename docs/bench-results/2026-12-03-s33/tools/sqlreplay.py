@@ -12,14 +12,14 @@ the floor, the replay, effectgate's own loop, the floor again. Reaches into priv
 """
 
 import os
-import resource
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
 
-from recorder import record_action
+from recorder import measure as measure_n
+from recorder import record_action, swap
 
 from effectgate.bench.b1 import _gate_loop, _sqlite_floor, floor_row, sqlite_sides
 
@@ -38,14 +38,7 @@ print(f"{len(statements)} statements per action:", [s[1].split()[0] for s in sta
 
 
 def rewrite(params: tuple[Any, ...], op: str, now: float) -> tuple[Any, ...]:
-    out = []
-    for p in params:
-        if isinstance(p, str) and OP in p:
-            p = p.replace(OP, op)
-        elif isinstance(p, float) and p > started - 1:
-            p = now
-        out.append(p)
-    return tuple(out)
+    return tuple(swap(p, OP, op, started, now) for p in params)
 
 
 def replay(start: int, count: int) -> Callable[[], None]:
@@ -63,17 +56,7 @@ def replay(start: int, count: int) -> Callable[[], None]:
 
 
 def measure(fn: Callable[[], None]) -> tuple[float, float, float]:
-    """Wall, user and system microseconds per action."""
-    r0 = resource.getrusage(resource.RUSAGE_SELF)
-    t0 = time.perf_counter()
-    fn()
-    wall = time.perf_counter() - t0
-    r1 = resource.getrusage(resource.RUSAGE_SELF)
-    return (
-        wall / n * 1e6,
-        (r1.ru_utime - r0.ru_utime) / n * 1e6,
-        (r1.ru_stime - r0.ru_stime) / n * 1e6,
-    )
+    return measure_n(fn, n)
 
 
 base = 100_000

@@ -14,6 +14,7 @@ same SQL with the same parser and policy does at least this work.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 from orjson import Fragment
@@ -77,3 +78,38 @@ class LeanAction:
             }
         )
         self.digests.append(content_digest(3, self.now, "default", op, "transition", detail))
+
+
+Figure = tuple[float, float, float]
+
+
+def round_line(k: int, f1: Figure, f2: Figure, sides: dict[str, Figure], cpu: str) -> str:
+    """One round's line: each figure as ``wall (<cpu>user-or-client sSYS-or-server)`` and each
+    side's ratio to the mean of the round's two floors."""
+
+    def fmt(x: Figure) -> str:
+        return f"{x[0]:.0f} ({cpu}{x[1]:.0f} s{x[2]:.0f})"
+
+    floor = (f1[0] + f2[0]) / 2
+    rest = "  ".join(f"{name} {fmt(x)} {floor / x[0]:.2f}x" for name, x in sides.items())
+    return f"round {k}: floor {fmt(f1)} / {fmt(f2)}  {rest}"
+
+
+def check_acknowledged(done: dict[str, int], expected: int) -> None:
+    """Every replayed action wrote its row and moved it on: none was skipped as a conflict."""
+    for prefix, count in done.items():
+        if count != expected:
+            raise SystemExit(f"{prefix}: {count} acknowledged rows, expected {expected}")
+
+
+def run_round(
+    k: int,
+    measure: Callable[[Callable[[], None]], Figure],
+    sides: dict[str, Callable[[], None]],
+    cpu: str,
+) -> None:
+    """Time ``sides`` in order (``floor`` first, ``floor2`` last) and print the round's line;
+    ``cpu`` labels ``measure``'s second figure (``u`` user, ``c`` this process)."""
+    figures = {name: measure(fn) for name, fn in sides.items()}
+    f1, f2 = figures.pop("floor"), figures.pop("floor2")
+    print(round_line(k, f1, f2, figures, cpu), flush=True)

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[2] / "2026-12-02-s30" / "tools"))
+sys.path.append(str(Path(__file__).resolve().parents[2] / "2026-12-03-s33" / "tools"))
 import psycopg
-from lean_work import LeanAction
+from lean_work import LeanAction, check_acknowledged, run_round
 from pgproc import per_action
+from recorder import swap
 
 import effectgate.store._postgres_conn as pc
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
@@ -74,20 +76,12 @@ conn = psycopg.connect(PG, autocommit=True)
 conn.execute(f"SET search_path TO {schema}")
 
 
-def _swap(v: Any, op: str, now: float) -> Any:
-    if isinstance(v, str) and "OPX0" in v:
-        return v.replace("OPX0", op)
-    if isinstance(v, float) and v > started - 1:
-        return now
-    return v
-
-
 def encoded(p: Any, params: Any, op: str, now: float) -> tuple[Encoded, list[bytes | None]]:
     """One captured statement for action ``op`` at ``now``, encoded by its own wire form."""
     if isinstance(params, dict):
-        params = {key: _swap(v, op, now) for key, v in params.items()}
+        params = {key: swap(v, "OPX0", op, started, now) for key, v in params.items()}
     else:
-        params = [_swap(v, op, now) for v in params]
+        params = [swap(v, "OPX0", op, started, now) for v in params]
     return Encoded(p), p.encode(params)
 
 
@@ -116,32 +110,27 @@ replay("w", None)()
 replay("wl", LeanAction(gate))()
 floor("fw", 0, 100, None)
 _gate_loop(gate, "gw", 0, 200, None)
-
-
-def fmt(x: tuple[float, float, float]) -> str:
-    return "{:.0f} (c{:.0f} s{:.0f})".format(*x)
-
-
 for k in range(rounds):
-    f1 = per_action(lambda k=k: floor(f"fa{k}-", 0, n, None), n)
-    rp = per_action(replay(f"r{k}-", None), n)
-    ln = per_action(replay(f"l{k}-", LeanAction(gate)), n)
-    eg = per_action(lambda k=k: _gate_loop(gate, f"g{k}-", 0, n, None), n)
-    f2 = per_action(lambda k=k: floor(f"fb{k}-", 0, n, None), n)
-    fl = (f1[0] + f2[0]) / 2
-    print(
-        f"round {k}: floor {fmt(f1)} / {fmt(f2)}  replay {fmt(rp)} {fl / rp[0]:.2f}x  "
-        f"lean {fmt(ln)} {fl / ln[0]:.2f}x  effectgate {fmt(eg)} {fl / eg[0]:.2f}x",
-        flush=True,
+    run_round(
+        k,
+        lambda fn: per_action(fn, n),
+        {
+            "floor": lambda k=k: floor(f"fa{k}-", 0, n, None),
+            "replay": replay(f"r{k}-", None),
+            "lean": replay(f"l{k}-", LeanAction(gate)),
+            "effectgate": lambda k=k: _gate_loop(gate, f"g{k}-", 0, n, None),
+            "floor2": lambda k=k: floor(f"fb{k}-", 0, n, None),
+        },
+        "c",
     )
-# Every replayed action wrote its row and moved it on: nothing was skipped as a conflict.
-for prefix in ("r", "l"):
-    done = conn.execute(
+done = {
+    prefix: conn.execute(
         "SELECT count(*) FROM operations WHERE operation_id LIKE %s AND state = 'acknowledged'",
         (f"{prefix}_-%",),
-    ).fetchone()
-    if done is None or done[0] != n * rounds:
-        raise SystemExit(f"{prefix}: {done} acknowledged rows, expected {n * rounds}")
+    ).fetchone()[0]  # type: ignore[index]
+    for prefix in ("r", "l")
+}
+check_acknowledged(done, n * rounds)
 close()
 conn.execute(f"DROP SCHEMA {schema} CASCADE")
 conn.close()

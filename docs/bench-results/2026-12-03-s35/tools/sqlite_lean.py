@@ -14,7 +14,6 @@ an API.
 from __future__ import annotations
 
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -23,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[2] / "2026-12-03-s33" / "tools"))
-from lean_work import LeanAction
-from recorder import record_action
+from lean_work import LeanAction, check_acknowledged, run_round
+from recorder import measure, record_action, swap
 
 from effectgate.bench.b1 import _gate_loop, _sqlite_floor, floor_row, sqlite_sides
 
@@ -47,18 +46,11 @@ def actions(prefix: str, start: int, count: int) -> list[tuple[str, list[Any]]]:
     for i in range(start, start + count):
         op, now = f"{prefix}{i}", time.time()
         stmts = [
-            (cur, sql, tuple(_swap(p, op, now) for p in params)) for cur, sql, params in statements
+            (cur, sql, tuple(swap(p, "zq7", op, started, now) for p in params))
+            for cur, sql, params in statements
         ]
         out.append((op, stmts))
     return out
-
-
-def _swap(p: Any, op: str, now: float) -> Any:
-    if isinstance(p, str) and "zq7" in p:
-        return p.replace("zq7", op)
-    if isinstance(p, float) and p > started - 1:
-        return now
-    return p
 
 
 def replay(work: list[tuple[str, list[Any]]]) -> Callable[[], None]:
@@ -85,41 +77,26 @@ def lean(work: list[tuple[str, list[Any]]]) -> Callable[[], None]:
     return run
 
 
-def measure(fn: Callable[[], None]) -> tuple[float, float, float]:
-    """Wall, user and system microseconds per action."""
-    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    fn()
-    wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
-    return (
-        wall / n * 1e6,
-        (r1.ru_utime - r0.ru_utime) / n * 1e6,
-        (r1.ru_stime - r0.ru_stime) / n * 1e6,
-    )
-
-
-def fmt(x: tuple[float, float, float]) -> str:
-    return f"{x[0]:.0f} (u{x[1]:.0f} s{x[2]:.0f})"
-
-
 base = 100_000
 for k in range(rounds):
-    f1 = measure(lambda k=k: floor(base + k * 3 * n, n, None))
-    rp = measure(replay(actions(f"r{k}_", 0, n)))
-    ln = measure(lean(actions(f"l{k}_", 0, n)))
-    eg = measure(lambda k=k: _gate_loop(gate, f"e{k}_", 0, n, None))
-    f2 = measure(lambda k=k: floor(base + k * 3 * n + n, n, None))
-    fl = (f1[0] + f2[0]) / 2
-    print(
-        f"round {k}: floor {fmt(f1)} / {fmt(f2)} us  replay {fmt(rp)} {fl / rp[0]:.2f}x  "
-        f"lean {fmt(ln)} {fl / ln[0]:.2f}x  effectgate {fmt(eg)} {fl / eg[0]:.2f}x",
-        flush=True,
+    run_round(
+        k,
+        lambda fn: measure(fn, n),
+        {
+            "floor": lambda k=k: floor(base + k * 3 * n, n, None),
+            "replay": replay(actions(f"r{k}_", 0, n)),
+            "lean": lean(actions(f"l{k}_", 0, n)),
+            "effectgate": lambda k=k: _gate_loop(gate, f"e{k}_", 0, n, None),
+            "floor2": lambda k=k: floor(base + k * 3 * n + n, n, None),
+        },
+        "u",
     )
 
-# Every replayed action wrote its row and moved it on: nothing was skipped as a conflict.
-for prefix in ("r", "l"):
-    (done,) = conn.execute(
+done = {
+    prefix: conn.execute(
         "SELECT count(*) FROM operations WHERE operation_id GLOB ? AND state = 'acknowledged'",
         (f"{prefix}[0-9]*_*",),
-    ).fetchone()
-    if done != n * rounds:
-        raise SystemExit(f"{prefix}: {done} acknowledged rows, expected {n * rounds}")
+    ).fetchone()[0]
+    for prefix in ("r", "l")
+}
+check_acknowledged(done, n * rounds)
