@@ -5,6 +5,10 @@ import sqlite3
 import time
 from typing import Any
 
+_PREFIX, _INDEX = "zq", 7
+#: The operation id of the recorded action, swapped for each replayed action's own.
+RECORDED_ID = f"{_PREFIX}{_INDEX}"
+
 
 class Recorder:
     """A cursor that appends ``(sql, params)`` to ``into`` for each statement, then runs it;
@@ -22,7 +26,7 @@ class Recorder:
 
 
 def record_action(store: Any, gate: Any) -> tuple[list[tuple[Any, str, tuple[Any, ...]]], float]:
-    """The statements of one real B1 action (operation id ``zq7``) as ``(cursor, sql,
+    """The statements of one real B1 action (operation id :data:`RECORDED_ID`) as ``(cursor, sql,
     params)``, BEGIN and COMMIT on the transaction engine's cursor and the rest on the store's,
     and the time just before it ran (its timestamps are later). Reaches into private
     attributes (``_cur``, ``_gate.engine._cur``): a one-off measurement, not an API."""
@@ -33,7 +37,7 @@ def record_action(store: Any, gate: Any) -> tuple[list[tuple[Any, str, tuple[Any
     store._cur, store._gate.engine._cur = Recorder(body, recorded), Recorder(engine, recorded)
     started = time.time()
     try:
-        _gate_loop(gate, "zq", 7, 1, None)
+        _gate_loop(gate, _PREFIX, _INDEX, 1, None)
     finally:
         store._cur, store._gate.engine._cur = body, engine
     statements = [
@@ -51,6 +55,27 @@ def swap(value: Any, marker: str, op: str, started: float, now: float) -> Any:
     if isinstance(value, float) and value > started - 1:
         return now
     return value
+
+
+def for_actions(
+    statements: list[tuple[Any, str, tuple[Any, ...]]],
+    started: float,
+    prefix: str,
+    start: int,
+    count: int,
+) -> list[tuple[str, list[tuple[Any, str, tuple[Any, ...]]]]]:
+    """The recorded statements once per action ``prefix + i`` (``i`` from ``start``), each
+    with its own id and the time it was built: ``(operation id, statements)`` per action,
+    ready to run with no other work (build them before the timed loop)."""
+    out = []
+    for i in range(start, start + count):
+        op, now = f"{prefix}{i}", time.time()
+        stmts = [
+            (cur, sql, tuple(swap(p, RECORDED_ID, op, started, now) for p in params))
+            for cur, sql, params in statements
+        ]
+        out.append((op, stmts))
+    return out
 
 
 def measure(fn: Any, n: int) -> tuple[float, float, float]:

@@ -14,12 +14,10 @@ the floor, the replay, effectgate's own loop, the floor again. Reaches into priv
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
-from typing import Any
 
+from recorder import for_actions, record_action
 from recorder import measure as measure_n
-from recorder import record_action, swap
 
 from effectgate.bench.b1 import _gate_loop, _sqlite_floor, floor_row, sqlite_sides
 
@@ -33,22 +31,14 @@ _gate_loop(gate, "w", 0, 200, None)
 floor(0, 200, None)
 
 statements, started = record_action(store, gate)
-OP = "zq7"
 print(f"{len(statements)} statements per action:", [s[1].split()[0] for s in statements])
 
 
-def rewrite(params: tuple[Any, ...], op: str, now: float) -> tuple[Any, ...]:
-    return tuple(swap(p, OP, op, started, now) for p in params)
-
-
 def replay(start: int, count: int) -> Callable[[], None]:
-    work = []
-    for i in range(start, start + count):
-        op, now = f"p{i}", time.time()
-        work.append([(cur, sql, rewrite(params, op, now)) for cur, sql, params in statements])
+    work = for_actions(statements, started, "p", start, count)
 
     def run() -> None:
-        for action in work:
+        for _, action in work:
             for cur, sql, params in action:
                 cur.execute(sql, params)
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 sys.path.append(str(Path(__file__).resolve().parents[2] / "2026-12-03-s33" / "tools"))
 from lean_work import LeanAction, check_acknowledged, run_round
-from recorder import measure, record_action, swap
+from recorder import for_actions, measure, record_action
 
 from effectgate.bench.b1 import _gate_loop, _sqlite_floor, floor_row, sqlite_sides
 
@@ -40,37 +39,20 @@ split = 1 + [sql.split()[0] for _, sql, _ in statements].index("COMMIT")
 print(len(statements), "statements, journal's", split, [s.split()[0] for _, s, _ in statements])
 
 
-def actions(prefix: str, start: int, count: int) -> list[tuple[str, list[Any]]]:
-    """Per action: its id and its statements, the recorded id and instants replaced."""
-    out = []
-    for i in range(start, start + count):
-        op, now = f"{prefix}{i}", time.time()
-        stmts = [
-            (cur, sql, tuple(swap(p, "zq7", op, started, now) for p in params))
-            for cur, sql, params in statements
-        ]
-        out.append((op, stmts))
-    return out
+Work = list[tuple[str, list[tuple[Any, str, tuple[Any, ...]]]]]
 
 
-def replay(work: list[tuple[str, list[Any]]]) -> Callable[[], None]:
-    def run() -> None:
-        for _, stmts in work:
-            for cur, sql, params in stmts:
-                cur.execute(sql, params)
-
-    return run
-
-
-def lean(work: list[tuple[str, list[Any]]]) -> Callable[[], None]:
-    act = LeanAction(gate)
+def replay(work: Work, act: LeanAction | None) -> Callable[[], None]:
+    """The prepared actions' statements; with ``act``, its Python before each transaction."""
 
     def run() -> None:
         for op, stmts in work:
-            act.journal(op)
+            if act is not None:
+                act.journal(op)
             for cur, sql, params in stmts[:split]:
                 cur.execute(sql, params)
-            act.receipt(op)
+            if act is not None:
+                act.receipt(op)
             for cur, sql, params in stmts[split:]:
                 cur.execute(sql, params)
 
@@ -84,8 +66,8 @@ for k in range(rounds):
         lambda fn: measure(fn, n),
         {
             "floor": lambda k=k: floor(base + k * 3 * n, n, None),
-            "replay": replay(actions(f"r{k}_", 0, n)),
-            "lean": lean(actions(f"l{k}_", 0, n)),
+            "replay": replay(for_actions(statements, started, f"r{k}_", 0, n), None),
+            "lean": replay(for_actions(statements, started, f"l{k}_", 0, n), LeanAction(gate)),
             "effectgate": lambda k=k: _gate_loop(gate, f"e{k}_", 0, n, None),
             "floor2": lambda k=k: floor(base + k * 3 * n + n, n, None),
         },
