@@ -16,10 +16,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from effectgate._doors.gateway import Gateway, parse_gateway
+from effectgate._doors.gateway._adapter import UpstreamAdapter
+from effectgate._doors.gateway._upstream import UpstreamLink, UpstreamSpec
 from effectgate._execute.adapter import Adapter, OutboundRequest
-from effectgate._gateway import Gateway, parse_gateway
-from effectgate._gateway._adapter import UpstreamAdapter
-from effectgate._gateway._upstream import UpstreamLink, UpstreamSpec
 from effectgate.testing import ConformanceReport, run_conformance
 
 SECRET = "CANARY-gateway-upstream-key-0123456789"

@@ -117,7 +117,7 @@ def free_port() -> int:
 
 
 def effectgate_cmd() -> list[str]:
-    return [sys.executable, "-c", "from effectgate._frontends.cli import main; main()"]
+    return [sys.executable, "-c", "from effectgate._doors.cli.main import main; main()"]
 
 
 @dataclass

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from effectgate._anchor import (
+from effectgate._evidence.anchor import (
     AnchorProvider,
     Checkpoint,
     CommandAnchor,
@@ -25,7 +25,7 @@ from effectgate._anchor import (
     anchor_heads,
     verify_against_anchors,
 )
-from effectgate._audit import chain_hash, content_digest
+from effectgate._evidence.audit import chain_hash, content_digest
 from effectgate.errors import ConfigError
 from effectgate.store.roles import Store
 from test_audit_chain import _is_sqlite, fill, sql

@@ -20,12 +20,12 @@ from effectgate import Gate, LimitPolicy, PolicySet
 from effectgate._core.approver_roles import ApproverRoles
 from effectgate._core.intent import Registry
 from effectgate._core.states import State
+from effectgate._doors.http.app import create_app
 from effectgate._execute.adapter import ReadsPrecondition
 from effectgate._execute.authority import approver_role_check
 from effectgate._execute.operator import Operator
 from effectgate._execute.preconditions import BOUND_ENTRY, bind_precondition, precondition_check
 from effectgate._execute.predispatch import Stage
-from effectgate._frontends.http import create_app
 from effectgate._service import Service, parse_config
 from effectgate._service._authority import authority_stages, revoked_check
 from effectgate.adapters.paper import PaperAdapter, PaperVenue

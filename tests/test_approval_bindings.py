@@ -17,10 +17,10 @@ from decimal import Decimal
 import pytest
 
 from effectgate import Gate, LimitPolicy, Operator, PolicySet
-from effectgate._audit import verify_store
 from effectgate._core.approver_roles import ApproverRoles
 from effectgate._core.intent import Registry, Tier
 from effectgate._core.states import State
+from effectgate._evidence.audit import verify_store
 from effectgate._execute.authority import approver_role_check
 from effectgate._execute.preconditions import bind_precondition, precondition_check
 from effectgate._execute.predispatch import Stage

@@ -148,7 +148,7 @@ class TestVerify:
         entries = store.audit_entries(limit=10_000)
         # A forged entry between two real ones, chained to its predecessor (so its own hash is
         # right): the next real entry no longer follows it.
-        from effectgate._audit import chain_hash, content_digest
+        from effectgate._evidence.audit import chain_hash, content_digest
 
         lanes: dict[int, list] = {}
         for e in entries:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from effectgate._audit import verify_entries, verify_store
 from effectgate._core.states import State
+from effectgate._evidence.audit import verify_entries, verify_store
 from effectgate.errors import StaleState
 from effectgate.store.base import Move, NewOperation
 from effectgate.store.roles import Store

@@ -10,7 +10,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from effectgate._frontends.cli import app
+from effectgate._doors.cli.main import app
 
 
 def test_bench_smoke_runs_and_prints_ratios(tmp_path) -> None:

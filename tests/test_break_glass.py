@@ -20,14 +20,14 @@ from typing import ClassVar
 from fastapi.testclient import TestClient
 
 from effectgate import Gate, LimitPolicy, Operator, PolicySet
-from effectgate._audit import verify_store
 from effectgate._core.controls import Alert
 from effectgate._core.grants import parse_spec
 from effectgate._core.intent import Registry
 from effectgate._core.states import State
+from effectgate._doors.http.app import create_app
+from effectgate._evidence.audit import verify_store
 from effectgate._execute.authority import grant_authoriser
 from effectgate._execute.break_glass import ALERT_KIND, AUDIT_KIND, BreakGlassUses
-from effectgate._frontends.http import create_app
 from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.examples import EXAMPLE_ORDER, submit_order_class

@@ -15,7 +15,7 @@ from effectgate._core.reservations import (
     ReservationRequest,
     Settlement,
 )
-from effectgate._frontends.cli import app
+from effectgate._doors.cli.main import app
 from effectgate.store.roles import Store
 
 DIGEST = "b" * 64

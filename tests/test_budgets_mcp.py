@@ -17,8 +17,8 @@ from mcp import Client
 
 from effectgate._core.budgets import Resources
 from effectgate._core.reservations import PlanPolicy
-from effectgate._frontends.mcp import LOOKUP_TOOL, build_server
-from effectgate._frontends.mcp_budgets import BUDGET_TOOL_NAMES
+from effectgate._doors.mcp.budgets import BUDGET_TOOL_NAMES
+from effectgate._doors.mcp.server import LOOKUP_TOOL, build_server
 from effectgate._service import Principal, Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from servicekit import config_text

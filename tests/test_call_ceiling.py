@@ -24,7 +24,7 @@ from effectgate._execute.adapter import (
 )
 from effectgate._execute.continuations import ContinuationService
 from effectgate._service import parse_config
-from effectgate._transport_faults import FaultServer
+from effectgate.adapters.conformance.transport_faults import FaultServer
 from effectgate.adapters.http import HttpVenueAdapter
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import AdapterError, ConfigError
@@ -72,7 +72,7 @@ class TestConfiguredTimeouts:
         assert cfg.service.dispatch_timeout == 30 and cfg.service.probe_timeout == 4
 
     def test_the_gateway_refuses_an_upstream_timeout_above_the_ceiling(self) -> None:
-        from effectgate._gateway._config import _call_timeout
+        from effectgate._doors.gateway._config import _call_timeout
         from effectgate._service._toml import Section
 
         sec = Section({"timeout": 31}, ("upstreams", "shop"), "gw.toml", "")

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 import pytest
 from fastapi.testclient import TestClient
 
-from effectgate._frontends.http import create_app
+from effectgate._doors.http.app import create_app
 from effectgate._service import Service, parse_config
 from effectgate._service._channels import ApprovalWebhook, ChannelConfig
 from effectgate.store.roles import Store

@@ -26,8 +26,8 @@ from mcp import Client, StdioServerParameters
 
 from effectgate import open_store
 from effectgate._core.states import State
-from effectgate._frontends.http import create_app
-from effectgate._frontends.mcp_operator import build_operator_server
+from effectgate._doors.http.app import create_app
+from effectgate._doors.mcp.operator import build_operator_server
 from effectgate._service import Principal, Service, parse_config
 from effectgate._service._channels import (
     NONCE,

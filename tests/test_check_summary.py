@@ -9,7 +9,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from effectgate._frontends.cli import app
+from effectgate._doors.cli.main import app
 from effectgate.testing import AT_MOST_ONCE
 from servicekit import config_text
 

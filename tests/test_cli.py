@@ -88,7 +88,7 @@ class TestOpsCommands:
     def test_show_says_why_an_operation_is_uncertain(self, tmp_path, monkeypatch) -> None:
         """Issue 11 item 4: the venue was down at dispatch; `ops show` gives the cause from the
         audit trail, the outcome and what happens next, not only `submitted`."""
-        from effectgate._transport_faults import FaultServer
+        from effectgate.adapters.conformance.transport_faults import FaultServer
 
         monkeypatch.setenv("EFFECTGATE_VENUE_KEY", KEY)
         # The venue resets the connection once it has the request: the outcome is unknown

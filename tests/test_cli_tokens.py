@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from effectgate import Gate, LimitPolicy, PolicySet, State
-from effectgate._frontends.cli import app
+from effectgate._doors.cli.main import app
 from effectgate._service import os_actor
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.examples import EXAMPLE_ORDER, default_registry

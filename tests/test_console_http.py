@@ -196,7 +196,7 @@ class TestAgentTextIsInert:
 
 class TestChartData:
     def test_ages_fall_in_their_buckets_and_rates_are_per_minute(self) -> None:
-        from effectgate._frontends.console._charts import age_buckets, chart, per_minute
+        from effectgate._doors.console._charts import age_buckets, chart, per_minute
 
         got = age_buckets([0.5, 59.9, 60.0, 599, 3600, 86400 * 3])
         assert got == {"under 1 min": 2, "1-10 min": 2, "10-60 min": 0, "1-24 h": 1, "over 24 h": 1}

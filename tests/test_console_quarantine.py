@@ -12,7 +12,7 @@ import pytest
 
 from agentkit import BIG, ORDER
 from effectgate._core.states import State
-from effectgate._frontends.console._quarantine import age_text, resolution_from
+from effectgate._doors.console._quarantine import age_text, resolution_from
 from effectgate.errors import ResolutionRefused
 from effectgate.integrations import EffectgateClient
 from effectgate.testing import PaperService, paper_service

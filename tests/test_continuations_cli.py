@@ -31,7 +31,7 @@ class TestContinueCommand:
     def test_compensate_through_the_cli_and_show_the_chain(self, tmp_path: Path) -> None:
         """The operator compensates a submitted order with the fence `ops show` printed; a
         stale fence is refused with the error's code and changes nothing."""
-        from effectgate._frontends.cli_service import service_from
+        from effectgate._doors.cli.service import service_from
 
         starter = write_starter(tmp_path)
         config = str(starter.config)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from effectgate import Gate
-from effectgate._frontends.http import create_app
+from effectgate._doors.http.app import create_app
 from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.store.roles import Store

@@ -18,7 +18,7 @@ from effectgate import RunBudget, State
 from effectgate._core.continuation import ContinuationProof, Ground
 from effectgate._core.resolution import EvidenceKind, Proof
 from effectgate._core.venue import KeyHonour, ReadView, VenueContract
-from effectgate._frontends.cli import app
+from effectgate._doors.cli.main import app
 from effectgate._service import parse_config
 from effectgate.errors import ConfigError, ContinuationRefused, RegistryError
 from effectgate.store.roles import Store

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from effectgate._demo import run_demo
+from effectgate._checks.demo import run_demo
 
 
 def test_every_demo_scenario_holds_on_sqlite() -> None:

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from effectgate import Gate, LimitPolicy, PolicySet, State
 from effectgate._core.receipts import dispatch_id, proves_not_applied, request_digest
 from effectgate._core.resolution import EvidenceKind, Proof
+from effectgate._doors.cli.main import app
 from effectgate._execute.adapter import (
     Adapter,
     OutboundRequest,
@@ -26,7 +27,6 @@ from effectgate._execute.adapter import (
     refusal,
 )
 from effectgate._execute.executor import OUTCOME_UNKNOWN_ENTRY
-from effectgate._frontends.cli import app
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store.roles import Store

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from effectgate._audit import content_digest
+from effectgate._evidence.audit import content_digest
 from effectgate.store.base import RawJSON, dumps
 
 _REFERENCE = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"), allow_nan=False)

@@ -18,9 +18,9 @@ from mcp import Client
 import effectgate
 from effectgate import errors
 from effectgate._core.states import State
-from effectgate._frontends._models import describe, problem_for
-from effectgate._frontends.http import create_app
-from effectgate._frontends.mcp import LOOKUP_TOOL, build_server
+from effectgate._doors._shared.models import describe, problem_for
+from effectgate._doors.http.app import create_app
+from effectgate._doors.mcp.server import LOOKUP_TOOL, build_server
 from effectgate._service import Principal, Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import (

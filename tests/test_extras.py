@@ -53,7 +53,7 @@ def test_serve_without_the_server_extra_names_it(tmp_path: Path) -> None:
         "from pathlib import Path\n"
         "write_starter(Path('.'))\n"
         "sys.argv = ['effectgate', 'serve', '--config', 'effectgate.toml']\n"
-        "from effectgate._frontends.cli import main\n"
+        "from effectgate._doors.cli.main import main\n"
         "main()\n",
         tmp_path,
     )

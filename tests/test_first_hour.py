@@ -25,7 +25,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from effectgate._frontends.cli import app
+from effectgate._doors.cli.main import app
 from effectgate._service import Service, load_config, parse_config
 from effectgate.adapters._paper_sandbox import PaperSandbox
 from effectgate.adapters._paper_server import serve_paper_venue

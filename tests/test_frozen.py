@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
+from effectgate._core.frozen import quick_init
 from effectgate._core.states import State
 from effectgate._execute.adapter import OutboundRequest, Outcome, Receipt
-from effectgate._frozen import quick_init
 from effectgate.store.base import Journal, NewOperation, Operation
 
 

@@ -20,7 +20,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from effectgate import open_store
-from effectgate._gateway import (
+from effectgate._doors.gateway import (
     Gateway,
     UpstreamLink,
     UpstreamSpec,

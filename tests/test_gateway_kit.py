@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from effectgate._frontends.cli import app
+from effectgate._doors.cli.main import app
 from effectgate.testing import AT_MOST_ONCE, EXACTLY_ONCE
 from gatewaykit import SECRET, run_kit, upstream_under_kit
 from test_gateway import gateway_toml

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from effectgate import Gate, LimitPolicy
-from effectgate._audit import verify_store
 from effectgate._core.governed_policy import (
     canonical_text,
     diff_documents,
@@ -30,6 +29,7 @@ from effectgate._core.governed_policy import (
     replay,
 )
 from effectgate._core.intent import Registry
+from effectgate._evidence.audit import verify_store
 from effectgate._service import Service, parse_config
 from effectgate._service._policy_gov import recorded_decisions
 from effectgate.adapters.paper import PaperAdapter, PaperVenue

@@ -14,10 +14,10 @@ from decimal import Decimal
 import pytest
 
 from effectgate import Gate, LimitPolicy, PolicySet
-from effectgate._audit import verify_store
 from effectgate._core.grants import GrantSpec, check_contained, grant_refusal, parse_spec
 from effectgate._core.intent import Registry
 from effectgate._core.states import State
+from effectgate._evidence.audit import verify_store
 from effectgate._execute.authority import (
     acting_principal,
     approver_revocation_check,

@@ -20,8 +20,8 @@ import pytest
 
 from conftest import StoreFactory
 from effectgate import State
-from effectgate._audit import verify_store
 from effectgate._core.controls import ClassControls, DispatchGuard, Envelope
+from effectgate._evidence.audit import verify_store
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store.base import NewOperation, Operation
 from effectgate.store.roles import Store

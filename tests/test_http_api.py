@@ -12,8 +12,8 @@ from fastapi.testclient import TestClient
 
 from effectgate import State
 from effectgate._core.intent import Registry
+from effectgate._doors.http.app import create_app
 from effectgate._execute.adapter import OutboundRequest, Receipt
-from effectgate._frontends.http import create_app
 from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.store.base import NewOperation
@@ -448,7 +448,7 @@ class TestOutcomeForAModel:
         monkeypatch.setenv(VENUE_KEY_ENV, "venue-key")
         # The venue resets the connection once it has the request: the outcome is unknown
         # (a refused connection is proven not applied, docs/evidence.md).
-        from effectgate._transport_faults import FaultServer
+        from effectgate.adapters.conformance.transport_faults import FaultServer
 
         resetting = FaultServer("reset-after").__enter__()
         down = resetting.url()

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from effectgate._audit import verify_bundle
-from effectgate._frontends.http import create_app
+from effectgate._doors.http.app import create_app
+from effectgate._evidence.audit import verify_bundle
 from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.store.roles import Store

@@ -20,7 +20,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from effectgate._frontends.http import create_app
+from effectgate._doors.http.app import create_app
 from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from servicekit import AGENT_A, OPERATOR, ORDER, bearer, config_text, uvicorn_thread

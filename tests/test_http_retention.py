@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from effectgate._frontends.http import create_app
+from effectgate._doors.http.app import create_app
 from effectgate._service import Service
 from effectgate._service._config import parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue

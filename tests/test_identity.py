@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from fastapi.testclient import TestClient
 
 from effectgate._core.principals import Capability, Principal, Role
-from effectgate._frontends.http import create_app
+from effectgate._doors.http.app import create_app
 from effectgate._service import Service, parse_config
 from effectgate._service._identity import JwtSettings, JwtVerifier, RevocationFeed
 from effectgate.errors import ConfigError, ServiceUnavailable, Unauthenticated

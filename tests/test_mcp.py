@@ -18,10 +18,10 @@ from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 
 from effectgate import open_store
-from effectgate._frontends._mcp_screen import REFUSED_META, screen
-from effectgate._frontends._models import OperationOut
-from effectgate._frontends.http import create_app
-from effectgate._frontends.mcp import LOOKUP_TOOL, PIN_META_KEY, build_server
+from effectgate._doors._shared.mcp_screen import REFUSED_META, screen
+from effectgate._doors._shared.models import OperationOut
+from effectgate._doors.http.app import create_app
+from effectgate._doors.mcp.server import LOOKUP_TOOL, PIN_META_KEY, build_server
 from effectgate._service import Principal, Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from servicekit import AGENT_A, OPERATOR, ORDER, VENUE_KEY_ENV, config_text, uvicorn_thread
@@ -172,7 +172,7 @@ class TestToolsInMemory:
         monkeypatch.setenv(VENUE_KEY_ENV, "venue-key")
         # The venue resets the connection once it has the request: the outcome is unknown
         # (a refused connection is proven not applied, docs/evidence.md).
-        from effectgate._transport_faults import FaultServer
+        from effectgate.adapters.conformance.transport_faults import FaultServer
 
         resetting = FaultServer("reset-after").__enter__()
         down = resetting.url()
@@ -215,7 +215,7 @@ class TestStdio:
             command=sys.executable,
             args=[
                 "-c",
-                "from effectgate._frontends.cli import main; main()",
+                "from effectgate._doors.cli.main import main; main()",
                 "mcp",
                 "--config",
                 str(config),

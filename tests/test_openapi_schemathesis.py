@@ -16,7 +16,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis.checks import not_a_server_error
 
-from effectgate._frontends.http import create_app
+from effectgate._doors.http.app import create_app
 from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from servicekit import AGENT_A, OPERATOR, config_text, uvicorn_thread

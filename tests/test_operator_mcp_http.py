@@ -22,7 +22,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-from effectgate._frontends.http import create_app
+from effectgate._doors.http.app import create_app
 from effectgate._service import Service, parse_config
 from effectgate.store.roles import Store
 from servicekit import AGENT_A, ORDER, bearer, config_text, uvicorn_thread

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from conftest import require_pg
-from effectgate._audit import verify_store
 from effectgate._core.states import State
+from effectgate._evidence.audit import verify_store
 from effectgate.errors import StoreError
 from effectgate.store.base import NewOperation
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from effectgate._audit import verify_store
-from effectgate._frontends.http import create_app
+from effectgate._doors.http.app import create_app
+from effectgate._evidence.audit import verify_store
 from effectgate._service import Service, parse_config
 from effectgate.store.roles import Store
 from servicekit import (

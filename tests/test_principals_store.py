@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from effectgate._audit import verify_store
 from effectgate._core.principals import Principal, Role
+from effectgate._evidence.audit import verify_store
 from effectgate.errors import ControlError, PrincipalExists, PrincipalNotFound
 from effectgate.store.roles import Principals, Store
 

@@ -20,9 +20,9 @@ from effectgate._core.intent import Registry
 from effectgate._core.resolution import EvidenceKind, Proof, Resolution, ResolutionOutcome
 from effectgate._core.states import RELEASABLE, TERMINAL, TRANSITIONS, State, check_transition
 from effectgate._core.venue import ReadView, VenueContract
+from effectgate._doors.http.app import create_app
 from effectgate._execute.adapter import DryRun, OutboundRequest
 from effectgate._execute.quarantine import QuarantineService
-from effectgate._frontends.http import create_app
 from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import InvalidTransition, ResolutionRefused

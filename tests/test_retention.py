@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from effectgate import Gate, LimitPolicy, PolicySet, State
-from effectgate._anchor import FileAnchor, verify_against_anchors
-from effectgate._audit import verify_store
+from effectgate._evidence.anchor import FileAnchor, verify_against_anchors
+from effectgate._evidence.audit import verify_store
 from effectgate._execute.retention import min_ages, prune
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import ConfigError, ControlError, OperationNotFound
@@ -360,7 +360,7 @@ class TestEntriesNoLongerInForce:
     def test_a_superseded_anchoring_goes_and_the_latest_stays(
         self, store: Store, tmp_path: Path
     ) -> None:
-        from effectgate._anchor import anchor_heads
+        from effectgate._evidence.anchor import anchor_heads
 
         early = ManualClock()
         # The first entry of the log: an anchoring (audit_anchored), later superseded by the

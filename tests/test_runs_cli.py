@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from effectgate._frontends.cli import app
+from effectgate._doors.cli.main import app
 from effectgate._service import os_actor
 from effectgate.store.roles import Store
 from runkit import RUN, SCOPE, model_call, tool_call

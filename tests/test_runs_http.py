@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from mcp import Client
 
 from effectgate import verify_run_snapshot
-from effectgate._frontends.http import create_app
-from effectgate._frontends.mcp import build_server
+from effectgate._doors.http.app import create_app
+from effectgate._doors.mcp.server import build_server
 from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.store.roles import Store

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from effectgate._scan import load_rules, scan_paths
+from effectgate._checks.scan import load_rules, scan_paths
 from effectgate.errors import ConfigError
 
 FIXTURE = Path(__file__).with_name("scan_fixture")

@@ -15,8 +15,8 @@ import pytest
 from fastapi.testclient import TestClient
 from mcp import Client
 
-from effectgate._frontends.http import create_app
-from effectgate._frontends.mcp import build_server
+from effectgate._doors.http.app import create_app
+from effectgate._doors.mcp.server import build_server
 from effectgate._service import Principal, Service, parse_config
 from effectgate.adapters._paper_server import PaperVenueServer, serve_paper_venue
 from effectgate.adapters.paper import PaperVenue

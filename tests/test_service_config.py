@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from effectgate._frontends.cli import app
+from effectgate._doors.cli.main import app
 from effectgate._service import Service, load_config, parse_config
 from effectgate.errors import ConfigError
 from servicekit import AGENT_A, ORDER, config_text, sha

@@ -200,7 +200,7 @@ class TestFrontDoors:
     def test_http_report_by_model_and_window(self, tmp_path) -> None:
         from fastapi.testclient import TestClient
 
-        from effectgate._frontends.http import create_app
+        from effectgate._doors.http.app import create_app
         from effectgate._service import Service, parse_config
         from servicekit import AGENT_A, OPERATOR, ORDER, bearer, config_text
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from effectgate._frontends.cli import app
+from effectgate._doors.cli.main import app
 from effectgate._sim import _bugs
 from effectgate._sim.runner import shrink, simulate
 from effectgate._sim.simulator import run_seed

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from effectgate import Gate, LimitPolicy, PolicySet, State
-from effectgate._audit import verify_store
+from effectgate._evidence.audit import verify_store
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import CommitOutcomeUnknown
 from effectgate.examples import EXAMPLE_ORDER, default_registry

@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from effectgate._audit import verify_entries
 from effectgate._core.states import State
+from effectgate._evidence.audit import verify_entries
 from effectgate.errors import IdempotencyConflict, InvalidTransition, OperationNotFound, StaleState
 from effectgate.store.base import Move, NewOperation
 from effectgate.store.roles import Store

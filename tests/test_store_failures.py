@@ -14,9 +14,9 @@ from decimal import Decimal
 
 import pytest
 
-from effectgate._audit import verify_store
 from effectgate._core.policy import LimitPolicy, PolicySet
 from effectgate._core.states import State
+from effectgate._evidence.audit import verify_store
 from effectgate._execute.adapter import OutboundRequest, Receipt
 from effectgate._execute.executor import Gate
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
@@ -171,7 +171,7 @@ def test_receipt_built_from_the_callers_row_matches_a_read(store: Store) -> None
 
 def _old_chained_audit(conn: sqlite3.Connection, at: float, kind: str, text: str) -> None:
     """How schema 2's code appended an entry: read the head, insert, upsert the head."""
-    from effectgate._audit import GENESIS, chain_hash, content_digest
+    from effectgate._evidence.audit import GENESIS, chain_hash, content_digest
 
     head = conn.execute("SELECT seq, hash FROM audit_heads WHERE lane = 0").fetchone()
     seq, prev = (head[0] + 1, head[1]) if head else (1, GENESIS)

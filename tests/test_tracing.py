@@ -19,8 +19,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from effectgate import Gate, LimitPolicy, PolicySet, Reconciler, _tracing
-from effectgate._frontends.http import create_app
-from effectgate._frontends.mcp import build_server
+from effectgate._doors.http.app import create_app
+from effectgate._doors.mcp.server import build_server
 from effectgate._service import Principal, Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.examples import EXAMPLE_ORDER, default_registry

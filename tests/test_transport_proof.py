@@ -2,7 +2,8 @@
 when no request byte left the process; every other failure stays unknown (invariant 3: an
 uncertain outcome is never guessed; a ``not_applied`` receipt carries proof).
 
-Each failure is produced for real against a loopback server (effectgate._transport_faults)."""
+Each failure is produced for real against a loopback server
+(effectgate.adapters.conformance.transport_faults)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import httpx
 import pytest
 
 from effectgate._execute.adapter import OutboundRequest, Outcome
-from effectgate._transport_faults import FaultServer, refused_url
+from effectgate.adapters.conformance.transport_faults import FaultServer, refused_url
 from effectgate.adapters.http import HttpVenueAdapter, SendWatch, not_sent_proof
 from effectgate.errors import AdapterError
 

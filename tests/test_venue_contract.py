@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from effectgate._doors.cli.main import app
 from effectgate._execute.adapter import Listing, Outcome, VenueRecord
 from effectgate._execute.windowing import SpillStats, sorted_window
-from effectgate._frontends.cli import app
 from effectgate._service import load_config
 from effectgate.errors import ConfigError
 from effectgate.testing import (

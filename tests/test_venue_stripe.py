@@ -237,7 +237,7 @@ class TestFromTheConfigFile:
         environment, dispatches and reconciles; check says why it claims no exactly-once."""
         from typer.testing import CliRunner
 
-        from effectgate._frontends.cli import app
+        from effectgate._doors.cli.main import app
         from effectgate._service import Service, load_config
 
         runner = CliRunner()
@@ -281,7 +281,7 @@ class TestFromTheConfigFile:
     ) -> None:
         from typer.testing import CliRunner
 
-        from effectgate._frontends.cli import app
+        from effectgate._doors.cli.main import app
 
         runner = CliRunner()
         runner.invoke(app, ["init", "--dir", str(tmp_path), "--venue", "stripe"])

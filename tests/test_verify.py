@@ -13,10 +13,10 @@ from xml.etree import ElementTree as ET
 import pytest
 from typer.testing import CliRunner
 
-from effectgate._frontends.cli import app
+from effectgate._checks.verify import Check, config_checks
+from effectgate._checks.verify_own import CASES, own_class_checks
+from effectgate._doors.cli.main import app
 from effectgate._service._config import load_config
-from effectgate._verify import Check, config_checks
-from effectgate._verify_own import CASES, own_class_checks
 from effectgate.store import open_store
 
 runner = CliRunner()
@@ -289,8 +289,8 @@ class TestLedgerCasesOnYourOwnClasses:
         assert "repeats" in found[(BREAKER, "scale_service")].why
 
     def test_generated_intents_are_what_the_policy_accepts(self, custom: Path) -> None:
+        from effectgate._checks.verify_intents import IntentSource
         from effectgate._core.intent import Tier
-        from effectgate._verify_intents import IntentSource
 
         cfg = load_config(custom)
         ac = cfg.registry.get("refund_payment")
@@ -372,7 +372,7 @@ class TestLedgerCasesOnYourOwnClasses:
         assert "['ledger-says-failed']" in found[(WRITE_OFF, "refund_payment")].why
 
     def test_hostile_intents_cover_arrays_nested_objects_and_numbers(self, custom: Path) -> None:
-        from effectgate._verify_intents import IntentSource
+        from effectgate._checks.verify_intents import IntentSource
 
         cfg = load_config(custom)
         source = IntentSource(cfg.registry, cfg.registry.get("scale_service"), cfg.policy)
@@ -405,7 +405,7 @@ class TestLedgerCasesOnYourOwnClasses:
     ) -> None:
         # If hostile values got through (here: the generator's valid intent substituted for
         # each), the case must fail and name them.
-        from effectgate._verify_intents import IntentSource
+        from effectgate._checks.verify_intents import IntentSource
 
         monkeypatch.setattr(
             IntentSource, "hostile", lambda self, raw: [("replicas: let through", dict(raw))]
@@ -456,8 +456,8 @@ class TestConformanceKitOnConfiguredAdapters:
     ) -> None:
         import dataclasses
 
+        from effectgate._checks.verify_adapters import adapter_checks
         from effectgate._service._config import AdapterConfig
-        from effectgate._verify_adapters import adapter_checks
 
         cfg = load_config(starter)
         adapters = {
@@ -482,8 +482,8 @@ class TestConformanceKitOnConfiguredAdapters:
     def test_stripe_aws_and_email_run_against_local_stand_ins(self, starter: Path) -> None:
         import dataclasses
 
+        from effectgate._checks.verify_adapters import adapter_checks
         from effectgate._service._config import AdapterConfig
-        from effectgate._verify_adapters import adapter_checks
 
         cfg = load_config(starter)
         adapters = {
@@ -522,8 +522,8 @@ class TestConformanceKitOnConfiguredAdapters:
         import dataclasses
         import importlib.util
 
+        from effectgate._checks.verify_adapters import adapter_checks
         from effectgate._service._config import AdapterConfig
-        from effectgate._verify_adapters import adapter_checks
 
         real = importlib.util.find_spec
         monkeypatch.setattr(
@@ -542,8 +542,8 @@ class TestConformanceKitOnConfiguredAdapters:
     ) -> None:
         import dataclasses
 
+        from effectgate._checks.verify_adapters import adapter_checks
         from effectgate._service._config import AdapterConfig
-        from effectgate._verify_adapters import adapter_checks
 
         edit(
             starter,

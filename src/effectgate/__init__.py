@@ -7,7 +7,6 @@ records, ``open_store``, the two dialects), ``effectgate.adapters`` (venue adapt
 (the benchmark command). Modules and packages named ``_name`` are private and may move.
 """
 
-from effectgate._audit import VerifyResult, verify_bundle, verify_entries
 from effectgate._core.budgets import Resources, RunBudget, RunBudgetState, RunUsage
 from effectgate._core.continuation import ContinuationKind, ContinuationProof, Ground
 from effectgate._core.controls import (
@@ -62,6 +61,7 @@ from effectgate._core.speculation import (
     SpeculationVerdict,
 )
 from effectgate._core.states import State
+from effectgate._evidence.audit import VerifyResult, verify_bundle, verify_entries
 from effectgate._execute.adapter import (
     Adapter,
     DryRun,

@@ -1,5 +1,5 @@
 """``python -m effectgate`` runs the operators' CLI."""
 
-from effectgate._frontends.cli import main
+from effectgate._doors.cli.main import main
 
 main()

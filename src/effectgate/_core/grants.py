@@ -6,7 +6,7 @@ scope, an expiry, whether and how far it may be delegated). A delegation must be
 its parent on *every* axis (:func:`check_contained`, which names the first axis that is wider),
 and an action is covered when one live grant of the acting principal covers it on every axis
 (:func:`grant_refusal`). The store (``store/_grants.py``) records grants; the pre-dispatch
-authoriser (``_execute/authority.py``) applies these decisions.
+authoriser (``execute/authority.py``) applies these decisions.
 """
 
 from __future__ import annotations

@@ -33,11 +33,11 @@ from pydantic_core import PydanticCustomError, core_schema
 
 from effectgate._core.canonical import MAX_SAFE_INT, canonical_decimal, fingerprint_checked, nfc
 from effectgate._core.effects import check_effect_requirements
+from effectgate._core.frozen import quick_init
 from effectgate._core.jsonparse import copy_object, load_document, refuse_floats, show
 from effectgate._core.messages import intent_error
 from effectgate._core.speculation import Speculation
 from effectgate._core.venue import VenueContract
-from effectgate._frozen import quick_init
 from effectgate.errors import IntentError, RegistryError, UnknownActionClass
 
 __all__ = [

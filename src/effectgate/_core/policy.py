@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Protocol
 
+from effectgate._core.frozen import quick_init
 from effectgate._core.intent import ActionClass, Intent, Tier, tier_rank
-from effectgate._frozen import quick_init
 
 __all__ = ["Decision", "LimitPolicy", "Policy", "PolicySet", "effective_tier"]
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, TypeVar, cast, runtime_checkable
 
+from effectgate._core.frozen import quick_init
 from effectgate._core.resolution import EvidenceKind, Proof
-from effectgate._frozen import quick_init
 from effectgate.errors import AdapterError, ConfigError
 
 __all__ = [

@@ -36,7 +36,7 @@ __all__ = [
     "grant_authoriser",
 ]
 
-#: Whether a principal name is revoked now (the revocation feed; see _service/_revocation.py).
+#: Whether a principal name is revoked now (the revocation feed; see service/_revocation.py).
 Revoked = Callable[[str], bool]
 
 

@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from effectgate import _tracing
 from effectgate._core.controls import Alert, ApprovalRules, BreakerConfig, DispatchGuard, Verdict
 from effectgate._core.effects import CONTINUATION_PREFIX, check_compensations, is_continuation_id
 from effectgate._core.intent import ActionClass, Intent, Registry, Tier
 from effectgate._core.policy import Decision, PolicySet
 from effectgate._core.receipts import proof_text, proves_not_applied, request_digest
 from effectgate._core.states import State
+from effectgate._execute import tracing as _tracing
 from effectgate._execute.adapter import Adapter, OutboundRequest, Outcome, Receipt
 from effectgate._execute.alerts import AlertSink, deliver
 from effectgate._execute.continuation_budget import continuation_budget_check
@@ -72,8 +72,8 @@ from effectgate.store.base import (
 from effectgate.store.roles import Store
 
 if TYPE_CHECKING:
-    from effectgate._audit import ChainEntry
     from effectgate._core.runs import RunCallRef
+    from effectgate._evidence.audit import ChainEntry
 
 __all__ = ["Gate", "uncertain_cause"]
 

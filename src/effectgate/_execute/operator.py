@@ -13,11 +13,11 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from effectgate._audit import VerifyResult, export_bundle, verify_store
 from effectgate._core.approver_roles import ApproverRoles
 from effectgate._core.controls import ApprovalOutcome, AuthorityStep, ClassControls, Envelope
 from effectgate._core.intent import ActionClass, Registry
 from effectgate._core.states import State
+from effectgate._evidence.audit import VerifyResult, export_bundle, verify_store
 from effectgate._execute.alerts import AlertSink
 from effectgate._execute.shadow import ShadowReport, build_report
 from effectgate.errors import ApprovalError, ApprovalExpired, ControlError, InvalidApprover
@@ -70,7 +70,7 @@ class Operator:
         #: Who may approve what (docs/authority.md); None: any approver, as before.
         self.approver_roles: ApproverRoles | None = None
         #: Called after an approval is recorded, ``(scope, operation_id, approver)``: binds
-        #: the approval's precondition (``_execute/preconditions.py``).
+        #: the approval's precondition (``execute/preconditions.py``).
         self.on_approved: Callable[[str, str, str], object] | None = None
 
     # --- input checks (before anything is written) ----------------------------------------

@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from effectgate._audit import ChainEntry
 from effectgate._core.controls import ApprovalRules
 from effectgate._core.resolution import Resolution
 from effectgate._core.speculation import SpeculationRecord
 from effectgate._core.states import NON_TERMINAL, State
+from effectgate._evidence.audit import ChainEntry
 from effectgate.errors import OperationNotFound, ResolutionRefused
 from effectgate.store.base import IDENTITY_PATTERN, SYSTEM_PREFIX, Operation
 from effectgate.store.roles import Store

@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from itertools import groupby
 
-from effectgate import _tracing
 from effectgate._core.controls import Alert
 from effectgate._core.intent import Registry
 from effectgate._core.states import State, check_transition
 from effectgate._core.venue import ReadView
+from effectgate._execute import tracing as _tracing
 from effectgate._execute.adapter import (
     DEFAULT_CALL_TIMEOUT,
     Adapter,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from effectgate._anchor import AnchorProvider, anchor_heads, verify_against_anchors
-from effectgate._audit import VerifyResult, verify_store
 from effectgate._core.intent import Registry
 from effectgate._core.retention import PruneReport
+from effectgate._evidence.anchor import AnchorProvider, anchor_heads, verify_against_anchors
+from effectgate._evidence.audit import VerifyResult, verify_store
 from effectgate.errors import ConfigError
 from effectgate.store.roles import Store
 

@@ -4,7 +4,7 @@ Public names: :func:`load_config` / :func:`parse_config` (validated :class:`Serv
 :class:`Service` (the gate, store, adapters, reconciler, tokens and metrics of one process),
 :class:`Principal` (who is calling), :func:`preflight` (what ``serve`` needs from the machine)
 and :func:`write_starter` (``effectgate init``). The HTTP
-and MCP doors live in :mod:`effectgate._frontends`.
+and MCP doors live in :mod:`effectgate._doors`.
 """
 
 from __future__ import annotations

@@ -16,7 +16,13 @@ import os
 import threading
 from dataclasses import dataclass
 
-from effectgate._anchor import AnchorProvider, CommandAnchor, FileAnchor, HttpAnchor, anchor_heads
+from effectgate._evidence.anchor import (
+    AnchorProvider,
+    CommandAnchor,
+    FileAnchor,
+    HttpAnchor,
+    anchor_heads,
+)
 from effectgate._service._toml import Section
 from effectgate.errors import ConfigError
 from effectgate.store.roles import Store

@@ -6,7 +6,7 @@ principal's name is the ``sub`` claim; its roles (one or several), its tenant an
 its approver roles come from configured claims. Nothing
 in a request body can set them. A :class:`RevocationFeed` (a file or an HTTP URL the service
 polls) names revoked principals and token ids; a revoked one is refused from the next poll on,
-with no restart, and the pre-dispatch checks (``_execute/authority.py``) consult the same feed
+with no restart, and the pre-dispatch checks (``execute/authority.py``) consult the same feed
 at use time, so its grants and pending approvals stop counting too.
 
 Needs the ``jwt`` extra (``pip install 'effectgate[jwt]'``: PyJWT with ``cryptography``).

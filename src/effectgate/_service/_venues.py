@@ -69,7 +69,7 @@ def class_claims(
     """
     from pathlib import Path
 
-    from effectgate._conformance import delivery_claim
+    from effectgate.adapters.conformance.kit import delivery_claim
 
     base = Path(config_path).parent
     out: dict[str, dict[str, str]] = {}
@@ -101,7 +101,7 @@ class DeliveryCollector:
     def collect(self) -> Any:
         from prometheus_client.core import GaugeMetricFamily
 
-        from effectgate._conformance import EXACTLY_ONCE
+        from effectgate.adapters.conformance.kit import EXACTLY_ONCE
 
         gauge = GaugeMetricFamily(
             "effectgate_exactly_once",

@@ -1,13 +1,13 @@
 """One seed of the simulation: a workload and a fault schedule drawn from one ``random.Random``.
 
-The real :class:`Gate`, :class:`Reconciler` and :class:`Operator` run over a real SQLite ledger
-(a temporary folder per seed) against a :class:`PaperVenue` on a :class:`ManualClock`. Each step
-is drawn, run and written to the history as one line; the shared checkers of
-:mod:`effectgate._invariants` run after every step, and after a final phase in which faults stop,
-the clock jumps past every horizon and the reconciler runs once more. A step is drawn from the
-generator *before* it runs and its draws never depend on the planned number of steps, so a run
-of ``k`` steps is exactly the first ``k`` steps of a longer one: shrinking is re-running with
-fewer steps.
+The real :class:`Gate`, :class:`Reconciler` and :class:`Operator` run over a real SQLite ledger (a
+temporary folder per seed) against a :class:`PaperVenue` on a :class:`ManualClock`. Each step is
+drawn, run and written to the history as one line; the shared checkers of
+:mod:`effectgate._evidence.invariants` run after every step, and after a final phase in which faults
+stop, the clock jumps past every horizon and the reconciler runs once more. A step is drawn from the
+generator *before* it runs and its draws never depend on the planned number of steps, so a run of
+``k`` steps is exactly the first ``k`` steps of a longer one: shrinking is re-running with fewer
+steps.
 
 Nothing in the history comes from the wall clock, uuid4, the host or set iteration order: the
 same seed gives the same history, byte for byte.
@@ -30,11 +30,7 @@ from effectgate._core.controls import ApprovalRules, BreakerConfig
 from effectgate._core.intent import Registry
 from effectgate._core.policy import LimitPolicy, PolicySet
 from effectgate._core.states import State
-from effectgate._execute.crashpoints import CRASH_POINTS, SimulatedCrash, disarm
-from effectgate._execute.executor import Gate
-from effectgate._execute.operator import Operator
-from effectgate._execute.reconciler import Reconciler, ReconcileReport
-from effectgate._invariants import (
+from effectgate._evidence.invariants import (
     Violation,
     at_most_one_dispatch,
     audit_chain_verifies,
@@ -44,6 +40,10 @@ from effectgate._invariants import (
     terminal_rows_unchanged,
     uncertain_rows_settled,
 )
+from effectgate._execute.crashpoints import CRASH_POINTS, SimulatedCrash, disarm
+from effectgate._execute.executor import Gate
+from effectgate._execute.operator import Operator
+from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._sim.faults import LOSABLE, LossyStore
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import EffectgateError

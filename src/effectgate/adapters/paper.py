@@ -17,6 +17,7 @@ from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from effectgate._core.frozen import quick_init
 from effectgate._execute.adapter import (
     DEFAULT_CALL_TIMEOUT,
     Adapter,
@@ -28,7 +29,6 @@ from effectgate._execute.adapter import (
     call_budget,
     refusal,
 )
-from effectgate._frozen import quick_init
 from effectgate.errors import AdapterError
 
 if TYPE_CHECKING:

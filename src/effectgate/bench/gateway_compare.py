@@ -96,7 +96,7 @@ def run(n: int, store: str | None, rounds: int) -> dict[str, Any]:
     from mcp import Client, StdioServerParameters
 
     from effectgate._core.principals import Role
-    from effectgate._gateway import (
+    from effectgate._doors.gateway import (
         Gateway,
         UpstreamLink,
         UpstreamSpec,

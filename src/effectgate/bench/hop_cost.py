@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from starlette.concurrency import run_in_threadpool
 
-from effectgate._frontends._offload import offload
+from effectgate._doors._shared.offload import offload
 
 __all__ = ["main", "measure"]
 

@@ -106,7 +106,7 @@ def paper_service(venue: PaperVenue | None = None) -> Iterator[PaperService]:
     """Serve effectgate on the paper venue until the block ends (needs the ``server`` extra)."""
     import uvicorn
 
-    from effectgate._frontends.http import create_app
+    from effectgate._doors.http.app import create_app
     from effectgate._service import Service, parse_config
 
     venue = venue or PaperVenue()

@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from effectgate._audit import GENESIS, chain_hash, content_digest
 from effectgate._core.states import State
+from effectgate._evidence.audit import GENESIS, chain_hash, content_digest
 from effectgate.store import _sql as sql
 from effectgate.store._hooks import NO_HOLD, Hold
 from effectgate.store._tx import SharedTx
@@ -60,32 +60,18 @@ def chain_ctes(cond: str) -> str:
     ``cond`` has rows.
 
     The link is computed in the statement (``sha256(prev_hash || digest)``, the same formula as
-    :func:`effectgate._audit.chain_hash`), after the lane's head row is locked, so one statement
-    both writes a row and chains its audit entry: no round trip to read the head first. The
-    hot path writes exactly one entry per statement, so the parameters are scalars (arrays went
-    through psycopg's Python array dumpers, which cost more client time than the round trip).
-    """
-    return f"""
-aud_head AS (
-    SELECT hash FROM audit_heads WHERE lane = %(lane)s AND EXISTS (SELECT 1 FROM {cond})
-    FOR UPDATE
-),
-aud_link AS (
-    SELECT hash AS prev,
-           encode(sha256(convert_to(hash || %(a_digest)s::text, 'UTF8')), 'hex') AS hash
-    FROM aud_head
-),
-aud_ins AS (
-    INSERT INTO audit_log (at, scope, operation_id, kind, detail, lane, prev_hash, hash)
-    SELECT %(a_at)s::float8, %(a_scope)s::text, %(a_op)s::text, %(a_kind)s::text,
-           %(a_detail)s::text, %(lane)s, l.prev, l.hash
-    FROM aud_link l
-    RETURNING seq
-),
-aud_headup AS (
-    UPDATE audit_heads SET seq = (SELECT seq FROM aud_ins), hash = (SELECT hash FROM aud_link)
-    WHERE lane = %(lane)s AND EXISTS (SELECT 1 FROM aud_ins)
-)"""
+    :func:`effectgate._evidence.audit.chain_hash`), after the lane's head row is locked, so one
+    statement both writes a row and chains its audit entry: no round trip to read the head first.
+    The hot path writes exactly one entry per statement, so the parameters are scalars (arrays went
+    through psycopg's Python array dumpers, which cost more client time than the round trip)."""
+    return f""" aud_head AS ( SELECT hash FROM audit_heads WHERE lane = %(lane)s AND EXISTS (SELECT
+    1 FROM {cond}) FOR UPDATE ), aud_link AS ( SELECT hash AS prev, encode(sha256(convert_to(hash ||
+    %(a_digest)s::text, 'UTF8')), 'hex') AS hash FROM aud_head ), aud_ins AS ( INSERT INTO audit_log
+    (at, scope, operation_id, kind, detail, lane, prev_hash, hash) SELECT %(a_at)s::float8,
+    %(a_scope)s::text, %(a_op)s::text, %(a_kind)s::text, %(a_detail)s::text, %(lane)s, l.prev,
+    l.hash FROM aud_link l RETURNING seq ), aud_headup AS ( UPDATE audit_heads SET seq = (SELECT seq
+    FROM aud_ins), hash = (SELECT hash FROM aud_link) WHERE lane = %(lane)s AND EXISTS (SELECT 1
+    FROM aud_ins) )"""
 
 
 def audit_params(

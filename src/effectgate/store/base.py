@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 
 from effectgate._core.controls import Verdict
+from effectgate._core.frozen import quick_init
 from effectgate._core.receipts import dispatch_id
 from effectgate._core.states import State, check_transition
-from effectgate._frozen import quick_init
 from effectgate.errors import ConfigError, IdempotencyConflict, IntentError, StoreError
 
 __all__ = [

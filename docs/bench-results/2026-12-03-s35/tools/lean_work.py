@@ -19,7 +19,7 @@ from typing import Any
 
 from orjson import Fragment
 
-from effectgate._audit import content_digest
+from effectgate._evidence.audit import content_digest
 from effectgate._core.receipts import dispatch_id, request_digest
 from effectgate.bench.b1 import INTENT_BODY
 from effectgate.store.base import dumps

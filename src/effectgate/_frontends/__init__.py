@@ -1,1 +1,0 @@
-"""Front doors: CLI, HTTP API, MCP server."""
