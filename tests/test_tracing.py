@@ -18,9 +18,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from effectgate import Gate, LimitPolicy, PolicySet, Reconciler, _tracing
+from effectgate import Gate, LimitPolicy, PolicySet, Reconciler
 from effectgate._doors.http.app import create_app
 from effectgate._doors.mcp.server import build_server
+from effectgate._execute import tracing as _tracing
 from effectgate._service import Principal, Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.examples import EXAMPLE_ORDER, default_registry
@@ -167,7 +168,8 @@ class TestWithoutTheExtra:
             "for name in ('opentelemetry', 'opentelemetry.trace'):\n"
             "    sys.modules[name] = None\n"
             "from decimal import Decimal\n"
-            "from effectgate import Gate, LimitPolicy, PolicySet, _tracing\n"
+            "from effectgate import Gate, LimitPolicy, PolicySet\n"
+            "from effectgate._execute import tracing as _tracing\n"
             "from effectgate.adapters.paper import PaperAdapter, PaperVenue\n"
             "from effectgate.examples import EXAMPLE_ORDER, default_registry\n"
             "from effectgate.store import SQLiteStore\n"
