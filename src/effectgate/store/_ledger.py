@@ -19,9 +19,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
+from effectgate._core.chain import ChainEntry
 from effectgate._core.controls import DispatchGuard
 from effectgate._core.states import State, check_transition
-from effectgate._evidence.audit import ChainEntry
 from effectgate.errors import OperationNotFound, StaleState
 from effectgate.store import _journal as j
 from effectgate.store import _sql as sql

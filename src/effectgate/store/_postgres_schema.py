@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from effectgate._core.chain import GENESIS
 from effectgate._core.states import State
-from effectgate._evidence.audit import GENESIS
 from effectgate.store._schema import Types, controls_tables, ledger_tables, shared_migrations
 
 __all__ = ["LANES", "MIGRATIONS"]

@@ -23,8 +23,8 @@ from typing import Any, TypeVar
 
 import psycopg
 
+from effectgate._core.chain import GENESIS, chain_hash, content_digest
 from effectgate._core.states import State
-from effectgate._evidence.audit import GENESIS, chain_hash, content_digest
 from effectgate.store import _sql as sql
 from effectgate.store._hooks import NO_HOLD, Hold
 from effectgate.store._tx import SharedTx
@@ -60,7 +60,7 @@ def chain_ctes(cond: str) -> str:
     ``cond`` has rows.
 
     The link is computed in the statement (``sha256(prev_hash || digest)``, the same formula as
-    :func:`effectgate._evidence.audit.chain_hash`), after the lane's head row is locked, so one
+    :func:`effectgate._core.chain.chain_hash`), after the lane's head row is locked, so one
     statement both writes a row and chains its audit entry: no round trip to read the head first.
     The hot path writes exactly one entry per statement, so the parameters are scalars (arrays went
     through psycopg's Python array dumpers, which cost more client time than the round trip)."""

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from effectgate._evidence.audit import rechain
+from effectgate._core.chain import rechain
 from effectgate.store.base import refuse_newer_schema
 
 __all__ = [

@@ -12,9 +12,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from effectgate._core.chain import ChainEntry
 from effectgate._core.controls import Alert, AuthorityStep, ClassControls, Envelope, ShadowPair
 from effectgate._core.states import State
-from effectgate._evidence.audit import ChainEntry
 from effectgate.store.base import Divergence, LedgerEntry, Operation
 
 __all__ = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from effectgate._evidence.audit import GENESIS, chain_hash, content_digest
+from effectgate._core.chain import GENESIS, chain_hash, content_digest
 from effectgate.errors import StoreError
 from effectgate.store._schema import (
     Types,
@@ -54,7 +54,7 @@ CREATE TABLE audit_heads (lane INTEGER PRIMARY KEY, seq INTEGER NOT NULL, hash T
 """ + controls_tables(_TYPES)
 
 #: The SQL function the chained insert calls: ``sha256(prev_hash || digest)`` in Python
-#: (:func:`effectgate._evidence.audit.chain_hash`), registered on every store connection.
+#: (:func:`effectgate._core.chain.chain_hash`), registered on every store connection.
 CHAIN_FUNCTION = "effectgate_chain_hash"
 
 # One statement per entry: it reads the chain's last entry (the tail of the rowid B-tree, the

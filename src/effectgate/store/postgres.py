@@ -19,9 +19,9 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg import sql as psql
 
+from effectgate._core.chain import lane_for
 from effectgate._core.controls import DispatchGuard
 from effectgate._core.states import State
-from effectgate._evidence.audit import lane_for
 from effectgate.errors import StoreError
 from effectgate.store import _postgres_conn as pgc
 from effectgate.store import _postgres_tx as pgtx

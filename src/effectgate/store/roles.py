@@ -28,6 +28,7 @@ from effectgate.store.base import (
 
 if TYPE_CHECKING:
     from effectgate._core.budgets import RunBudget, RunBudgetState
+    from effectgate._core.chain import ChainEntry
     from effectgate._core.continuation import ContinuationLink
     from effectgate._core.controls import (
         Alert,
@@ -62,7 +63,6 @@ if TYPE_CHECKING:
         RunSummary,
     )
     from effectgate._core.speculation import SpeculationRecord
-    from effectgate._evidence.audit import ChainEntry
 
 __all__ = [
     "Alerts",
