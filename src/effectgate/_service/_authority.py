@@ -4,13 +4,16 @@
 :func:`authority_stages` returns the stages the gate's pipeline runs before each dispatch
 (docs/continuations.md): the grant authoriser first, then the checks about a row's approvals;
 :func:`wire_authority` installs them on the service's gate.
+
+Each takes an :class:`AuthorityHost`, the few parts of the service it reads, not the service
+itself, so this module does not import :mod:`effectgate._service._runtime`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from effectgate._execute.authority import (
     approver_revocation_check,
@@ -24,12 +27,47 @@ from effectgate._service._channels import ApprovalWebhook
 from effectgate._service._policy_gov import PolicyFollower
 
 if TYPE_CHECKING:
-    from effectgate._service._runtime import Service
+    from effectgate._execute.adapter import Adapter
+    from effectgate._execute.alerts import AlertSink
+    from effectgate._execute.executor import Gate
+    from effectgate._execute.operator import Operator
+    from effectgate._service._config import ServiceConfig
+    from effectgate._service._identity import RevocationFeed
+    from effectgate.store.roles import Store
 
-__all__ = ["authority_stages", "revoked_check", "start_announcers", "wire_authority"]
+__all__ = [
+    "AuthorityHost",
+    "authority_stages",
+    "revoked_check",
+    "start_announcers",
+    "wire_authority",
+]
 
 
-def start_announcers(service: Service) -> list[ApprovalWebhook]:
+class AuthorityHost(Protocol):
+    """What the authority wiring reads of the service (the runtime's ``Service`` is one): its
+    config, store, adapters, clock, alerts, gate, operator and revocation feed. The gate's
+    pipeline and the operator's hooks are set through it."""
+
+    @property
+    def config(self) -> ServiceConfig: ...
+    @property
+    def store(self) -> Store: ...
+    @property
+    def adapters(self) -> Mapping[str, Adapter]: ...
+    @property
+    def clock(self) -> Callable[[], float]: ...
+    @property
+    def alerts(self) -> AlertSink: ...
+    @property
+    def gate(self) -> Gate: ...
+    @property
+    def operator(self) -> Operator: ...
+    @property
+    def revocations(self) -> RevocationFeed | None: ...
+
+
+def start_announcers(service: AuthorityHost) -> list[ApprovalWebhook]:
     """One announcing webhook per channel with a ``url`` (the service closes them)."""
     hooks = [
         ApprovalWebhook(channel, service.store)
@@ -41,7 +79,7 @@ def start_announcers(service: Service) -> list[ApprovalWebhook]:
     return hooks
 
 
-def wire_authority(service: Service) -> PolicyFollower | None:
+def wire_authority(service: AuthorityHost) -> PolicyFollower | None:
     """Approver roles and precondition binding on the operator; the policy follower (started,
     when ``governed_policy``), which the service stops on close."""
     authority = service.config.authority
@@ -81,7 +119,7 @@ def wire_authority(service: Service) -> PolicyFollower | None:
     return follower
 
 
-def revoked_check(service: Service) -> Callable[[str], bool]:
+def revoked_check(service: AuthorityHost) -> Callable[[str], bool]:
     """Whether a principal is revoked now: named by the revocation feed, or a ledger principal
     whose every token is revoked (read at use time, so a revocation holds at once)."""
     feed = service.revocations
@@ -96,7 +134,7 @@ def revoked_check(service: Service) -> Callable[[str], bool]:
 
 
 def authority_stages(
-    service: Service, uses: BreakGlassUses | None = None
+    service: AuthorityHost, uses: BreakGlassUses | None = None
 ) -> tuple[Stage | None, tuple[Stage, ...]]:
     """``(authorise, approved)`` for the gate's pipeline: the grant authoriser when grants are
     on (else None: policy and controls decide), noting break-glass cover in ``uses``, then the

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from effectgate.adapters.paper import EffectValue, PaperVenue
+from effectgate.adapters._paper_venue import EffectValue, PaperVenue
 
 __all__ = ["PaperSandbox", "SandboxAnswer", "SandboxMode", "dry_run_reply"]
 

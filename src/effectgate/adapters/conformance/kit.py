@@ -13,23 +13,21 @@ verifies and measured the key honoured.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
 
 from effectgate._core.receipts import proof_text
 from effectgate._core.resolution import Proof
-from effectgate._execute.adapter import Adapter, Listing, OutboundRequest, Outcome, VenueRecord
+from effectgate._execute.adapter import Adapter, Listing, Outcome, VenueRecord
 from effectgate._execute.adapter import iter_records as _iter_records
 from effectgate._execute.windowing import SpillStats, sorted_window
 from effectgate.adapters.conformance.reads import check_reads_bounded
+from effectgate.adapters.conformance.report import ConformanceReport, VenueDriver, _digest
 from effectgate.errors import AdapterError, ConfigError
 
 __all__ = [
@@ -46,77 +44,6 @@ EXACTLY_ONCE = "exactly-once"
 AT_MOST_ONCE = "at-most-once dispatch with reconciliation"
 
 
-class VenueDriver(Protocol):
-    """What the kit needs beside the adapter: requests to send, and direct access to the venue.
-
-    ``request(key)``: a valid request under ``key`` (each call may be sent as a new effect).
-    ``refused_request(key)``: one the venue provably refuses, or None.
-    ``unreachable()``: the same adapter pointed where nothing answers (or answers 5xx).
-    ``direct_effect()``: make an effect at the venue outside the boundary (its venue id), or None.
-    ``delivered(key)``: for a venue with no read view, how many effects under ``key`` arrived as
-    the venue's far end saw them (a test mailbox), or None.
-    ``secrets()``: the credential values that must never appear anywhere.
-
-    Optional: ``pointed_at(url)``, the same adapter pointed at a loopback ``http(s)://`` URL
-    (None if it cannot be), for the ``transport-classification`` check.
-    """
-
-    venue: str
-
-    def request(self, operation_key: str) -> OutboundRequest: ...
-    def refused_request(self, operation_key: str) -> OutboundRequest | None: ...
-    def unreachable(self) -> Adapter: ...
-    def direct_effect(self) -> str | None: ...
-    def delivered(self, operation_key: str) -> int | None: ...
-    def secrets(self) -> list[str]: ...
-
-
-@dataclass
-class ConformanceReport:
-    adapter: str
-    venue: str
-    listing: str
-    results: dict[str, dict[str, str]] = field(default_factory=dict)
-    honours_key: str = "unknown"
-    measured_lag: float | None = None
-    versions: dict[str, str] = field(default_factory=dict)
-    date: str = ""
-    digest: str = ""
-
-    def add(self, check: str, status: str, detail: str) -> None:
-        self.results[check] = {"status": status, "detail": detail}
-
-    @property
-    def failed(self) -> list[str]:
-        return [k for k, v in self.results.items() if v["status"] == "fail"]
-
-    def body(self) -> dict[str, Any]:
-        return {
-            "adapter": self.adapter,
-            "venue": self.venue,
-            "listing": self.listing,
-            "honours_key": self.honours_key,
-            "measured_lag": self.measured_lag,
-            "versions": self.versions,
-            "date": self.date,
-            "results": self.results,
-        }
-
-    def seal(self) -> None:
-        self.digest = _digest(self.body())
-
-    def write(self, path: str | Path) -> None:
-        self.seal()
-        Path(path).write_text(json.dumps({**self.body(), "digest": self.digest}, indent=2) + "\n")
-
-    def render(self) -> str:
-        lines = [f"effectgate conformance: adapter {self.adapter} at {self.venue} ({self.listing})"]
-        for name, res in self.results.items():
-            lines.append(f"  {res['status']:>8}  {name}: {res['detail']}")
-        lines.append(f"  key honoured by the venue: {self.honours_key}")
-        return "\n".join(lines)
-
-
 def adapter_kind(adapter: Adapter) -> str:
     """What a report names: the adapter's ``kind`` where it has one (an adapter whose ``name``
     is per instance, such as the MCP gateway's ``mcp-upstream``), else its ``name``."""
@@ -131,12 +58,6 @@ def _version() -> str:
         return version("effectgate")
     except PackageNotFoundError:
         return "unknown"
-
-
-def _digest(body: dict[str, Any]) -> str:
-    return hashlib.sha256(
-        json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-    ).hexdigest()
 
 
 def read_report(path: str | Path) -> ConformanceReport:

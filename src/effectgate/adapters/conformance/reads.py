@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from effectgate._execute.adapter import Adapter, Listing
 
 if TYPE_CHECKING:
-    from effectgate.adapters.conformance.kit import ConformanceReport, VenueDriver
+    from effectgate.adapters.conformance.report import ConformanceReport, VenueDriver
 
 __all__ = ["check_reads_bounded"]
 
