@@ -42,19 +42,12 @@ PARTS = (
 #: Circles still to break (issue 37): each entry goes when its circle does.
 KNOWN_CIRCLES = [
     [
-        "effectgate._execute.continuations",
-        "effectgate._execute.executor",
-        "effectgate._execute.speculation",
-    ],
-    [
         "effectgate._checks.verify",
         "effectgate._checks.verify_adapters",
         "effectgate._checks.verify_controls",
         "effectgate._checks.verify_own",
-    ],
+    ]
 ]
-#: Production modules that still read the simulator's bug switches (issue 37 removes them).
-KNOWN_SIM_READERS = ["effectgate._execute.executor", "effectgate._execute.reconciler"]
 
 
 def _graph() -> grimp.ImportGraph:
@@ -146,7 +139,7 @@ class TestShape:
                 i.startswith("effectgate._sim") for i in graph.find_modules_directly_imported_by(m)
             )
         )
-        assert readers == KNOWN_SIM_READERS
+        assert readers == []
 
     def test_at_least_eight_import_contracts_state_the_layers(self) -> None:
         config = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -37,7 +37,7 @@ from effectgate.store.base import IDENTITY_PATTERN, SYSTEM_PREFIX, Operation
 from effectgate.store.roles import Store
 
 if TYPE_CHECKING:
-    from effectgate._execute.executor import Gate
+    from effectgate._execute._gate_protocol import ContinuationGate
 
 __all__ = ["Chain", "ContinuationService", "continuation_may_dispatch", "original_workers"]
 
@@ -96,7 +96,9 @@ def original_workers(store: Store, scope: str, original_id: str) -> frozenset[st
 class ContinuationService:
     """Retries and compensations through one gate (the Python API behind the CLI and HTTP)."""
 
-    def __init__(self, gate: Gate, *, probe_timeout: float = DEFAULT_CALL_TIMEOUT) -> None:
+    def __init__(
+        self, gate: ContinuationGate, *, probe_timeout: float = DEFAULT_CALL_TIMEOUT
+    ) -> None:
         self.gate = gate
         self.store = gate.store
         #: Seconds the admission probe (provider idempotency) may take; at most the ceiling.
@@ -310,7 +312,7 @@ def _obs(row: Operation) -> Observed:
     return observed(row)
 
 
-def continuation_may_dispatch(gate: Gate, row: Operation, dispatcher: str) -> bool:
+def continuation_may_dispatch(gate: ContinuationGate, row: Operation, dispatcher: str) -> bool:
     """Neither the original's proposer nor any process that dispatched it dispatches its
     continuation (docs/continuations.md). Another dispatcher may."""
     link = gate.store.continuation_of(row.scope, row.operation_id)

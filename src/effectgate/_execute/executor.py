@@ -48,7 +48,6 @@ from effectgate._execute.speculation import (
     check_speculation,
     speculate,
 )
-from effectgate._sim import _bugs
 from effectgate.errors import (
     CommitOutcomeUnknown,
     ConfigError,
@@ -276,7 +275,7 @@ class Gate:
         if spec is not None:
             return self._speculative(done, guard.action, now, dispatch, correlation_id)
         if not done.created:
-            if _bugs.ACTIVE.redispatch_uncertain and row.state is State.SUBMITTED:  # test only
+            if self._replay_redispatches(row):
                 return self._call(row)
             if row.state is State.VALIDATED and dispatch:
                 return _replayed(
@@ -429,6 +428,13 @@ class Gate:
         if row is None:
             raise OperationNotFound(f"no operation {operation_id!r} in scope {scope!r}")
         return row
+
+    def _replay_redispatches(self, row: Operation) -> bool:
+        """Whether a replay of an existing row sends it again: never (invariants 1, 9).
+
+        An uncertain (``submitted``) row is settled by the reconciler, not by a second call.
+        """
+        return False
 
     def _explain(self, row: Operation) -> Operation:
         """Attach why a ``submitted`` row is uncertain: one indexed read of its audit trail."""

@@ -47,7 +47,6 @@ from effectgate._execute.adapter import (
 from effectgate._execute.alerts import AlertSink, default_sink, deliver, raise_alert
 from effectgate._execute.maintenance import DIVERGENCE_ALERTS, check_maintenance, divergence_alert
 from effectgate._execute.windowing import judged_in_window, sorted_window
-from effectgate._sim import _bugs
 from effectgate.errors import AdapterError, InvalidTransition
 from effectgate.store.base import LedgerEntry, Move
 from effectgate.store.roles import Store
@@ -308,7 +307,7 @@ class Reconciler:
         no_read_view = action.venue.read_view is ReadView.NONE
         if entry.state is State.SUBMITTED:
             if entry.submitted_at is not None and (
-                now - entry.submitted_at >= horizon or _bugs.ACTIVE.write_off_inside_horizon
+                self._past_horizon(now - entry.submitted_at, horizon)
             ):
                 if no_read_view:
                     # Absence at a venue that cannot be read proves nothing: never written
@@ -524,16 +523,7 @@ class Reconciler:
         try:
             check_transition(entry.state, target)
         except InvalidTransition as exc:
-            if _bugs.ACTIVE.abort_pass_on_refused_move:  # test only: the bug this replaced
-                raise
-            log.error(
-                "cannot move %s %s -> %s (%s); recorded as a divergence",
-                entry.op_key,
-                entry.state.value,
-                target.value,
-                exc,
-            )
-            self._diverge(f"unapplied-{target.value}", entry.op_key, [], entry.state.value, run)
+            self._refused_move(entry, target, run, exc)
             return
         scope, _, operation_id = entry.op_key.partition(":")
         move = Move(
@@ -552,6 +542,26 @@ class Reconciler:
         )
         if len(run.pending) >= self.flush_every:
             self._flush(run)
+
+    def _past_horizon(self, age: float, horizon: float) -> bool:
+        """Whether an absent ``submitted`` row, ``age`` seconds old, may be settled (invariant 4).
+
+        Inside its visibility horizon a venue may simply not show the write yet.
+        """
+        return age >= horizon
+
+    def _refused_move(
+        self, entry: LedgerEntry, target: State, run: _Pass, exc: InvalidTransition
+    ) -> None:
+        """A move the state table refused: record it as a divergence and carry on with the pass."""
+        log.error(
+            "cannot move %s %s -> %s (%s); recorded as a divergence",
+            entry.op_key,
+            entry.state.value,
+            target.value,
+            exc,
+        )
+        self._diverge(f"unapplied-{target.value}", entry.op_key, [], entry.state.value, run)
 
     def _flush(self, run: _Pass) -> None:
         """Write the buffered moves in one transaction; count and note those that applied."""

@@ -44,8 +44,8 @@ from effectgate.store.base import Operation
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from effectgate._execute._gate_protocol import SpeculationGate
     from effectgate._execute.adapter import Adapter
-    from effectgate._execute.executor import Gate
 
 __all__ = [
     "DIVERGENCE_ALERT",
@@ -79,7 +79,7 @@ def check_speculation(
             )
 
 
-def active_speculation(gate: Gate, ac: ActionClass) -> Speculation | None:
+def active_speculation(gate: SpeculationGate, ac: ActionClass) -> Speculation | None:
     """The class's speculation when it runs for this gate (optional: only if the adapter can)."""
     spec = ac.speculation
     if spec is None or not spec.active:
@@ -91,12 +91,14 @@ def active_speculation(gate: Gate, ac: ActionClass) -> Speculation | None:
     return spec
 
 
-def horizon_of(gate: Gate) -> float:
+def horizon_of(gate: SpeculationGate) -> float:
     """The retry horizon: from the last speculation to the end of the dispatch."""
     return gate.dispatch_timeout + gate.in_flight_grace
 
 
-def speculate(gate: Gate, row: Operation, attempt: int) -> tuple[SpeculationRecord, Operation]:
+def speculate(
+    gate: SpeculationGate, row: Operation, attempt: int
+) -> tuple[SpeculationRecord, Operation]:
     """One dry run of ``row`` under its operation key, recorded with both keys. A ``DENY`` of a
     ``validated`` row rejects it in the same transaction. Returns the record and the row."""
     adapter = speculator(gate.adapters[gate.registry.get(row.action).adapter])
@@ -138,7 +140,7 @@ def speculate(gate: Gate, row: Operation, attempt: int) -> tuple[SpeculationReco
 
 
 def before_dispatch(
-    gate: Gate, row: Operation, spec: Speculation
+    gate: SpeculationGate, row: Operation, spec: Speculation
 ) -> tuple[Operation | None, dict[str, object] | None]:
     """The commit check of a ``validated`` row.
 
@@ -232,7 +234,7 @@ def before_dispatch(
 
 
 def _diverge(
-    gate: Gate,
+    gate: SpeculationGate,
     row: Operation,
     record: SpeculationRecord | None,
     attempt: int,
@@ -286,7 +288,7 @@ def _diverge(
 
 
 def _stall(
-    gate: Gate,
+    gate: SpeculationGate,
     row: Operation,
     record: SpeculationRecord | None,
     attempt: int,
@@ -315,7 +317,12 @@ def _stall(
 
 
 def _alert(
-    gate: Gate, kind: str, row: Operation, message: str, detail: Mapping[str, object], now: float
+    gate: SpeculationGate,
+    kind: str,
+    row: Operation,
+    message: str,
+    detail: Mapping[str, object],
+    now: float,
 ) -> None:
     alert = Alert(kind, f"{row.op_key}@{now!r}", row.action, message, dict(detail), now)
     try:

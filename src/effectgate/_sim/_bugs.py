@@ -1,25 +1,32 @@
-"""Test-only switches that re-introduce known bugs, so the simulator's tests can show it finds them.
+"""Test-only mutations that re-introduce known bugs, so the simulator's tests show it finds them.
 
-The executor and the reconciler each read one flag at one line. Every flag is off at import and
-nothing in ``src`` turns one on: :func:`reintroduced` is the only setter, and it refuses unless
+Production code reads no switch: each bug is applied from outside, by replacing one small, named
+decision of the executor or the reconciler for the duration of a :func:`reintroduced` block, and
+putting the original back however the block ends. ``ACTIVE`` mirrors which mutation is applied so
+tests can see it is off again. :func:`reintroduced` is the only setter, and it refuses unless
 pytest is running, so no command, config file or environment variable can reach them
-(``tests/test_sim.py`` checks both). This module imports nothing from effectgate, so production
-modules can read it without a cycle.
+(``tests/test_sim.py`` checks both). Nothing in :mod:`effectgate._execute` imports this module.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
+
+from effectgate._core.states import State
+from effectgate._execute.executor import Gate
+from effectgate._execute.reconciler import Reconciler, _Pass
+from effectgate.errors import InvalidTransition
+from effectgate.store.base import LedgerEntry, Operation
 
 __all__ = ["ACTIVE", "BUGS", "Bugs", "reintroduced"]
 
 
 @dataclass
 class Bugs:
-    """One flag per bug; all False outside a simulator test."""
+    """One flag per bug; all False outside a simulator test (set only by :func:`reintroduced`)."""
 
     #: (a) a replay of an uncertain (``submitted``) row dispatches it again (invariants 1, 9).
     redispatch_uncertain: bool = False
@@ -33,15 +40,43 @@ ACTIVE = Bugs()
 BUGS = tuple(f.name for f in fields(Bugs))
 
 
+def _redispatch_uncertain(self: Gate, row: Operation) -> bool:
+    return row.state is State.SUBMITTED
+
+
+def _write_off_inside_horizon(self: Reconciler, age: float, horizon: float) -> bool:
+    return True
+
+
+def _abort_pass_on_refused_move(
+    self: Reconciler, entry: LedgerEntry, target: State, run: _Pass, exc: InvalidTransition
+) -> None:
+    raise exc
+
+
+#: bug name -> (class, method name, the buggy replacement).
+_MUTATIONS: dict[str, tuple[type, str, Callable[..., object]]] = {
+    "redispatch_uncertain": (Gate, "_replay_redispatches", _redispatch_uncertain),
+    "write_off_inside_horizon": (Reconciler, "_past_horizon", _write_off_inside_horizon),
+    "abort_pass_on_refused_move": (Reconciler, "_refused_move", _abort_pass_on_refused_move),
+}
+if set(_MUTATIONS) != set(BUGS):  # pragma: no cover - a bug added to one table only
+    raise RuntimeError("every bug needs exactly one mutation")
+
+
 @contextmanager
 def reintroduced(name: str) -> Iterator[None]:
-    """Turn bug ``name`` on for the block (pytest only), and off again however it ends."""
+    """Apply bug ``name``'s mutation for the block (pytest only), and undo it however it ends."""
     if "pytest" not in sys.modules:
         raise RuntimeError("bug switches are for the simulator's tests only")
     if name not in BUGS:
         raise ValueError(f"unknown bug {name!r}; known: {', '.join(BUGS)}")
+    owner, method, buggy = _MUTATIONS[name]
+    original = owner.__dict__[method]
+    setattr(owner, method, buggy)
     setattr(ACTIVE, name, True)
     try:
         yield
     finally:
         setattr(ACTIVE, name, False)
+        setattr(owner, method, original)
