@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
 
+from effectgate._core.clock import ManualClock
 from effectgate._core.policy import LimitPolicy, PolicySet
 from effectgate._core.states import State
+from effectgate._evidence.invariants import audit_chain_verifies, duplicates_reported
 from effectgate._execute.adapter import OutboundRequest, Receipt
 from effectgate._execute.executor import Gate
 from effectgate._execute.reconciler import Reconciler
@@ -30,7 +32,6 @@ from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store import open_store
 from effectgate.store.base import with_schema
 from effectgate.store.roles import Store
-from effectgate.testing import ManualClock, audit_chain_verifies, duplicates_reported
 
 __all__ = ["ScenarioResult", "run_demo"]
 

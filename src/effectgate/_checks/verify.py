@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from xml.etree import ElementTree as ET
 
+from effectgate._checks._check import FAIL, NA, PASS, Check
 from effectgate._core.intent import EffectClass, Tier
 from effectgate._core.policy import LimitPolicy
 from effectgate._core.principals import Capability, Principal
@@ -28,16 +28,6 @@ from effectgate.adapters.conformance.kit import EXACTLY_ONCE
 from effectgate.store.roles import Store
 
 __all__ = ["Check", "config_checks", "junit_xml", "run_verify", "scenario_checks"]
-
-PASS, FAIL, NA = "pass", "fail", "n/a"
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    guarantee: str
-    subject: str
-    status: str
-    why: str
 
 
 def _policy_checks(cfg: ServiceConfig) -> Iterable[Check]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable, Iterator
 
-from effectgate._checks.verify import FAIL, NA, PASS, Check
+from effectgate._checks._check import FAIL, NA, PASS, Check
 from effectgate._execute.adapter import Adapter, OutboundRequest
 from effectgate._service._config import AdapterConfig, ServiceConfig
 from effectgate.adapters.conformance.kit import ConformanceReport, run_conformance

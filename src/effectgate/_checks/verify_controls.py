@@ -20,6 +20,7 @@ from contextlib import suppress
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from effectgate._checks._world import PROPOSER, SCOPE, World, approve_all, needed
 from effectgate._core.controls import BreakerConfig
 from effectgate._core.intent import ActionClass, Tier
 from effectgate._core.states import State
@@ -29,52 +30,11 @@ from effectgate.errors import ApprovalError, EffectgateError
 
 if TYPE_CHECKING:
     from effectgate._checks.verify_intents import IntentSource
-    from effectgate._checks.verify_own import _World
-    from effectgate._service._config import ServiceConfig
-    from effectgate.store.roles import Store
 
-__all__ = ["PROPOSER", "approval_protocol", "breaker_case", "scratch_approvers"]
+__all__ = ["NotApplicable", "approval_protocol", "breaker_case"]
 
-SCOPE = "verify"
-PROPOSER = "verify-agent"
 #: At most this many proposals are fed to trip a breaker (a threshold beyond it is ``n/a``).
 MAX_FEED = 200
-
-
-def scratch_approvers(cfg: ServiceConfig, ac: ActionClass, store: Store, now: float) -> list[str]:
-    """Create the proposer and the class's approvers as principals of the scratch ``store``;
-    returns the approvers' names (one more than ``multi_approvers`` where no role limits them,
-    so a duplicate can be told from a quorum)."""
-    roles = cfg.authority.approver_roles
-    if roles is not None and ac.name in roles.by_class:
-        names = sorted(set().union(*(roles.members[r] for r in roles.by_class[ac.name])))
-    else:
-        names = [f"verify-approver-{i}" for i in range(1, cfg.approvals.multi_approvers + 2)]
-    store.create_principal(PROPOSER, "agent", SCOPE, created_by="verify", now=now)
-    for name in names:
-        if name != PROPOSER:
-            store.create_principal(name, "approver", SCOPE, created_by="verify", now=now)
-    return [n for n in names if n != PROPOSER]
-
-
-def needed(cfg: ServiceConfig, tier: Tier) -> int:
-    return cfg.approvals.multi_approvers if tier is Tier.MULTI_APPROVE else 1
-
-
-def approve_all(w: _World, row_id: str) -> tuple[int, str]:
-    """Approve ``row_id`` by distinct approvers until it leaves ``awaiting_approval``;
-    ``(approvals given, the state it ended in)``."""
-    given = 0
-    answered = {a.approver for a in w.store.list_approvals(SCOPE, row_id)}
-    for name in (n for n in w.approvers if n not in answered):
-        row = w.gate.get(row_id, scope=SCOPE)
-        if row.state is not State.AWAITING_APPROVAL:
-            break
-        w.operator.approve(
-            row_id, fingerprint=row.fingerprint, approver=name, scope=SCOPE, reason="verify"
-        )
-        given += 1
-    return given, w.gate.get(row_id, scope=SCOPE).state.value
 
 
 def _refused(attempt: Callable[[], object]) -> str | None:
@@ -86,7 +46,7 @@ def _refused(attempt: Callable[[], object]) -> str | None:
     return None
 
 
-def approval_protocol(w: _World, ac: ActionClass, raw: dict[str, object]) -> tuple[bool, str]:
+def approval_protocol(w: World, ac: ActionClass, raw: dict[str, object]) -> tuple[bool, str]:
     """A row a human must approve: nothing reaches the venue before the quorum; the proposer,
     another payload and a repeated approver are refused; the quorum of distinct approvers
     releases it and it is sent once."""
@@ -135,7 +95,7 @@ def approval_protocol(w: _World, ac: ActionClass, raw: dict[str, object]) -> tup
 
 
 def _feeders(
-    w: _World, ac: ActionClass, cfg: BreakerConfig, source: IntentSource, a: dict[str, object]
+    w: World, ac: ActionClass, cfg: BreakerConfig, source: IntentSource, a: dict[str, object]
 ) -> list[tuple[str, Callable[[], list[dict[str, object]] | None]]]:
     """Per configured threshold, the proposals that cross it (None: cannot be fed here)."""
 
@@ -191,7 +151,7 @@ def _value(ac: ActionClass, source: IntentSource, raw: dict[str, object]) -> Dec
     return got if got is not None else Decimal(0)
 
 
-def _feed(w: _World, ac: ActionClass, proposals: list[dict[str, object]], tag: str) -> int:
+def _feed(w: World, ac: ActionClass, proposals: list[dict[str, object]], tag: str) -> int:
     """Propose each (refusals are signals too); stop once the breaker is open."""
     fed = 0
     for i, raw in enumerate(proposals):
@@ -205,7 +165,7 @@ def _feed(w: _World, ac: ActionClass, proposals: list[dict[str, object]], tag: s
 
 
 def breaker_case(
-    w: _World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
+    w: World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
 ) -> tuple[bool, str]:
     """Trip the breaker through a configured threshold, then: a proposal is held (no dispatch
     while held), an operator's reset releases it and it is sent once."""

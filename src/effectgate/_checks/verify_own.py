@@ -10,42 +10,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import suppress
-from dataclasses import dataclass, field, replace
 
-from effectgate._checks.verify import FAIL, NA, PASS, Check
-from effectgate._checks.verify_controls import (
-    PROPOSER,
-    NotApplicable,
-    approval_protocol,
-    approve_all,
-    breaker_case,
-    scratch_approvers,
-)
+from effectgate._checks._check import FAIL, NA, PASS, Check
+from effectgate._checks._world import PROPOSER, SCOPE, World, make_world
+from effectgate._checks.verify_controls import NotApplicable, approval_protocol, breaker_case
 from effectgate._checks.verify_intents import IntentSource, Unsupported
 from effectgate._core.intent import ActionClass, EffectClass, Tier
 from effectgate._core.states import State
 from effectgate._core.venue import ReadView
-from effectgate._evidence.invariants import (
-    InvariantViolation,
-    assert_invariants,
-    no_dispatch_while_held,
-)
+from effectgate._evidence.invariants import no_dispatch_while_held
 from effectgate._execute.adapter import OutboundRequest, Receipt
-from effectgate._execute.authority import approver_role_check
 from effectgate._execute.dispatcher import Dispatcher
-from effectgate._execute.executor import Gate
-from effectgate._execute.operator import Operator
-from effectgate._execute.reconciler import Reconciler
 from effectgate._service._config import ServiceConfig
-from effectgate.adapters.paper import PaperAdapter, PaperVenue
+from effectgate.adapters.paper import PaperAdapter
 from effectgate.errors import IdempotencyConflict, IntentError
-from effectgate.store.base import Operation
+from effectgate.store._scratch import temporary_store
 from effectgate.store.roles import Store
-from effectgate.testing import CountingAdapter, ManualClock, temporary_store
 
 __all__ = ["own_class_checks"]
-
-SCOPE = "verify"
 
 
 class _Died(BaseException):
@@ -57,98 +39,11 @@ class _DyingAdapter(PaperAdapter):
         raise _Died
 
 
-@dataclass
-class _World:
-    store: Store
-    venue: PaperVenue
-    counting: dict[str, CountingAdapter]
-    gate: Gate
-    reconciler: Reconciler
-    clock: ManualClock
-    cfg: ServiceConfig
-    operator: Operator
-    #: Scratch principals who may approve the class (docs/evidence.md).
-    approvers: list[str] = field(default_factory=list)
-    source: IntentSource | None = None
-
-    def gate_with(self, adapters: dict[str, PaperAdapter]) -> Gate:
-        gate = Gate(
-            store=self.store,
-            registry=self.cfg.registry,
-            adapters=adapters,
-            policy=self.cfg.policy,
-            clock=self.clock,
-            breakers=self.cfg.breakers,
-            approvals=self.cfg.approvals,
-        )
-        gate.pipeline = self.gate.pipeline
-        return gate
-
-    def submit(
-        self, ac: ActionClass, op: str, raw: dict[str, object], gate: Gate | None = None
-    ) -> Operation:
-        """Propose as the scratch agent; a row that waits for a human is approved by the
-        scratch approvers and sent by the standing dispatcher, as in a deployment."""
-        gate = gate or self.gate
-        row = gate.submit(ac.name, op, raw, scope=SCOPE, principal=PROPOSER)
-        if row.state is State.AWAITING_APPROVAL:
-            approve_all(self, op)
-            Dispatcher(gate).run_once()
-        return self.gate.get(op, scope=SCOPE)
-
-    def requests(self) -> list[OutboundRequest]:
-        return [r for a in self.counting.values() for r in a.requests]
-
-    def invariants(self) -> str:
-        try:
-            assert_invariants(
-                self.store,
-                registry=self.cfg.registry,
-                requests=self.requests(),
-                venue_keys=[r.operation_key for r in self.venue.visible_records()],
-            )
-        except InvariantViolation as exc:
-            return str(exc)
-        return ""
-
-
-def _world(
-    cfg: ServiceConfig, store: Store, ac: ActionClass, source: IntentSource | None = None
-) -> _World:
-    clock = ManualClock()
-    venue = PaperVenue(honour_key=True, clock=clock)
-    counting = {name: CountingAdapter(PaperAdapter(venue)) for name in cfg.adapters}
-    gate = Gate(
-        store=store,
-        registry=cfg.registry,
-        adapters=dict(counting),
-        policy=cfg.policy,
-        clock=clock,
-        breakers=cfg.breakers,
-        approvals=cfg.approvals,
-    )
-    operator = Operator(store=store, registry=cfg.registry, clock=clock)
-    roles = cfg.authority.approver_roles
-    operator.approver_roles = roles
-    if roles is not None:
-        # As the service wires it: an approval by someone outside the class's roles is refused
-        # when given and again before dispatch.
-        gate.pipeline = replace(gate.pipeline, approved=(approver_role_check(roles),))
-    rec = Reconciler(
-        store=store,
-        registry=cfg.registry,
-        adapters={name: PaperAdapter(venue) for name in cfg.adapters},
-        clock=clock,
-    )
-    approvers = scratch_approvers(cfg, ac, store, clock())
-    return _World(store, venue, counting, gate, rec, clock, cfg, operator, approvers, source)
-
-
-Case = Callable[[_World, ActionClass, dict[str, object], dict[str, object]], tuple[bool, str]]
+Case = Callable[[World, ActionClass, dict[str, object], dict[str, object]], tuple[bool, str]]
 
 
 def _replay(
-    w: _World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
+    w: World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
 ) -> tuple[bool, str]:
     first = w.submit(ac, "op-replay", a)
     # The retry carries every audit field (free text, a digest, the nested proposed_by object,
@@ -164,7 +59,7 @@ def _replay(
 
 
 def _conflict(
-    w: _World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
+    w: World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
 ) -> tuple[bool, str]:
     w.submit(ac, "op-conflict", a)
     try:
@@ -175,7 +70,7 @@ def _conflict(
 
 
 def _refuses_hostile(
-    w: _World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
+    w: World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
 ) -> tuple[bool, str]:
     hostile = [("not_a_field: an unknown field", dict(a, not_a_field="x"))]
     hostile += w.source.hostile(a) if w.source is not None else []
@@ -197,7 +92,7 @@ def _refuses_hostile(
 
 
 def _crash(
-    w: _World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
+    w: World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
 ) -> tuple[bool, str]:
     dying = w.gate_with({n: _DyingAdapter(w.venue) for n in w.cfg.adapters})
     with suppress(_Died):
@@ -223,7 +118,7 @@ def _crash(
 
 
 def _write_off_then_appears(
-    w: _World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
+    w: World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
 ) -> tuple[bool, str]:
     if ac.venue.read_view is ReadView.NONE:
         raise NotApplicable(
@@ -248,7 +143,7 @@ def _write_off_then_appears(
 
 
 def _held_then_released(
-    w: _World,
+    w: World,
     ac: ActionClass,
     a: dict[str, object],
     engage: Callable[[], None],
@@ -271,7 +166,7 @@ def _held_then_released(
 
 
 def _kill(
-    w: _World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
+    w: World, ac: ActionClass, a: dict[str, object], b: dict[str, object]
 ) -> tuple[bool, str]:
     def on() -> None:
         w.operator.kill(ac.name, operator="verify", reason="verify")
@@ -305,7 +200,7 @@ def _approval(cfg: ServiceConfig, store: Store, ac: ActionClass, source: IntentS
         return Check(
             APPROVAL, ac.name, NA, "the policy asks for no approval of any generated intent"
         )
-    w = _world(cfg, store, ac, source)
+    w = make_world(cfg, store, ac, source)
     try:
         ok, seen = approval_protocol(w, ac, ask)
     except Exception as exc:  # a guarantee that raises has failed; say how
@@ -346,7 +241,7 @@ def _class_checks(cfg: ServiceConfig, url: str | None, ac: ActionClass) -> Itera
             yield Check(title, ac.name, NA, "the policy allows no generated intent")
             continue
         with temporary_store(url) as store:
-            w = _world(cfg, store, ac, source)
+            w = make_world(cfg, store, ac, source)
             try:
                 ok, seen = case(w, ac, a, b)
             except NotApplicable as exc:

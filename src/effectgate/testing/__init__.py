@@ -20,14 +20,10 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-import threading
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
+from effectgate._core.clock import ManualClock
 from effectgate._evidence.invariants import (
     InvariantViolation,
     Violation,
@@ -40,14 +36,6 @@ from effectgate._evidence.invariants import (
     terminal_rows_unchanged,
     uncertain_rows_settled,
 )
-from effectgate._execute.adapter import (
-    DEFAULT_CALL_TIMEOUT,
-    Adapter,
-    OutboundRequest,
-    Receipt,
-    SpeculationPassThrough,
-    VenueRecord,
-)
 from effectgate._execute.crashpoints import (
     CRASH_POINTS,
     CrashMode,
@@ -56,6 +44,7 @@ from effectgate._execute.crashpoints import (
     armed_point,
     disarm,
 )
+from effectgate.adapters._counting import CountingAdapter
 from effectgate.adapters.conformance.kit import (
     AT_MOST_ONCE,
     EXACTLY_ONCE,
@@ -67,9 +56,7 @@ from effectgate.adapters.conformance.kit import (
 )
 from effectgate.adapters.paper import PaperAdapter, PaperVenue, VenueRejection
 from effectgate.integrations._paper import PaperService, paper_service
-from effectgate.store import open_store
-from effectgate.store.base import with_schema
-from effectgate.store.roles import Store
+from effectgate.store._scratch import temporary_store
 
 __all__ = [
     "AT_MOST_ONCE",
@@ -104,67 +91,6 @@ __all__ = [
 ]
 
 
-class ManualClock:
-    """A clock tests move by hand: pass it as ``clock=`` to the gate, reconciler and venue."""
-
-    def __init__(self, start: float = 1_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-class CountingAdapter(SpeculationPassThrough, Adapter):
-    """Delegates to ``inner``; counts calls and keeps every :class:`OutboundRequest` it saw.
-
-    A request is recorded before it is forwarded, so a call that raises still counts.
-    """
-
-    def __init__(self, inner: Adapter) -> None:
-        self.inner = inner
-        self.name = inner.name  # registers under the wrapped adapter's name
-        # A wrapper lists the way its venue does (time-window venues included).
-        self.listing = inner.listing
-        self.listing_lookback = inner.listing_lookback
-        self._lock = threading.Lock()
-        self.requests: list[OutboundRequest] = []
-        self.execute_calls = 0
-        self.probe_calls = 0
-        self.records_calls = 0
-
-    def execute(self, request: OutboundRequest, *, timeout: float) -> Receipt:
-        with self._lock:
-            self.execute_calls += 1
-            self.requests.append(request)
-        return self.inner.execute(request, timeout=timeout)
-
-    def probe(self, operation_key: str, *, timeout: float = DEFAULT_CALL_TIMEOUT) -> list[str]:
-        with self._lock:
-            self.probe_calls += 1
-        return self.inner.probe(operation_key, timeout=timeout)
-
-    def records(
-        self, after: VenueRecord | None, limit: int, *, timeout: float = DEFAULT_CALL_TIMEOUT
-    ) -> list[VenueRecord]:
-        with self._lock:
-            self.records_calls += 1
-        return self.inner.records(after, limit, timeout=timeout)
-
-    def window_records(
-        self, start: float, end: float, *, timeout: float = DEFAULT_CALL_TIMEOUT
-    ) -> Iterator[VenueRecord]:
-        return self.inner.window_records(start, end, timeout=timeout)
-
-    def close(self) -> None:
-        self.inner.close()
-
-    def __repr__(self) -> str:
-        return f"CountingAdapter({self.inner!r}, execute_calls={self.execute_calls})"
-
-
 @contextmanager
 def crash_at(point: str, mode: CrashMode = "raise") -> Iterator[None]:
     """Arm crash point ``point`` for the block (and disarm it after, whatever happens).
@@ -182,30 +108,3 @@ def crash_at(point: str, mode: CrashMode = "raise") -> Iterator[None]:
             disarm()
         else:
             arm(*previous)
-
-
-@contextmanager
-def temporary_store(url: str | None = None) -> Iterator[Store]:
-    """A fresh, migrated ledger for the block, removed afterwards.
-
-    ``url``: None for a SQLite file in a temporary folder; a ``postgresql://`` URL for a new
-    schema there (dropped afterwards).
-    """
-    if url is None or url.startswith("sqlite"):
-        folder = Path(tempfile.mkdtemp(prefix="effectgate-"))
-        store = open_store(f"sqlite:///{folder / 'ledger.db'}", create=True)
-        try:
-            yield store
-        finally:
-            store.close()
-            shutil.rmtree(folder, ignore_errors=True)
-        return
-    from effectgate.store.postgres import drop_schema
-
-    schema = f"t_{uuid.uuid4().hex[:16]}"
-    store = open_store(with_schema(url, schema), create=True)
-    try:
-        yield store
-    finally:
-        store.close()
-        drop_schema(url, schema)

@@ -277,7 +277,8 @@ def verify_command(
     any failure (for CI), 2 if the file does not load."""
     import json as _json
 
-    from effectgate._checks.verify import FAIL, run_verify
+    from effectgate._checks._check import FAIL
+    from effectgate._checks.verify import run_verify
     from effectgate._service._config import load_config
     from effectgate.store import open_store
 
