@@ -26,7 +26,7 @@ from effectgate._execute.adapter import (
     not_sent,
     refusal,
 )
-from effectgate._execute.executor import OUTCOME_UNKNOWN_ENTRY
+from effectgate._execute.record import OUTCOME_UNKNOWN_ENTRY
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store.roles import Store

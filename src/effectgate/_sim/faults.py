@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
 from effectgate._core.states import State
-from effectgate._execute.executor import OUTCOME_UNKNOWN_ENTRY
+from effectgate._execute.record import OUTCOME_UNKNOWN_ENTRY
 from effectgate.errors import CommitOutcomeUnknown
 from effectgate.store.roles import Store
 

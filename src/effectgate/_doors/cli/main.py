@@ -367,7 +367,7 @@ def ops_show(
     row's outcome is unknown (from its audit trail).
     """
     from effectgate._doors._shared.models import describe
-    from effectgate._execute.executor import uncertain_cause
+    from effectgate._execute.record import uncertain_cause
 
     ledger = open_ledger(store, config)
     try:

@@ -27,7 +27,7 @@ from effectgate._doors._shared.models import OperationOut, operation_dict
 from effectgate._doors.http._budgets import operator_budgets_router
 from effectgate._doors.http._runs import operator_runs_router
 from effectgate._doors.http._tokens import tokens_router
-from effectgate._execute.executor import uncertain_cause
+from effectgate._execute.record import uncertain_cause
 from effectgate._service import Service, report_dict
 from effectgate.errors import OperationNotFound, PermissionDenied
 
