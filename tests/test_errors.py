@@ -115,6 +115,15 @@ class TestTheTree:
         # The old name is gone: nothing may catch it expecting a StoreError.
         assert not hasattr(errors, "IndeterminateCommit")
 
+    def test_a_key_namespace_divergence_is_the_seed_s_runtime_error(self) -> None:
+        """Seed 000 defines ``KeyNamespaceDivergence(RuntimeError)``: code written against it
+        catches ours, which stays in the tree (its code, status and outcome)."""
+        assert issubclass(errors.KeyNamespaceDivergence, RuntimeError)
+        assert issubclass(errors.KeyNamespaceDivergence, errors.OperationError)
+        with pytest.raises(RuntimeError):
+            raise instance(errors.KeyNamespaceDivergence)
+        assert errors.KeyNamespaceDivergence.outcome is ModelOutcome.HELD
+
     @pytest.mark.parametrize(
         ("name", "status", "reason"),
         [

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 import pytest
@@ -14,12 +14,13 @@ from effectgate import (
     LimitPolicy,
     PolicySet,
     Reconciler,
+    Registry,
     State,
     UnknownActionClass,
 )
 from effectgate._execute.adapter import OutboundRequest, Receipt
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.examples import EXAMPLE_ORDER, default_registry
+from effectgate.examples import EXAMPLE_ORDER, default_registry, submit_order_class
 from effectgate.store.roles import Store
 from effectgate.testing import CountingAdapter, ManualClock
 
@@ -144,6 +145,27 @@ class TestBadInput:
         assert world.store.count_by_state() == {} and world.adapter.execute_calls == 0
         refused = [e for e in world.store.iter_audit() if e.kind == "intent_refused"]
         assert len(refused) == 1 and refused[0].detail["error"]["field"] == field
+
+    def test_a_class_requiring_provenance_sends_nothing_without_it(self, world: World) -> None:
+        """A ``require_provenance`` class: an intent with neither ``proposed_by`` nor
+        ``context_digest`` is refused before the journal (no row, no call, one audit line);
+        with both it runs as before."""
+        registry = Registry([replace(submit_order_class(), require_provenance=True)])
+        gate = Gate(
+            store=world.store,
+            registry=registry,
+            adapters={"paper": world.adapter},
+            policy=policy(),
+            clock=world.clock,
+        )
+        bare = {k: v for k, v in INTENT.items() if k not in ("proposed_by", "context_digest")}
+        with pytest.raises(IntentError) as info:
+            gate.submit("submit_order", "op-anon", bare)
+        assert (info.value.field, info.value.reason) == ("proposed_by", "provenance_required")
+        assert world.store.get("default", "op-anon") is None and world.adapter.execute_calls == 0
+        refused = [e for e in world.store.iter_audit() if e.kind == "intent_refused"]
+        assert [e.detail["error"]["field"] for e in refused] == ["proposed_by"]
+        assert gate.submit("submit_order", "op-known", INTENT).state is State.ACKNOWLEDGED
 
     def test_raw_bytes_with_duplicate_keys_are_refused(self, world: World) -> None:
         raw = b'{"intent_version":"1","action":"submit_order","quantity":"4","quantity":"400"}'

@@ -7,6 +7,7 @@ stable reason code, so a model can correct itself.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -286,3 +287,44 @@ class TestPythonMappings:
         doc = dict(EXAMPLE_ORDER, tool_output_digests=("sha256:abcdef",))
         intent = REGISTRY.parse("submit_order", doc)
         assert intent.audit["tool_output_digests"] == ["sha256:abcdef"]
+
+
+class TestRequiredProvenance:
+    """A class with ``require_provenance`` refuses an intent that does not say where it came
+    from (seed 001, provenance); the field named is the first one missing or empty."""
+
+    REQUIRING = Registry([replace(submit_order_class(), require_provenance=True)])
+
+    def test_the_default_accepts_an_intent_without_provenance(self) -> None:
+        parsed = REGISTRY.parse("submit_order", body(proposed_by=None, context_digest=None))
+        assert "proposed_by" not in parsed.audit
+
+    def test_both_present_is_accepted(self) -> None:
+        parsed = self.REQUIRING.parse("submit_order", body())
+        assert parsed.audit["context_digest"] == EXAMPLE_ORDER["context_digest"]
+
+    @pytest.mark.parametrize(
+        ("changes", "field", "said"),
+        [
+            ({"proposed_by": None, "context_digest": None}, "proposed_by", "missing"),
+            ({"proposed_by": None}, "proposed_by", "missing"),
+            ({"context_digest": None}, "context_digest", "missing"),
+            ({"proposed_by": {}}, "proposed_by", "empty"),
+            ({"proposed_by": {"model": None, "session": None}}, "proposed_by", "empty"),
+        ],
+    )
+    def test_missing_or_empty_provenance_is_refused_naming_the_field(
+        self, changes: dict[str, object], field: str, said: str
+    ) -> None:
+        raw = json.loads(body(**{k: v for k, v in changes.items() if v is not None}))
+        for key in (k for k, v in changes.items() if v is None):
+            raw.pop(key)
+        with pytest.raises(IntentError) as err:
+            self.REQUIRING.parse("submit_order", raw)
+        assert (err.value.field, err.value.reason) == (field, "provenance_required")
+        assert said in err.value.message
+
+    def test_an_explicit_null_counts_as_missing(self) -> None:
+        with pytest.raises(IntentError) as err:
+            self.REQUIRING.parse("submit_order", {**EXAMPLE_ORDER, "context_digest": None})
+        assert err.value.field == "context_digest"

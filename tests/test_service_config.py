@@ -117,6 +117,22 @@ class TestValidation:
             "says ['quantity']",
         )
 
+    def test_require_provenance_is_read_per_class_and_off_by_default(self) -> None:
+        assert (
+            parse_config(GOOD, "svc.toml").registry.get("submit_order").require_provenance is False
+        )
+        text = GOOD.replace(
+            "key_retention = 86400", "key_retention = 86400\nrequire_provenance = true", 1
+        )
+        cfg = parse_config(text, "svc.toml")
+        assert cfg.registry.get("submit_order").require_provenance is True
+        fails(
+            GOOD.replace(
+                "key_retention = 86400", 'key_retention = 86400\nrequire_provenance = "yes"', 1
+            ),
+            "require_provenance",
+        )
+
     def test_horizon_must_sit_inside_key_retention(self) -> None:
         fails(
             GOOD.replace("key_retention = 86400", "key_retention = 100", 1),

@@ -468,9 +468,12 @@ class ApproverNotEntitled(ApprovalError):
     status = 403
 
 
-class KeyNamespaceDivergence(OperationError):
+class KeyNamespaceDivergence(OperationError, RuntimeError):
     """The sandbox's key and the ledger's key for one operation disagree, or the speculation
     record's identity is not the row's (seed 000): the row is quarantined, never retried.
+
+    Also a :class:`RuntimeError`, as seed 000 defines it, so code written against the seed's
+    contract (``except RuntimeError``) catches it.
 
     Carries both keys, the attempt (how many times the proposal arrived) and the operation id.
     """

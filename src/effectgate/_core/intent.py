@@ -259,6 +259,10 @@ class ActionClass:
     retries: int = 0
     #: The action class that undoes this one (``cancel_order`` for ``submit_order``); None: none.
     compensation: str | None = None
+    #: Refuse an intent that does not say where it came from: both ``proposed_by`` (the model
+    #: and harness) and ``context_digest`` must be present and non-empty (seed 001,
+    #: "provenance"). Audit fields still never influence a decision.
+    require_provenance: bool = False
     _effect_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _decimals: tuple[tuple[str, bool], ...] = field(init=False, repr=False, compare=False)
 
@@ -499,7 +503,28 @@ class Registry:
             else:
                 effect[name] = int(value)
         audit: dict[str, object] = {k: body[k] for k in _AUDIT_ORDER if k in body}
+        if ac.require_provenance:
+            _check_provenance(ac, audit)
         return Intent(action, version, effect, audit, body, fingerprint_checked(effect))
+
+
+#: The audit fields a class with ``require_provenance`` needs, in the order they are checked.
+PROVENANCE_FIELDS = ("proposed_by", "context_digest")
+
+
+def _check_provenance(ac: ActionClass, audit: Mapping[str, object]) -> None:
+    """Refuse an intent whose provenance is missing or empty, naming the first such field."""
+    for name in PROVENANCE_FIELDS:
+        value = audit.get(name)
+        # ``proposed_by: {"model": null}`` names nobody: empty, as ``{}`` is.
+        blank = isinstance(value, Mapping) and all(v is None for v in value.values())
+        if value is None or value == "" or blank:
+            raise IntentError(
+                f"{ac.name} requires provenance: field {name!r} is "
+                f"{'missing' if value is None else 'empty'}",
+                field=name,
+                reason="provenance_required",
+            )
 
 
 def _check_envelope(ac: ActionClass, body: dict[str, object]) -> str:

@@ -514,6 +514,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     speculation = speculation_section(sec.table("speculation"))
     retries = sec.integer("retries", 0, minimum=0, maximum=7)
     compensation = sec.text("compensation")
+    require_provenance = sec.flag("require_provenance", False)
     try:
         ac = ActionClass(
             name=name,
@@ -532,6 +533,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             speculation=speculation,
             retries=retries,
             compensation=compensation,
+            require_provenance=require_provenance,
         )
     except EffectgateError as exc:
         # "submit_order: visibility_horizon ...": locate the key the message is about.
