@@ -223,6 +223,37 @@ class TestKitOnShippedKeyOrderAdapters:
             and "reset-after-request gave not_applied" in (result["detail"])
         )
 
+    def test_a_dry_run_is_checked_to_leave_no_effect(self) -> None:
+        """Seed 000: speculation never reaches the venue. The kit lists the venue before and
+        after a dry run: the paper adapter passes, and one whose dry run applies the request
+        fails, naming the record that appeared."""
+        from effectgate._execute.adapter import DryRun
+        from effectgate.adapters._paper_sandbox import PaperSandbox
+        from venuekit import PaperDriver
+
+        plain = PaperVenue(max_quantity=1000)
+        rep = run_conformance(PaperAdapter(plain), PaperDriver(plain), horizon=1.0)
+        assert rep.results["speculation-leaves-no-effect"]["status"] == "n/a"
+
+        venue = PaperVenue(max_quantity=1000)
+        adapter = PaperAdapter(venue, sandbox=PaperSandbox(venue))
+        rep = run_conformance(adapter, PaperDriver(venue), horizon=1.0)
+        result = rep.results["speculation-leaves-no-effect"]
+        assert result["status"] == "pass", result
+        assert "0 under the dry run's key" in result["detail"]
+
+        class Leaky(PaperAdapter):
+            def speculate(self, request, *, attempt, timeout):  # type: ignore[no-untyped-def]
+                self.execute(request, timeout=timeout)  # the bug: the "dry" run has an effect
+                return DryRun("ALLOW", "looks fine", request.operation_key, 60.0)
+
+        leaky_venue = PaperVenue(max_quantity=1000)
+        leaky = Leaky(leaky_venue, sandbox=PaperSandbox(leaky_venue))
+        rep = run_conformance(leaky, PaperDriver(leaky_venue), horizon=1.0)
+        result = rep.results["speculation-leaves-no-effect"]
+        assert result["status"] == "fail" and "1 under the dry run's key" in result["detail"]
+        assert "speculation-leaves-no-effect" in rep.failed
+
     def test_paper_venue_ignoring_keys_is_reported_not_kept(self) -> None:
         from venuekit import PaperDriver
 

@@ -28,6 +28,7 @@ from effectgate._execute.adapter import iter_records as _iter_records
 from effectgate._execute.windowing import SpillStats, sorted_window
 from effectgate.adapters.conformance.reads import check_reads_bounded
 from effectgate.adapters.conformance.report import ConformanceReport, VenueDriver, _digest
+from effectgate.adapters.conformance.speculation import check_speculation_leaves_no_effect
 from effectgate.errors import AdapterError, ConfigError
 
 __all__ = [
@@ -260,6 +261,15 @@ def _run(
                 "pass" if good else "fail",
                 f"direct effect {orphan_id} listed under {hit[0].operation_key if hit else None!r}",
             )
+    check_speculation_leaves_no_effect(
+        adapter,
+        driver,
+        report,
+        prefix,
+        lambda: _listing(adapter, start, clock() + 5),
+        horizon,
+        texts,
+    )
     # Unknown stays unknown; only a provable refusal is not_applied.
     try:
         dead = driver.unreachable()
