@@ -566,3 +566,62 @@ class TestConformanceKitOnConfiguredAdapters:
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
         rows = json.loads(done.stdout)
         assert any(r["guarantee"] == "conformance same-key-twice" for r in rows)
+
+
+class TestFromTheAgentsSide:
+    """``verify --from-agent`` (seed 001: the venue is unreachable from the agent's environment):
+    a venue that accepts a connection from where it runs is a failure, exit 1."""
+
+    @staticmethod
+    def config(tmp_path: Path, url: str) -> Path:
+        from servicekit import config_text
+
+        path = tmp_path / "svc.toml"
+        path.write_text(config_text(venue_url=url, store_url=f"sqlite:///{tmp_path / 'l.db'}"))
+        return path
+
+    def test_a_reachable_venue_fails(self, tmp_path: Path) -> None:
+        import socket
+
+        with socket.create_server(("127.0.0.1", 0)) as listening:
+            port = listening.getsockname()[1]
+            cfg = self.config(tmp_path, f"http://127.0.0.1:{port}")
+            out = runner.invoke(app, ["verify", "--config", str(cfg), "--from-agent", "--json"])
+        assert out.exit_code == 1, out.output
+        rows = json.loads(out.stdout)
+        assert [(r["guarantee"], r["status"]) for r in rows] == [
+            ("venue-unreachable-from-agent", "fail")
+        ]
+        assert f"127.0.0.1:{port}" in rows[0]["why"] and "without effectgate" in rows[0]["why"]
+
+    def test_a_venue_refusing_connections_passes_and_no_ledger_is_opened(
+        self, tmp_path: Path
+    ) -> None:
+        import socket
+
+        with socket.create_server(("127.0.0.1", 0)) as closed:
+            port = closed.getsockname()[1]  # closed when the block ends: nothing listens
+        cfg = self.config(tmp_path, f"http://127.0.0.1:{port}")
+        out = runner.invoke(app, ["verify", "--config", str(cfg), "--from-agent", "--json"])
+        assert out.exit_code == 0, out.output
+        (row,) = json.loads(out.stdout)
+        assert row["status"] == "pass" and "connection refused" in row["why"]
+        assert not (tmp_path / "l.db").exists()
+
+    def test_where_each_venue_kind_is_looked_for(self) -> None:
+        from effectgate._checks.reach import VenueAddress, venue_address
+        from effectgate._service._config import AdapterConfig
+
+        assert venue_address(AdapterConfig("p", "paper")) is None
+        assert venue_address(AdapterConfig("s", "stripe")) == VenueAddress(
+            "api.stripe.com", 443, "Stripe's default endpoint"
+        )
+        assert venue_address(
+            AdapterConfig("a", "aws", options={"region": "eu-west-1"})
+        ) == VenueAddress("ec2.eu-west-1.amazonaws.com", 443, "EC2's regional endpoint")
+        assert venue_address(
+            AdapterConfig("e", "email", options={"host": "smtp.example.org", "port": 587})
+        ) == VenueAddress("smtp.example.org", 587, "options.host/port")
+        assert venue_address(AdapterConfig("h", "http", endpoint="http://10.0.0.5:8080/v1")) == (
+            VenueAddress("10.0.0.5", 8080, "endpoint")
+        )

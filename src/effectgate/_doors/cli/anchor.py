@@ -271,6 +271,14 @@ def verify_command(
             "--adapters", help="Also run the conformance kit against the configured adapters."
         ),
     ] = False,
+    from_agent: Annotated[
+        bool,
+        typer.Option(
+            "--from-agent",
+            help="Run in the agent's environment: fail if a configured venue is reachable "
+            "from here (only this check runs; no ledger is opened).",
+        ),
+    ] = False,
 ) -> None:
     """Check effectgate's guarantees against YOUR configuration: its safety (policies, keys,
     kill switches, approvals) and the ledger cases and invariants in scratch ledgers. Exit 1 on
@@ -287,20 +295,26 @@ def verify_command(
     except ConfigError as exc:
         err.print(f"error: {exc.message}")
         raise typer.Exit(2) from None
-    url = store or cfg.store.url
-    ledger = None
-    try:
-        ledger = open_store(cfg.store.url, **dict(cfg.store.options))
-    except Exception as exc:
-        err.print(
-            f"note: the configured ledger cannot be opened ({type(exc).__name__}); "
-            "its principals are not checked"
-        )
-    try:
-        checks = run_verify(cfg, url, ledger, adapters=adapters)
-    finally:
-        if ledger is not None:
-            ledger.close()
+    if from_agent:
+        from effectgate._checks.reach import reach_checks
+
+        # The agent's side holds no ledger credential: nothing but the venues is touched.
+        checks = reach_checks(cfg)
+    else:
+        url = store or cfg.store.url
+        ledger = None
+        try:
+            ledger = open_store(cfg.store.url, **dict(cfg.store.options))
+        except Exception as exc:
+            err.print(
+                f"note: the configured ledger cannot be opened ({type(exc).__name__}); "
+                "its principals are not checked"
+            )
+        try:
+            checks = run_verify(cfg, url, ledger, adapters=adapters)
+        finally:
+            if ledger is not None:
+                ledger.close()
     if junit is not None:
         from effectgate._checks.verify import junit_xml
 
