@@ -24,6 +24,7 @@ from effectgate._core.controls import DispatchGuard
 from effectgate._core.states import State, check_transition
 from effectgate.errors import OperationNotFound, StaleState
 from effectgate.store import _journal as j
+from effectgate.store import _op_sql as ops
 from effectgate.store import _sql as sql
 from effectgate.store._budgets import BudgetRoles
 from effectgate.store._channels import ChannelRoles
@@ -70,6 +71,7 @@ _UNNAMED = (
     f"(SELECT 1 FROM operations o WHERE {sql.ROW_NAMED_ENTRY}) ORDER BY a.seq"
 )
 _UNNAMED_PAGE = 50_000
+_LEASE = ops.positional(ops.lease_uncertain())
 
 
 class SQLStore(
@@ -362,12 +364,7 @@ class SQLStore(
         """Claim rows with one conditional update (a dialect whose writers are serialised
         needs nothing more; PostgreSQL skips rows other replicas have locked instead)."""
         rows = self._run(
-            lambda tx, _: tx.rows(
-                "UPDATE operations SET lease_owner = ?, lease_until = ? WHERE op_key IN ("
-                "SELECT op_key FROM operations WHERE state = 'submitted' AND (lease_until IS NULL "
-                f"OR lease_until < ?) ORDER BY op_key LIMIT ?) RETURNING {sql.ENTRY_COLUMNS}",
-                (owner, now + lease_seconds, now, limit),
-            ),
+            lambda tx, _: tx.rows(_LEASE, (now, limit, owner, now + lease_seconds)),
             "lease_uncertain",
         )
         return sorted((sql.entry_from_row(r) for r in rows), key=lambda e: e.op_key)

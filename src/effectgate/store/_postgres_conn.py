@@ -16,11 +16,9 @@ statement, then ``COMMIT``.
 from __future__ import annotations
 
 import logging
-import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
@@ -28,8 +26,10 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq.abc import PGresult
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from effectgate.errors import CommitOutcomeUnknown, ConfigError, LedgerNotFound, StoreError
+from effectgate.errors import ConfigError, LedgerNotFound, StoreError
+from effectgate.store._outcome import first_line, in_flight, no_connection, not_written
 from effectgate.store._postgres_wire import HotLane, Prepared, TripError, trip
+from effectgate.store.base import DEFAULT_SCHEMA, check_schema_name, split_schema
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -48,34 +48,14 @@ T = TypeVar("T")
 Conn = psycopg.Connection[Any]
 Cur = psycopg.Cursor[Any]
 
-DEFAULT_SCHEMA = "effectgate"
-_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 # "off" lets a commit return before its WAL is flushed: for benchmarks and throwaway ledgers only,
 # like SQLite's synchronous=OFF. Anything but "on" (or a replica-waiting level) breaks invariant 3.
 _SYNC_COMMIT = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
 
 
-def check_schema_name(schema: str) -> str:
-    """Schema names are plain identifiers: they end up in DDL and in the search path."""
-    if not isinstance(schema, str) or not _IDENTIFIER.fullmatch(schema):
-        raise ConfigError(f"schema {schema!r} must match {_IDENTIFIER.pattern}")
-    return schema
-
-
-def split_schema(url: str) -> tuple[str, str | None]:
-    """Strip a ``schema=NAME`` query parameter (ours, not libpq's) from a PostgreSQL URL."""
-    if not url.startswith(("postgresql://", "postgres://")):
-        return url, None
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schemas = [v for k, v in query if k == "schema"]
-    if len(schemas) > 1:
-        raise ConfigError("the store URL names more than one schema")
-    rest = urlencode([(k, v) for k, v in query if k != "schema"])
-    return urlunsplit(parts._replace(query=rest)), (schemas[0] if schemas else None)
-
-
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+#: What a one-trip write has in flight when its connection is lost (see :meth:`_write_one_trip`).
+_TRIP = "the statements and their commit were"
 
 
 def _connection_lost(exc: BaseException, conn: Conn | None) -> bool:
@@ -223,9 +203,7 @@ class PgConnections:
                     self._commit(conn, what)
                     return result
             except PoolTimeout as exc:
-                raise StoreError(
-                    f"{what}: no database connection within {self._pool_timeout:g}s"
-                ) from exc
+                raise no_connection(what, self._pool_timeout) from exc
             except psycopg.Error as exc:
                 if attempt == 1 and _connection_lost(exc, conn):
                     log.warning(
@@ -234,10 +212,7 @@ class PgConnections:
                         type(exc).__name__,
                     )
                     continue
-                raise StoreError(
-                    f"{what} failed before commit, nothing written: "
-                    f"{type(exc).__name__}: {first_line(exc)}"
-                ) from exc
+                raise not_written(what, "failed before commit", exc) from exc
         raise StoreError(f"{what}: unreachable")  # the loop returns or raises
 
     @staticmethod
@@ -246,10 +221,7 @@ class PgConnections:
             conn.execute("COMMIT")
         except psycopg.Error as exc:
             if _connection_lost(exc, conn):
-                raise CommitOutcomeUnknown(
-                    f"{what}: connection lost while COMMIT was in flight; the write may or may "
-                    f"not be durable ({type(exc).__name__})"
-                ) from exc
+                raise in_flight(what, "COMMIT was", exc) from exc
             # The server answered COMMIT with an error: the transaction was rolled back.
             raise StoreError(f"{what}: COMMIT refused, nothing written: {first_line(exc)}") from exc
 
@@ -293,19 +265,11 @@ class PgConnections:
                     with conn.pipeline():
                         cur = first(conn)
         except PoolTimeout as exc:
-            raise StoreError(
-                f"{what}: no database connection within {self._pool_timeout:g}s"
-            ) from exc
+            raise no_connection(what, self._pool_timeout) from exc
         except psycopg.Error as exc:
             if _connection_lost(exc, conn):
-                raise CommitOutcomeUnknown(
-                    f"{what}: connection lost while the statements and their commit were in "
-                    f"flight; the write may or may not be durable ({type(exc).__name__})"
-                ) from exc
-            raise StoreError(
-                f"{what} failed and was rolled back, nothing written: "
-                f"{type(exc).__name__}: {first_line(exc)}"
-            ) from exc
+                raise in_flight(what, _TRIP, exc) from exc
+            raise not_written(what, "failed and was rolled back", exc) from exc
         return cur
 
     def _hot_connect(self) -> Conn:
@@ -350,19 +314,11 @@ class PgConnections:
                     pooled.close()  # never hand a half-sent or half-read pipeline back
                     raise
         except PoolTimeout as exc:
-            raise StoreError(
-                f"{what}: no database connection within {self._pool_timeout:g}s"
-            ) from exc
+            raise no_connection(what, self._pool_timeout) from exc
         except TripError as exc:
             if _connection_lost(exc.error, exc.conn):
-                raise CommitOutcomeUnknown(
-                    f"{what}: connection lost while the statements and their commit were in "
-                    f"flight; the write may or may not be durable ({type(exc.error).__name__})"
-                ) from exc.error
-            raise StoreError(
-                f"{what} failed and was rolled back, nothing written: "
-                f"{type(exc.error).__name__}: {first_line(exc.error)}"
-            ) from exc.error
+                raise in_flight(what, _TRIP, exc.error) from exc.error
+            raise not_written(what, "failed and was rolled back", exc.error) from exc.error
 
     def _read(self, work: Callable[[Conn], T], what: str) -> T:
         """One autocommit read; a connection failure is retried once (reads change nothing)."""
@@ -372,9 +328,7 @@ class PgConnections:
                 with self._pool.connection(timeout=self._pool_timeout) as conn:
                     return work(conn)
             except PoolTimeout as exc:
-                raise StoreError(
-                    f"{what}: no database connection within {self._pool_timeout:g}s"
-                ) from exc
+                raise no_connection(what, self._pool_timeout) from exc
             except psycopg.Error as exc:
                 if attempt == 1 and _connection_lost(exc, conn):
                     continue
@@ -405,10 +359,6 @@ class PgConnections:
         conn, self._lock_conn = self._lock_conn, None
         if conn is not None:
             conn.close()
-
-
-def first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [""])[0][:300]
 
 
 def drop_schema(url: str, schema: str) -> None:

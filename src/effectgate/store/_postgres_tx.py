@@ -25,21 +25,13 @@ import psycopg
 
 from effectgate._core.chain import GENESIS, chain_hash, content_digest
 from effectgate._core.states import State
+from effectgate.store import _op_sql as ops
 from effectgate.store import _sql as sql
 from effectgate.store._hooks import NO_HOLD, Hold
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import NewOperation, Operation, dumps
 
-__all__ = [
-    "PgTx",
-    "audit_params",
-    "cas_params",
-    "cas_sql",
-    "chain_ctes",
-    "class_lock",
-    "lock_key",
-    "pg_sql",
-]
+__all__ = ["PgTx", "audit_params", "cas_sql", "chain_ctes", "class_lock", "lock_key", "pg_sql"]
 
 T = TypeVar("T")
 Conn = psycopg.Connection[Any]
@@ -125,68 +117,12 @@ def pg_sql(query: str) -> str:
 
 
 def cas_sql(returning: str) -> str:
-    """The compare-and-set every transition runs: the row moves only from ``expected``."""
-    return f"""
-UPDATE operations SET state = %(target)s, updated_at = %(now)s, version = version + 1,
-    venue_id = coalesce(%(venue_id)s, venue_id), detail = coalesce(%(detail)s, detail),
-    submitted_at = coalesce(%(submitted_at)s, submitted_at),
-    lease_owner = NULL, lease_until = NULL
-WHERE scope = %(scope)s AND operation_id = %(operation_id)s AND state = %(expected)s
-RETURNING {returning}"""
+    """The compare-and-set every transition runs (store/_op_sql.py), returning ``returning``."""
+    return f"{ops.named(ops.cas())}\nRETURNING {returning}"
 
 
-def cas_params(
-    scope: str,
-    operation_id: str,
-    expected: State,
-    target: State,
-    now: float,
-    venue_id: str | None = None,
-    detail: str | None = None,
-    submitted_at: float | None = None,
-) -> dict[str, Any]:
-    """The named parameters of :func:`cas_sql`."""
-    return {
-        "target": target.value,
-        "now": now,
-        "venue_id": venue_id,
-        "detail": detail,
-        "submitted_at": submitted_at,
-        "scope": scope,
-        "operation_id": operation_id,
-        "expected": expected.value,
-    }
-
-
-CHANGED_COLUMNS = "version, venue_id, detail, submitted_at"
-_CAS_CHANGED = cas_sql(CHANGED_COLUMNS)
-_INSERT_ROW = """
-INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, intent, effect,
-                        tier, reason, policy_version, detail, created_at, updated_at,
-                        submitted_at)
-VALUES (%(scope)s, %(operation_id)s, %(op_key)s, %(action)s, %(fingerprint)s, %(state)s,
-        %(intent)s, %(effect)s, %(tier)s, %(reason)s, %(policy_version)s, %(detail)s, %(now)s,
-        %(now)s, %(submitted_at)s)
-"""
-
-
-def row_params(new: NewOperation, state: State, now: float, intent_text: str) -> dict[str, Any]:
-    """The named parameters of a new operations row (the fast insert and the full path)."""
-    return {
-        "scope": new.scope,
-        "operation_id": new.operation_id,
-        "op_key": new.op_key,
-        "action": new.action,
-        "fingerprint": new.fingerprint,
-        "state": state.value,
-        "intent": intent_text,
-        "effect": dumps(new.effect),
-        "tier": new.tier,
-        "reason": new.reason,
-        "policy_version": new.policy_version,
-        "now": now,
-        "submitted_at": now if state is State.SUBMITTED else None,
-    }
+_CAS_CHANGED = cas_sql(ops.CHANGED_COLUMNS)
+_INSERT_ROW = f"INSERT INTO operations ({ops.ROW_COLUMNS}) VALUES ({ops.named(ops.ROW_SLOTS)})"
 
 
 class PgTx(SharedTx):
@@ -317,7 +253,7 @@ class PgTx(SharedTx):
         cur = self.flush(
             main=(
                 _CAS_CHANGED,
-                cas_params(
+                ops.cas_params(
                     scope, operation_id, expected, target, now, venue_id, detail, submitted_at
                 ),
             )
@@ -327,7 +263,7 @@ class PgTx(SharedTx):
     def insert_row(
         self, new: NewOperation, state: State, held: str | None, now: float, intent_text: str
     ) -> None:
-        self.flush(main=(_INSERT_ROW, {**row_params(new, state, now, intent_text), "detail": held}))
+        self.flush(main=(_INSERT_ROW, ops.row_params(new, state, now, intent_text, held)))
 
     def lock_window(self, action: str) -> None:
         if action not in self._window_locked:

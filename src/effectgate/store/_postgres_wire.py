@@ -42,6 +42,8 @@ _FLOAT8, _INT8, _INT4, _BOOL = 701, 20, 23, 16
 #: Parameters that are not text: their types, so ``INSERT ... SELECT $n`` never sees ``unknown``.
 _TYPES: Mapping[str, int] = {
     "now": _FLOAT8,
+    "created_at": _FLOAT8,
+    "updated_at": _FLOAT8,
     "submitted_at": _FLOAT8,
     "expires_at": _FLOAT8,
     "a_at": _FLOAT8,

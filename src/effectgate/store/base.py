@@ -13,6 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import orjson
 
@@ -23,6 +24,7 @@ from effectgate._core.states import State, check_transition
 from effectgate.errors import ConfigError, IdempotencyConflict, IntentError, StoreError
 
 __all__ = [
+    "DEFAULT_SCHEMA",
     "IDENTITY_PATTERN",
     "OPERATION_ID_PATTERN",
     "OS_PREFIX",
@@ -38,6 +40,7 @@ __all__ = [
     "RawJSON",
     "check_moves",
     "check_path",
+    "check_schema_name",
     "conflict",
     "credential_marker",
     "dumps",
@@ -45,6 +48,7 @@ __all__ = [
     "moved",
     "refuse_newer_schema",
     "scope_key_range",
+    "split_schema",
     "transition_event",
     "validate_identity",
     "where",
@@ -435,6 +439,31 @@ def conflict(existing: Operation, offered: str) -> IdempotencyConflict:
 def with_schema(url: str, schema: str) -> str:
     """A PostgreSQL store URL naming ``schema`` (the ``schema=`` parameter effectgate reads)."""
     return f"{url}{'&' if '?' in url else '?'}schema={schema}"
+
+
+#: The PostgreSQL schema a store URL without ``schema=`` names.
+DEFAULT_SCHEMA = "effectgate"
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+
+def check_schema_name(schema: str) -> str:
+    """Schema names are plain identifiers: they end up in DDL and in the search path."""
+    if not isinstance(schema, str) or not _IDENTIFIER.fullmatch(schema):
+        raise ConfigError(f"schema {schema!r} must match {_IDENTIFIER.pattern}")
+    return schema
+
+
+def split_schema(url: str) -> tuple[str, str | None]:
+    """Strip a ``schema=NAME`` query parameter (ours, not libpq's) from a PostgreSQL URL."""
+    if not url.startswith(("postgresql://", "postgres://")):
+        return url, None
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schemas = [v for k, v in query if k == "schema"]
+    if len(schemas) > 1:
+        raise ConfigError("the store URL names more than one schema")
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), (schemas[0] if schemas else None)
 
 
 def parse_store_url(url: str) -> tuple[str, str]:

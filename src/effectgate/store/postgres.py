@@ -23,6 +23,7 @@ from effectgate._core.chain import lane_for
 from effectgate._core.controls import DispatchGuard
 from effectgate._core.states import State
 from effectgate.errors import StoreError
+from effectgate.store import _op_sql as ops
 from effectgate.store import _postgres_conn as pgc
 from effectgate.store import _postgres_tx as pgtx
 from effectgate.store import _sql as sql
@@ -30,9 +31,10 @@ from effectgate.store._guard import SEND
 from effectgate.store._hooks import NO_HOLD, Hold
 from effectgate.store._journal import journal_new, plain_journal
 from effectgate.store._ledger import SQLStore, Work
+from effectgate.store._op_sql import cas_params
 from effectgate.store._postgres_conn import PgConnections, drop_schema, split_schema
 from effectgate.store._postgres_schema import LANES, MIGRATIONS
-from effectgate.store._postgres_tx import PgTx, audit_params, cas_params, pg_sql
+from effectgate.store._postgres_tx import PgTx, audit_params, pg_sql
 from effectgate.store._postgres_wire import Prepared
 from effectgate.store._schema import apply_migrations, backfill_chain
 from effectgate.store.base import (
@@ -52,8 +54,7 @@ Conn = psycopg.Connection[Any]
 Cur = psycopg.Cursor[Any]
 
 _CLASS_ACTIVE = (
-    "SELECT 1 FROM class_controls WHERE action = %(action)s AND (killed OR "
-    "breaker_open OR shadow OR envelope_version > 0)"
+    f"SELECT 1 FROM class_controls WHERE action = %(action)s AND ({ops.CONTROLS_ACTIVE})"
 )
 
 # The hot path: a class with no active control and no breaker journals its row, its window
@@ -64,12 +65,8 @@ _FAST_INSERT = f"""
 WITH RECURSIVE
 ctl AS ({_CLASS_ACTIVE}),
 ins AS (
-    INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, intent,
-                            effect, tier, reason, policy_version, created_at, updated_at,
-                            submitted_at)
-    SELECT %(scope)s, %(operation_id)s, %(op_key)s, %(action)s, %(fingerprint)s, %(state)s,
-           %(intent)s, %(effect)s, %(tier)s, %(reason)s, %(policy_version)s, %(now)s, %(now)s,
-           %(submitted_at)s
+    INSERT INTO operations ({ops.ROW_COLUMNS})
+    SELECT {ops.named(ops.ROW_SLOTS)}
     WHERE NOT EXISTS (SELECT 1 FROM ctl)
     ON CONFLICT DO NOTHING
     RETURNING 1
@@ -107,7 +104,7 @@ SELECT {returning} FROM upd
 
 _FAST_TRANSITION = _fast_transition_sql(sql.OP_COLUMNS)
 # When the caller holds the row (the receipt path), only what the update changed comes back.
-_FAST_TRANSITION_CHANGED = _fast_transition_sql(pgtx.CHANGED_COLUMNS)
+_FAST_TRANSITION_CHANGED = _fast_transition_sql(ops.CHANGED_COLUMNS)
 # The hot path's statements, prepared by name on the hot connections (store._postgres_wire).
 _P_TWO_LOCKS = Prepared.positional("eg_two_locks", _TWO_LOCKS)
 _P_FAST_INSERT = Prepared.named("eg_fast_insert", _FAST_INSERT)
@@ -115,18 +112,8 @@ _P_FAST_TRANSITION_CHANGED = Prepared.named("eg_fast_receipt", _FAST_TRANSITION_
 # One compare-and-set of a batch (transition_many): the same update as a single transition.
 _CAS_ONE = pgtx.cas_sql("1")
 
-# The CTE is MATERIALIZED so the locked, skipped and limited set is computed exactly once.
-_LEASE = f"""
-WITH claim AS MATERIALIZED (
-    SELECT op_key FROM operations
-    WHERE state = 'submitted' AND (lease_until IS NULL OR lease_until < %(now)s)
-    ORDER BY op_key LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE operations o SET lease_owner = %(owner)s, lease_until = %(until)s
-FROM claim WHERE o.op_key = claim.op_key AND o.state = 'submitted'
-RETURNING {", ".join("o." + c.strip() for c in sql.ENTRY_COLUMNS.split(","))}
-"""
+# Replicas skip the rows another one is claiming (store/_op_sql.py).
+_LEASE = ops.named(ops.lease_uncertain(" FOR UPDATE SKIP LOCKED"))
 
 
 class PostgresStore(PgConnections, SQLStore):
@@ -230,7 +217,7 @@ class PostgresStore(PgConnections, SQLStore):
         plain = plain_journal(new, path, guard, audit, now=now)
         final, req = plain.final, plain.request
         params = {
-            **pgtx.row_params(new, final, now, plain.intent),
+            **ops.row_params(new, final, now, plain.intent),
             "dispatch": plain.dispatch,
             "value_micros": plain.value_micros,
             "approval": req is not None,

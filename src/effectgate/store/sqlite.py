@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from effectgate._core.controls import DispatchGuard
 from effectgate._core.states import State
 from effectgate.errors import LedgerNotFound, StoreError
+from effectgate.store import _op_sql as ops
 from effectgate.store import _sql as sql
 from effectgate.store import _sqlite_schema as schema
 from effectgate.store._group_commit import TxGate, store_error
@@ -34,17 +35,16 @@ __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
 
-# The compare-and-set. It hands back only what it changed: the caller already holds the
-# snapshot. It also records the transaction's latest audit entry (migration 4), when given.
-_CAS_SET = (
-    "UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
-    "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), "
-    "submitted_at = coalesce(?, submitted_at), lease_owner = NULL, lease_until = NULL, "
-    "audit_seq = coalesce(?, audit_seq), audit_hash = coalesce(?, audit_hash), "
-    "receipt_seq = coalesce(receipt_seq, ?) "
-    "WHERE scope = ? AND operation_id = ? AND state = ?"
+# The compare-and-set (store/_op_sql.py). It hands back only what it changed: the caller
+# already holds the snapshot. It also records the transaction's latest audit entry (migration
+# 4), when given.
+_CAS_SET = ops.positional(
+    ops.cas(
+        ", audit_seq = coalesce(?, audit_seq), audit_hash = coalesce(?, audit_hash), "
+        "receipt_seq = coalesce(receipt_seq, ?)"
+    )
 )
-_CAS = _CAS_SET + " RETURNING version, venue_id, detail, submitted_at, receipt_seq"
+_CAS = _CAS_SET + f" RETURNING {ops.CHANGED_COLUMNS}, receipt_seq"
 # The receipt on a copy the caller holds: it moves the row only if the row still is that copy
 # (what the update keeps of it, and no receipt entry named yet), so the copy tells what the
 # update left. A copy that differs falls back to _CAS in the same transaction.
@@ -52,33 +52,13 @@ _CAS_KNOWN = (
     _CAS_SET + " AND version = ? AND venue_id IS ? AND detail IS ? AND submitted_at IS ? "
     "AND receipt_seq IS NULL"
 )
+# A new row (store/_op_sql.py), with its audit anchors and the journal entry it names.
 _INSERT = (
-    "INSERT INTO operations (scope, operation_id, op_key, action, fingerprint, state, "
-    "intent, effect, tier, reason, policy_version, detail, created_at, updated_at, "
-    "submitted_at, audit_seq, audit_hash, journal_seq) "
+    f"INSERT INTO operations ({ops.ROW_COLUMNS}, audit_seq, audit_hash, journal_seq) "
     "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 )
 # An entry written in_row that its row ended up not naming goes back to the index.
 _TO_INDEX = "UPDATE audit_log SET in_row = 0 WHERE seq = ?"
-# The journal's first read: the row if it exists and, beside it, the class's controls (which
-# the controls checks would read next), in one statement.
-_N_OP = len(sql.OP_COLUMNS.split(","))
-_SELECT_WITH_CONTROLS = (
-    "SELECT "
-    + ", ".join(f"o.{c.strip()}" for c in sql.OP_COLUMNS.split(","))
-    + ", c.action, "
-    + ", ".join(f"c.{c.strip()}" for c in sql.CONTROL_COLUMNS.split(","))
-    + " FROM (SELECT 1) LEFT JOIN operations o ON o.scope = ? AND o.operation_id = ? "
-    "LEFT JOIN class_controls c ON c.action = ?"
-)
-
-# The common case first, in two scalars (cheaper than the join above): is the key journalled
-# already, and is any control active on the class (ClassControls.active, as SQL)?
-_PROBE = (
-    "SELECT (SELECT 1 FROM operations WHERE scope = ? AND operation_id = ?), "
-    "(SELECT killed OR breaker_open OR shadow OR envelope_version > 0 "
-    "FROM class_controls WHERE action = ?)"
-)
 
 
 class _Miss(Exception):
@@ -199,28 +179,8 @@ class SQLiteTx(SharedTx):
         self, new: NewOperation, state: State, held: str | None, now: float, intent_text: str
     ) -> None:
         seq = self._row_entry(new.scope, new.operation_id)
-        self.cur.execute(
-            _INSERT,
-            (
-                new.scope,
-                new.operation_id,
-                new.op_key,
-                new.action,
-                new.fingerprint,
-                state.value,
-                intent_text,
-                dumps(new.effect),
-                new.tier,
-                new.reason,
-                new.policy_version,
-                held,
-                now,
-                now,
-                now if state is State.SUBMITTED else None,
-                *self._anchor(),
-                seq,
-            ),
-        )
+        values = ops.row_values(new, state, now, intent_text, held)
+        self.cur.execute(_INSERT, (*values, *self._anchor(), seq))
 
     def finish(self) -> None:
         """Write the waiting entry; record the last entry as the head unless a row does."""
@@ -383,15 +343,15 @@ class SQLiteStore(SQLStore):
         with self._gate.transaction() as conn:
             # BEGIN IMMEDIATE holds the write lock: nobody can insert between these reads and
             # the insert, and the controls are read under the same lock.
-            exists, active = cur.execute(_PROBE, key).fetchone()
+            exists, active = cur.execute(ops.PROBE, key).fetchone()
             if exists is None and not active and (guard is None or guard.breaker is None):
                 plain = plain_journal(new, path, guard, audit, now=now)
                 return self._journal_plain(cur, new, plain, now)
-            both = cur.execute(_SELECT_WITH_CONTROLS, key).fetchone()
+            both = cur.execute(ops.SELECT_WITH_CONTROLS, key).fetchone()
             if both[0] is not None:
-                return Journal(sql.operation_from_row(both[:_N_OP]), False)
+                return Journal(sql.operation_from_row(both[: ops.N_OP]), False)
             ctl = sql.controls_from_row(
-                new.action, None if both[_N_OP] is None else both[_N_OP + 1 :]
+                new.action, None if both[ops.N_OP] is None else both[ops.N_OP + 1 :]
             )
             tx = SQLiteTx(conn, cur, self._link)
             tx.seed(ctl)
@@ -420,29 +380,7 @@ class SQLiteStore(SQLStore):
             in_row=True,
         )
         final = plain.final
-        cur.execute(
-            _INSERT,
-            (
-                new.scope,
-                new.operation_id,
-                op_key,
-                new.action,
-                new.fingerprint,
-                final.value,
-                plain.intent,
-                dumps(new.effect),
-                new.tier,
-                new.reason,
-                new.policy_version,
-                None,
-                now,
-                now,
-                now if plain.dispatch else None,
-                seq,
-                entry_hash,
-                seq,
-            ),
-        )
+        cur.execute(_INSERT, (*ops.row_values(new, final, now, plain.intent), seq, entry_hash, seq))
         return Journal(new.journalled(final, now), True, SEND if plain.dispatch else None)
 
     def _transition(

@@ -1,0 +1,171 @@
+"""The operations row's own statements, written once for both dialects: a new row's insert, the
+compare-and-set every transition runs, the lease of uncertain rows and the journal's first reads.
+
+A template names its parameters ``{name}``; a dialect renders it in its placeholder style
+(:func:`positional`: ``?`` in the template's order, :func:`named`: psycopg's ``%(name)s``) and
+adds only what is its own: SQLite's audit anchors in the row, PostgreSQL's chained-audit CTEs
+and row locks. Imports only the store's records and :mod:`effectgate.store._sql`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from effectgate._core.states import State
+from effectgate.store import _sql as sql
+from effectgate.store.base import NewOperation, dumps
+
+__all__ = [
+    "CHANGED_COLUMNS",
+    "CONTROLS_ACTIVE",
+    "N_OP",
+    "PROBE",
+    "ROW_COLUMNS",
+    "ROW_SLOTS",
+    "SELECT_WITH_CONTROLS",
+    "cas",
+    "cas_params",
+    "lease_uncertain",
+    "named",
+    "positional",
+    "row_params",
+    "row_values",
+]
+
+_SLOT = re.compile(r"\{(\w+)\}")
+
+
+def positional(template: str) -> str:
+    """``template`` with ``?`` placeholders: its arguments go in the order the slots appear."""
+    return _SLOT.sub("?", template)
+
+
+def named(template: str) -> str:
+    """``template`` with psycopg's named placeholders (``%(name)s``)."""
+    return _SLOT.sub(r"%(\1)s", template)
+
+
+#: A new operations row's columns, in the order :func:`row_values` gives their values.
+ROW_COLUMNS = (
+    "scope, operation_id, op_key, action, fingerprint, state, intent, effect, tier, reason, "
+    "policy_version, detail, created_at, updated_at, submitted_at"
+)
+
+
+def row_values(
+    new: NewOperation, state: State, now: float, intent_text: str, held: str | None = None
+) -> tuple[Any, ...]:
+    """The values of :data:`ROW_COLUMNS` for ``new`` journalled in ``state`` at ``now``
+    (``held``: the row's detail, a hold's reason)."""
+    return (
+        new.scope,
+        new.operation_id,
+        new.op_key,
+        new.action,
+        new.fingerprint,
+        state.value,
+        intent_text,
+        dumps(new.effect),
+        new.tier,
+        new.reason,
+        new.policy_version,
+        held,
+        now,
+        now,
+        now if state is State.SUBMITTED else None,
+    )
+
+
+_ROW_NAMES = tuple(c.strip() for c in ROW_COLUMNS.split(","))
+#: The values of :data:`ROW_COLUMNS` as template slots (:func:`row_params`'s names).
+ROW_SLOTS = ", ".join("{" + name + "}" for name in _ROW_NAMES)
+
+
+def row_params(
+    new: NewOperation, state: State, now: float, intent_text: str, held: str | None = None
+) -> dict[str, Any]:
+    """:func:`row_values` by column name, and ``now`` (the named statements' form)."""
+    params = dict(zip(_ROW_NAMES, row_values(new, state, now, intent_text, held), strict=True))
+    params["now"] = now
+    return params
+
+
+def cas(anchors: str = "") -> str:
+    """The compare-and-set every transition runs, as a template: the row moves only from
+    ``expected``, and its lease ends. ``anchors``: more assignments a dialect makes in the same
+    update (SQLite's audit anchors, with ``?`` placeholders of their own), placed between
+    ``submitted_at``'s and ``scope``'s parameters."""
+    return (
+        "UPDATE operations SET state = {target}, updated_at = {now}, version = version + 1, "
+        "venue_id = coalesce({venue_id}, venue_id), detail = coalesce({detail}, detail), "
+        "submitted_at = coalesce({submitted_at}, submitted_at), lease_owner = NULL, "
+        f"lease_until = NULL{anchors} "
+        "WHERE scope = {scope} AND operation_id = {operation_id} AND state = {expected}"
+    )
+
+
+#: What a compare-and-set changed, for a caller that holds the row (``base.moved``).
+CHANGED_COLUMNS = "version, venue_id, detail, submitted_at"
+
+
+def cas_params(
+    scope: str,
+    operation_id: str,
+    expected: State,
+    target: State,
+    now: float,
+    venue_id: str | None = None,
+    detail: str | None = None,
+    submitted_at: float | None = None,
+) -> dict[str, Any]:
+    """:data:`CAS`'s named parameters."""
+    return {
+        "target": target.value,
+        "now": now,
+        "venue_id": venue_id,
+        "detail": detail,
+        "submitted_at": submitted_at,
+        "scope": scope,
+        "operation_id": operation_id,
+        "expected": expected.value,
+    }
+
+
+def lease_uncertain(lock: str = "") -> str:
+    """The reconciler's claim on uncertain rows nobody leases (or whose lease ran out), in key
+    order, as a template. The CTE is MATERIALIZED so the limited set is computed exactly once;
+    ``lock``: what a dialect adds so concurrent claims skip each other's rows."""
+    return (
+        "WITH claim AS MATERIALIZED (SELECT op_key FROM operations WHERE state = 'submitted' "
+        "AND (lease_until IS NULL OR lease_until < {now}) ORDER BY op_key LIMIT {limit}"
+        f"{lock}) UPDATE operations SET lease_owner = {{owner}}, lease_until = {{until}} "
+        "WHERE op_key IN (SELECT op_key FROM claim) AND state = 'submitted' "
+        f"RETURNING {sql.ENTRY_COLUMNS}"
+    )
+
+
+#: ``ClassControls.active`` as SQL, over a ``class_controls`` row.
+CONTROLS_ACTIVE = "killed OR breaker_open OR shadow OR envelope_version > 0"
+
+#: The journal's common case first, in two scalars (cheaper than the join below): is the key
+#: journalled already, and is any control active on the class? Arguments: scope, operation id,
+#: action.
+PROBE = (
+    "SELECT (SELECT 1 FROM operations WHERE scope = ? AND operation_id = ?), "
+    f"(SELECT {CONTROLS_ACTIVE} FROM class_controls WHERE action = ?)"
+)
+#: Columns of an operations row (:data:`effectgate.store._sql.OP_COLUMNS`) in
+#: :data:`SELECT_WITH_CONTROLS`; the class's action and controls follow them.
+N_OP = len(sql.OP_COLUMNS.split(","))
+#: The journal's first read otherwise: the row if it exists and, beside it, the class's
+#: controls (which the controls checks would read next), in one statement. Arguments as
+#: :data:`PROBE`'s.
+SELECT_WITH_CONTROLS = (
+    "SELECT "
+    + ", ".join(f"o.{c.strip()}" for c in sql.OP_COLUMNS.split(","))
+    + ", c.action, "
+    + ", ".join(f"c.{c.strip()}" for c in sql.CONTROL_COLUMNS.split(","))
+    + " FROM (SELECT 1) LEFT JOIN operations o ON o.scope = ? AND o.operation_id = ? "
+    "LEFT JOIN class_controls c ON c.action = ?"
+)
