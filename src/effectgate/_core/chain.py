@@ -20,7 +20,15 @@ from typing import Any, Final
 
 import orjson
 
-__all__ = ["GENESIS", "ChainEntry", "chain_hash", "content_digest", "lane_for", "rechain"]
+__all__ = [
+    "GENESIS",
+    "ChainEntry",
+    "chain_hash",
+    "content_digest",
+    "lane_for",
+    "link_entries",
+    "rechain",
+]
 
 GENESIS: Final = "0" * 64
 
@@ -76,6 +84,23 @@ def rechain(
         entry_hash = chain_hash(prev, content_digest(0, float(at), scope, operation_id, kind, text))
         yield seq, prev, entry_hash
         prev = entry_hash
+
+
+def link_entries(
+    lane: int,
+    prev: str,
+    entries: Iterable[tuple[float, str | None, str | None, str, str]],
+    seqs: Iterable[int],
+) -> list[tuple[int, float, str | None, str | None, str, str, int, str, str]]:
+    """Entries ``(at, scope, operation_id, kind, detail_text)`` appended to ``lane`` after the
+    head hash ``prev``, with the seqs ``seqs``, as stored: ``(seq, at, scope, operation_id,
+    kind, detail_text, lane, prev_hash, hash)``, each linked to the one before."""
+    rows = []
+    for (at, scope, op, kind, text), seq in zip(entries, seqs, strict=False):
+        entry_hash = chain_hash(prev, content_digest(lane, at, scope, op, kind, text))
+        rows.append((seq, at, scope, op, kind, text, lane, prev, entry_hash))
+        prev = entry_hash
+    return rows
 
 
 def lane_for(scope: str | None, operation_id: str | None, lanes: int) -> int:

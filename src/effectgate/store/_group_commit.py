@@ -27,13 +27,13 @@ Nothing here names an engine: the statements and the error classification are an
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 from effectgate.errors import CommitOutcomeUnknown, StoreError
 
-__all__ = ["MAX_GROUP", "Engine", "TxGate", "store_error"]
+__all__ = ["MAX_GROUP", "Engine", "FinishingBody", "TxGate", "store_error"]
 
 #: Bodies one commit covers at most (bounds how long the write lock is held for other processes).
 MAX_GROUP = 64
@@ -387,3 +387,39 @@ class _Body:
         self._gate._exit(epoch, joined, exc)
         if isinstance(exc, self._gate.engine.error):
             raise store_error("write failed before commit, nothing written", exc) from exc
+
+
+class _Finishing(Protocol):
+    def finish(self) -> None: ...
+
+
+F = TypeVar("F", bound=_Finishing)
+
+
+class FinishingBody(Generic[F]):
+    """One body as a transaction object: the gate's body, ``make(conn)`` over its connection,
+    then that object's ``finish()`` before the body commits (not after an error: the body is
+    rolled back). A plain class rather than a generator context manager: it runs twice per
+    action."""
+
+    __slots__ = ("_body", "_make", "_tx")
+
+    def __init__(self, gate: TxGate, make: Callable[[Any], F]) -> None:
+        self._body = gate.transaction()
+        self._make = make
+
+    def __enter__(self) -> F:
+        self._tx = self._make(self._body.__enter__())
+        return self._tx
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
+    ) -> None:
+        if exc is None:
+            try:
+                self._tx.finish()
+            except BaseException as err:
+                # Rolled back with the body; a driver error comes out as a StoreError.
+                self._body.__exit__(type(err), err, err.__traceback__)
+                raise
+        self._body.__exit__(kind, exc, tb)

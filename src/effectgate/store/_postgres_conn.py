@@ -27,8 +27,9 @@ from psycopg.pq.abc import PGresult
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from effectgate.errors import ConfigError, LedgerNotFound, StoreError
+from effectgate.store._conn_stack import ConnStack
 from effectgate.store._outcome import first_line, in_flight, no_connection, not_written
-from effectgate.store._postgres_wire import HotLane, Prepared, TripError, trip
+from effectgate.store._postgres_wire import Prepared, TripError, reusable, trip
 from effectgate.store.base import DEFAULT_SCHEMA, check_schema_name, split_schema
 
 __all__ = [
@@ -135,7 +136,7 @@ class PgConnections:
         }
         self._conninfo = conninfo
         # The hot path's own connections (journal, receipt): no pool checkout per commit.
-        self._lane = HotLane(self._hot_connect, max_size)
+        self._lane = ConnStack(self._hot_connect, max_size, reusable)
         self._sweep_mutex = threading.Lock()
         self._lock_conn: Conn | None = None
         self._pool = ConnectionPool(

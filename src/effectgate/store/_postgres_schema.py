@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from effectgate._core.chain import GENESIS
 from effectgate._core.states import State
-from effectgate.store._schema import Types, controls_tables, ledger_tables, shared_migrations
+from effectgate.store._schema import (
+    Types,
+    chain_columns,
+    controls_tables,
+    ledger_tables,
+    shared_migrations,
+)
 
 __all__ = ["LANES", "MIGRATIONS"]
 
@@ -25,14 +31,11 @@ _TYPES = Types(
     drop_dispatch_id="ALTER TABLE dispatch_log DROP COLUMN id",
 )
 
-MIGRATION_CONTROLS = f"""
-ALTER TABLE audit_log ADD COLUMN lane integer NOT NULL DEFAULT 0;
-ALTER TABLE audit_log ADD COLUMN prev_hash text;
-ALTER TABLE audit_log ADD COLUMN hash text;
-CREATE INDEX audit_by_operation ON audit_log (scope, operation_id, seq);
-CREATE TABLE audit_heads (lane integer PRIMARY KEY, seq bigint NOT NULL, hash text NOT NULL);
-INSERT INTO audit_heads SELECT g, 0, '{GENESIS}' FROM generate_series(0, {LANES - 1}) g;
-""" + controls_tables(_TYPES)
+MIGRATION_CONTROLS = (
+    chain_columns(_TYPES)
+    + f"INSERT INTO audit_heads SELECT g, 0, '{GENESIS}' FROM generate_series(0, {LANES - 1}) g;"
+    + controls_tables(_TYPES)
+)
 
 
 # One ordered list for this dialect; index + 1 is the schema version. Never edit an applied

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import psycopg
 
-from effectgate._core.chain import GENESIS, chain_hash, content_digest
+from effectgate._core.chain import GENESIS, content_digest, link_entries
 from effectgate._core.states import State
 from effectgate.store import _op_sql as ops
 from effectgate.store import _sql as sql
@@ -187,12 +187,7 @@ class PgTx(SharedTx):
         if len(self.seqs) < len(self.entries):
             more = self.conn.execute(_NEXTVAL, (len(self.entries) - len(self.seqs),))
             self.seqs += [int(r[0]) for r in more.fetchall()]
-        rows = []
-        prev = self.head[1]
-        for (at, scope, op, kind, text), seq in zip(self.entries, self.seqs, strict=False):
-            entry_hash = chain_hash(prev, content_digest(self.lane, at, scope, op, kind, text))
-            rows.append((seq, at, scope, op, kind, text, self.lane, prev, entry_hash))
-            prev = entry_hash
+        rows = link_entries(self.lane, self.head[1], self.entries, self.seqs)
         result: Cur | None = None
         with self.conn.pipeline():
             for statement, params in self.writes:

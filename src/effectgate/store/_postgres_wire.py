@@ -12,17 +12,15 @@ Each statement is parsed once per connection, in the same pipeline as its first 
 extra round trip). Parameters travel as text with the types named below; everything else is
 left for the server to infer from the statement, as psycopg does for ``str``.
 
-:class:`HotLane` keeps a few connections of its own (a LIFO stack, outside the pool) so the hot
-path pays no pool checkout and each thread tends to get the connection it used last. When all
-are busy, the caller falls back to the pool (see ``PgConnections._hot``). A connection goes back
-on the stack only when idle and healthy: after any error it is closed, so a half-finished
-pipeline or a statement parsed in an aborted trip never reaches the next caller.
+:func:`reusable` is the hook of the hot path's own connections
+(:class:`~effectgate.store._conn_stack.ConnStack`, see ``PgConnections._hot``): a connection
+goes back on the stack only when idle and healthy; after any error it is closed, so a
+half-finished pipeline or a statement parsed in an aborted trip never reaches the next caller.
 """
 
 from __future__ import annotations
 
 import re
-import threading
 import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
@@ -34,7 +32,7 @@ from psycopg.waiting import Ready, Wait
 
 from effectgate.errors import StoreError
 
-__all__ = ["HotLane", "Prepared", "TripError", "trip"]
+__all__ = ["Prepared", "TripError", "reusable", "trip"]
 
 Conn = psycopg.Connection[Any]
 
@@ -207,52 +205,11 @@ def _exchange(pg: pq.abc.PGconn) -> Generator[Wait, Ready | int, list[pq.abc.PGr
         results.append(res)
 
 
-class HotLane:
-    """Connections kept for the hot path, outside the pool: at most ``cap`` of them."""
-
-    def __init__(self, connect: Callable[[], Conn], cap: int) -> None:
-        self._connect, self._cap = connect, cap
-        self._idle: list[Conn] = []
-        self._count = 0
-        self._mutex = threading.Lock()
-        self._closed = False
-
-    def take(self) -> Conn | None:
-        """An idle hot connection, a new one if under the cap, or None (use the pool)."""
-        try:
-            return self._idle.pop()  # atomic under the GIL: no lock on the common path
-        except IndexError:
-            pass
-        with self._mutex:
-            if self._closed or self._count >= self._cap:
-                return None
-            self._count += 1
-        try:
-            return self._connect()
-        except BaseException:
-            with self._mutex:
-                self._count -= 1
-            raise
-
-    def give(self, conn: Conn, healthy: bool) -> None:
-        """Back on the stack if ``healthy`` and idle; otherwise closed (and its slot freed)."""
-        if (
-            healthy
-            and not self._closed
-            and not conn.closed
-            and conn.pgconn.transaction_status == _IDLE
-            and conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
-        ):
-            self._idle.append(conn)
-            return
-        with self._mutex:
-            self._count -= 1
-        conn.close()
-
-    def close(self) -> None:
-        with self._mutex:
-            self._closed = True
-            idle, self._idle = self._idle, []
-            self._count -= len(idle)
-        for conn in idle:
-            conn.close()
+def reusable(conn: Conn) -> bool:
+    """A hot connection given back may serve the next caller: open, idle, out of pipeline
+    mode (the hook of :class:`~effectgate.store._conn_stack.ConnStack`)."""
+    return (
+        not conn.closed
+        and conn.pgconn.transaction_status == _IDLE
+        and conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
+    )

@@ -20,12 +20,14 @@ __all__ = [
     "apply_migrations",
     "backfill_chain",
     "budgets_tables",
+    "chain_columns",
     "channel_tables",
     "continuation_tables",
     "controls_tables",
     "dispatch_log_key",
     "grants_tables",
     "ledger_tables",
+    "migrate",
     "policy_tables",
     "principals_tables",
     "release_columns",
@@ -85,6 +87,19 @@ CREATE TABLE divergences (
     id {serial}, kind {text} NOT NULL, op_key {key} NOT NULL, venue_ids {text} NOT NULL,
     ledger_state {text}, first_seen {real} NOT NULL, UNIQUE (kind, op_key, venue_ids)
 );
+""".format(**asdict(t))
+
+
+def chain_columns(t: Types) -> str:
+    """Migration 2's first half: the audit log's chain columns, the per-operation index and
+    the lanes' heads (a dialect seeds the heads it keeps after it; the tables follow in
+    :func:`controls_tables`)."""
+    return """
+ALTER TABLE audit_log ADD COLUMN lane {int} NOT NULL DEFAULT 0;
+ALTER TABLE audit_log ADD COLUMN prev_hash {text};
+ALTER TABLE audit_log ADD COLUMN hash {text};
+CREATE INDEX audit_by_operation ON audit_log (scope, operation_id, seq);
+CREATE TABLE audit_heads (lane {int} PRIMARY KEY, seq {bigint} NOT NULL, hash {text} NOT NULL);
 """.format(**asdict(t))
 
 
@@ -517,6 +532,31 @@ def apply_migrations(
         if step is not None:
             step()
         record(version)
+
+
+def migrate(
+    execute: Callable[..., Any],
+    ddl: Callable[[str], object],
+    migrations: Sequence[str],
+    after: Mapping[int, Callable[[], None]],
+    *,
+    table: object,
+    versions: object,
+    record: object,
+) -> None:
+    """Apply pending migrations in the caller's write transaction (one process at a time: the
+    dialect's lock). ``execute(query, args=())`` runs one dialect statement and returns its
+    cursor; ``ddl`` runs one migration statement; ``table`` creates ``schema_migrations`` if
+    it is missing, ``versions`` selects its versions and ``record`` inserts one (its one
+    parameter)."""
+    execute(table)
+    apply_migrations(
+        {r[0] for r in execute(versions).fetchall()},
+        migrations,
+        ddl,
+        after,
+        lambda version: execute(record, (version,)),
+    )
 
 
 def continuation_tables(t: Types) -> str:

@@ -11,10 +11,11 @@ import sqlite3
 
 from effectgate._core.chain import GENESIS, chain_hash, content_digest
 from effectgate.errors import StoreError
+from effectgate.store import _schema
 from effectgate.store._schema import (
     Types,
-    apply_migrations,
     backfill_chain,
+    chain_columns,
     controls_tables,
     ledger_tables,
     shared_migrations,
@@ -45,13 +46,8 @@ _TYPES = Types(
     "ON audit_log (scope, operation_id, seq) WHERE in_row IS NOT TRUE",
 )
 
-MIGRATION_CONTROLS = """
-ALTER TABLE audit_log ADD COLUMN lane INTEGER NOT NULL DEFAULT 0;
-ALTER TABLE audit_log ADD COLUMN prev_hash TEXT;
-ALTER TABLE audit_log ADD COLUMN hash TEXT;
-CREATE INDEX audit_by_operation ON audit_log (scope, operation_id, seq);
-CREATE TABLE audit_heads (lane INTEGER PRIMARY KEY, seq INTEGER NOT NULL, hash TEXT NOT NULL);
-""" + controls_tables(_TYPES)
+# The head of lane 0 is inserted by the backfill (migrate).
+MIGRATION_CONTROLS = chain_columns(_TYPES) + controls_tables(_TYPES)
 
 #: The SQL function the chained insert calls: ``sha256(prev_hash || digest)`` in Python
 #: (:func:`effectgate._core.chain.chain_hash`), registered on every store connection.
@@ -206,19 +202,16 @@ def _head_trigger(conn: sqlite3.Connection) -> None:
 
 def migrate(conn: sqlite3.Connection) -> None:
     """Apply pending migrations in the caller's write transaction."""
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_migrations "
-        "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)"
-    )
-    apply_migrations(
-        {r[0] for r in conn.execute("SELECT version FROM schema_migrations")},
-        MIGRATIONS,
+    _schema.migrate(
         conn.execute,
+        conn.execute,
+        MIGRATIONS,
         {
             2: lambda: backfill_chain(conn.execute, "INSERT INTO audit_heads VALUES (0, ?, ?)"),
             3: lambda: _head_trigger(conn),
         },
-        lambda version: conn.execute(
-            "INSERT INTO schema_migrations VALUES (?, julianday('now'))", (version,)
-        ),
+        table="CREATE TABLE IF NOT EXISTS schema_migrations "
+        "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)",
+        versions="SELECT version FROM schema_migrations",
+        record="INSERT INTO schema_migrations VALUES (?, julianday('now'))",
     )

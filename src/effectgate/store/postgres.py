@@ -36,7 +36,7 @@ from effectgate.store._postgres_conn import PgConnections, drop_schema, split_sc
 from effectgate.store._postgres_schema import LANES, MIGRATIONS
 from effectgate.store._postgres_tx import PgTx, audit_params, pg_sql
 from effectgate.store._postgres_wire import Prepared
-from effectgate.store._schema import apply_migrations, backfill_chain
+from effectgate.store._schema import backfill_chain, migrate
 from effectgate.store.base import (
     Journal,
     LedgerEntry,
@@ -361,28 +361,23 @@ class PostgresStore(PgConnections, SQLStore):
 
         def then(conn: Conn, _: Cur) -> None:
             conn.execute(psql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
-            conn.execute(
-                psql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {}.schema_migrations (version integer PRIMARY KEY, "
-                    "applied_at timestamptz NOT NULL DEFAULT now())"
-                ).format(ident)
-            )
-            cur = conn.execute(psql.SQL("SELECT version FROM {}.schema_migrations").format(ident))
-            apply_migrations(
-                {r[0] for r in cur.fetchall()},
-                MIGRATIONS,
+            migrate(
+                conn.execute,
                 lambda ddl: conn.execute(ddl.encode()),
+                MIGRATIONS,
                 {
                     2: lambda: backfill_chain(
                         lambda q, args=(): conn.execute(pg_sql(q), args),
                         "UPDATE audit_heads SET seq = ?, hash = ? WHERE lane = 0",
                     )
                 },
-                lambda version: conn.execute(
-                    psql.SQL("INSERT INTO {}.schema_migrations (version) VALUES (%s)").format(
-                        ident
-                    ),
-                    (version,),
+                table=psql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {}.schema_migrations (version integer PRIMARY KEY, "
+                    "applied_at timestamptz NOT NULL DEFAULT now())"
+                ).format(ident),
+                versions=psql.SQL("SELECT version FROM {}.schema_migrations").format(ident),
+                record=psql.SQL("INSERT INTO {}.schema_migrations (version) VALUES (%s)").format(
+                    ident
                 ),
             )
 

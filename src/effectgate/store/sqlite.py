@@ -22,7 +22,7 @@ from effectgate.errors import LedgerNotFound, StoreError
 from effectgate.store import _op_sql as ops
 from effectgate.store import _sql as sql
 from effectgate.store import _sqlite_schema as schema
-from effectgate.store._group_commit import TxGate, store_error
+from effectgate.store._group_commit import FinishingBody, TxGate, store_error
 from effectgate.store._guard import SEND
 from effectgate.store._hooks import NO_HOLD, Hold
 from effectgate.store._journal import PlainJournal, journal_new, plain_journal
@@ -204,35 +204,6 @@ def _compare_and_set(
     return changed[0][:4] if changed else None
 
 
-class _SharedBody:
-    """One body as a :class:`SQLiteTx`: the group commit's body, then :meth:`SQLiteTx.finish`
-    before it commits (not after an error: the body is rolled back). A plain class rather than
-    a generator context manager: it runs twice per action."""
-
-    __slots__ = ("_body", "_cur", "_link", "_tx")
-
-    def __init__(self, gate: TxGate, cur: sqlite3.Cursor, link: schema.ChainLink) -> None:
-        self._body = gate.transaction()
-        self._cur = cur
-        self._link = link
-
-    def __enter__(self) -> SQLiteTx:
-        self._tx = SQLiteTx(self._body.__enter__(), self._cur, self._link)
-        return self._tx
-
-    def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
-    ) -> None:
-        if exc is None:
-            try:
-                self._tx.finish()
-            except BaseException as err:
-                # Rolled back with the body; a driver error comes out as a StoreError.
-                self._body.__exit__(type(err), err, err.__traceback__)
-                raise
-        self._body.__exit__(kind, exc, tb)
-
-
 def _connect(path: str, busy_timeout_ms: int, *pragmas: str) -> sqlite3.Connection:
     # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes the
     # write lock up front instead of failing to upgrade it half-way through.
@@ -321,8 +292,12 @@ class SQLiteStore(SQLStore):
         with self._read() as conn:
             return conn.execute(query, args).fetchall()
 
-    def _shared_tx(self) -> _SharedBody:
-        return _SharedBody(self._gate, self._cur, self._link)
+    def _shared_tx(self) -> FinishingBody[SQLiteTx]:
+        """One body as a :class:`SQLiteTx`, finished before it commits."""
+        return FinishingBody(self._gate, self._new_tx)
+
+    def _new_tx(self, conn: sqlite3.Connection) -> SQLiteTx:
+        return SQLiteTx(conn, self._cur, self._link)
 
     def _run(self, work: Work[T], what: str, hold: Hold = NO_HOLD) -> T:
         # BEGIN IMMEDIATE holds the only write lock: it orders classes, rows and the chain.
