@@ -27,8 +27,9 @@ from psycopg.pq.abc import PGresult
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from effectgate.errors import ConfigError, LedgerNotFound, StoreError
+from effectgate.store._attempts import Driver, commit, one_trip, retried, trip_failed
 from effectgate.store._conn_stack import ConnStack
-from effectgate.store._outcome import first_line, in_flight, no_connection, not_written
+from effectgate.store._outcome import first_line, no_connection, not_written
 from effectgate.store._postgres_wire import Prepared, TripError, reusable, trip
 from effectgate.store.base import DEFAULT_SCHEMA, check_schema_name, split_schema
 
@@ -55,8 +56,6 @@ _SYNC_COMMIT = frozenset({"on", "off", "local", "remote_write", "remote_apply"})
 
 
 _IDLE = psycopg.pq.TransactionStatus.IDLE
-#: What a one-trip write has in flight when its connection is lost (see :meth:`_write_one_trip`).
-_TRIP = "the statements and their commit were"
 
 
 def _connection_lost(exc: BaseException, conn: Conn | None) -> bool:
@@ -67,6 +66,15 @@ def _connection_lost(exc: BaseException, conn: Conn | None) -> bool:
     # No SQLSTATE: the client lost the socket. 08xxx: connection exception. 57P0x: the server is
     # shutting down or crashed (``pg_ctl stop -m immediate`` sends 57P01/57P02 mid-statement).
     return state is None or state.startswith(("08", "57P"))
+
+
+def _check_idle(conn: Conn, what: str) -> None:
+    # The implicit transaction needs an autocommit connection outside any transaction: inside
+    # one, the Sync would commit nothing.
+    if not conn.autocommit or conn.info.transaction_status != _IDLE:
+        raise StoreError(
+            f"{what}: pooled connection is not idle in autocommit mode; nothing written"
+        )
 
 
 def lock_key_sql(purpose: str, schema: str) -> sql.Composed:
@@ -149,6 +157,13 @@ class PgConnections:
             open=False,
             name=f"effectgate-{self.schema}",
         )
+        self._driver = Driver(
+            lambda: self._pool.connection(timeout=self._pool_timeout),
+            psycopg.Error,
+            PoolTimeout,
+            self._pool_timeout,
+            _connection_lost,
+        )
         try:
             self._pool.open(wait=True, timeout=connect_timeout + self._pool_timeout)
         except PoolTimeout as exc:
@@ -193,38 +208,17 @@ class PgConnections:
         nothing and is retried once on a fresh connection: every statement here is idempotent
         or compare-and-set, so the retry cannot double anything.
         """
-        for attempt in (1, 2):
-            conn: Conn | None = None
-            try:
-                with self._pool.connection(timeout=self._pool_timeout) as conn:
-                    with conn.pipeline():
-                        conn.execute("BEGIN")
-                        cur = first(conn)
-                    result = then(conn, cur)
-                    self._commit(conn, what)
-                    return result
-            except PoolTimeout as exc:
-                raise no_connection(what, self._pool_timeout) from exc
-            except psycopg.Error as exc:
-                if attempt == 1 and _connection_lost(exc, conn):
-                    log.warning(
-                        "%s: connection failed before COMMIT (%s); retrying once",
-                        what,
-                        type(exc).__name__,
-                    )
-                    continue
-                raise not_written(what, "failed before commit", exc) from exc
-        raise StoreError(f"{what}: unreachable")  # the loop returns or raises
 
-    @staticmethod
-    def _commit(conn: Conn, what: str) -> None:
-        try:
-            conn.execute("COMMIT")
-        except psycopg.Error as exc:
-            if _connection_lost(exc, conn):
-                raise in_flight(what, "COMMIT was", exc) from exc
-            # The server answered COMMIT with an error: the transaction was rolled back.
-            raise StoreError(f"{what}: COMMIT refused, nothing written: {first_line(exc)}") from exc
+        def attempt(conn: Conn) -> T:
+            with conn.pipeline():
+                conn.execute("BEGIN")
+                cur = first(conn)
+            result = then(conn, cur)
+            commit(self._driver, conn, what, lambda: conn.execute("COMMIT"))
+            return result
+
+        before = "failed before commit"
+        return retried(self._driver, attempt, what, lambda e: not_written(what, before, e), log)
 
     def _write_one_trip(
         self, first: Callable[[Conn], Cur], what: str, *, single: bool = False
@@ -247,31 +241,19 @@ class PgConnections:
         skipped, nothing is written): :class:`StoreError`. A lost connection may have come
         after the server committed at the Sync: :class:`CommitOutcomeUnknown`, never a retry.
         """
-        conn: Conn | None = None
-        try:
-            with self._pool.connection(timeout=self._pool_timeout) as conn:
-                # The implicit transaction needs an autocommit connection outside any
-                # transaction: inside one, the Sync would commit nothing.
-                if not conn.autocommit or conn.info.transaction_status != _IDLE:
-                    raise StoreError(
-                        f"{what}: pooled connection is not idle in autocommit mode; nothing written"
-                    )
-                if single:
-                    # One statement is its own implicit transaction: no pipeline needed.
-                    cur = first(conn)
-                else:
-                    # psycopg sends the Sync on leaving the block even if ``first`` raised, so
-                    # whatever it queued before raising commits: ``first`` queues the write
-                    # last, after statements that write nothing (the locks).
-                    with conn.pipeline():
-                        cur = first(conn)
-        except PoolTimeout as exc:
-            raise no_connection(what, self._pool_timeout) from exc
-        except psycopg.Error as exc:
-            if _connection_lost(exc, conn):
-                raise in_flight(what, _TRIP, exc) from exc
-            raise not_written(what, "failed and was rolled back", exc) from exc
-        return cur
+
+        def attempt(conn: Conn) -> Cur:
+            _check_idle(conn, what)
+            if single:
+                # One statement is its own implicit transaction: no pipeline needed.
+                return first(conn)
+            # psycopg sends the Sync on leaving the block even if ``first`` raised, so
+            # whatever it queued before raising commits: ``first`` queues the write
+            # last, after statements that write nothing (the locks).
+            with conn.pipeline():
+                return first(conn)
+
+        return one_trip(self._driver, attempt, what)
 
     def _hot_connect(self) -> Conn:
         """A hot-path connection with the session settings as startup options: no round trip
@@ -305,10 +287,7 @@ class PgConnections:
                     self._lane.give(conn, healthy)
             # Every hot connection is busy (more threads than the lane holds): the pool's.
             with self._pool.connection(timeout=self._pool_timeout) as pooled:
-                if not pooled.autocommit or pooled.info.transaction_status != _IDLE:
-                    raise StoreError(
-                        f"{what}: pooled connection is not idle in autocommit mode; nothing written"
-                    )
+                _check_idle(pooled, what)
                 try:
                     return trip(pooled, statements)
                 except BaseException:
@@ -317,24 +296,17 @@ class PgConnections:
         except PoolTimeout as exc:
             raise no_connection(what, self._pool_timeout) from exc
         except TripError as exc:
-            if _connection_lost(exc.error, exc.conn):
-                raise in_flight(what, _TRIP, exc.error) from exc.error
-            raise not_written(what, "failed and was rolled back", exc.error) from exc.error
+            lost = _connection_lost(exc.error, exc.conn)
+            raise trip_failed(what, exc.error, lost) from exc.error
 
     def _read(self, work: Callable[[Conn], T], what: str) -> T:
         """One autocommit read; a connection failure is retried once (reads change nothing)."""
-        for attempt in (1, 2):
-            conn: Conn | None = None
-            try:
-                with self._pool.connection(timeout=self._pool_timeout) as conn:
-                    return work(conn)
-            except PoolTimeout as exc:
-                raise no_connection(what, self._pool_timeout) from exc
-            except psycopg.Error as exc:
-                if attempt == 1 and _connection_lost(exc, conn):
-                    continue
-                raise StoreError(f"{what} failed: {type(exc).__name__}: {first_line(exc)}") from exc
-        raise StoreError(f"{what}: unreachable")
+        return retried(
+            self._driver,
+            work,
+            what,
+            lambda exc: StoreError(f"{what} failed: {type(exc).__name__}: {first_line(exc)}"),
+        )
 
     def _unlock(self, conn: Conn, key: sql.Composed) -> None:
         try:
