@@ -27,7 +27,7 @@ Nothing here names an engine: the statements and the error classification are an
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -347,6 +347,15 @@ class TxGate:
             with self._lock:
                 self._owner = None
                 self._wake()
+
+    def rows(self, query: str, args: Sequence[Any] = ()) -> list[Any]:
+        """One read's rows (:meth:`read`); the engine's error comes out as a StoreError."""
+        with self.read() as conn:
+            try:
+                found: list[Any] = conn.execute(query, args).fetchall()
+            except self.engine.error as exc:
+                raise store_error("read failed", exc) from exc
+        return found
 
     def close(self) -> None:
         """Close once no body or read is running; later calls raise StoreError (again: no-op)."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from effectgate._core.states import State
 from effectgate.store import _sql as sql
-from effectgate.store.base import NewOperation, dumps
+from effectgate.store.base import NewOperation, Operation, dumps
 
 __all__ = [
     "CHANGED_COLUMNS",
@@ -25,10 +25,12 @@ __all__ = [
     "ROW_SLOTS",
     "SELECT_WITH_CONTROLS",
     "cas",
+    "cas_on_copy",
     "cas_params",
     "lease_uncertain",
     "named",
     "positional",
+    "request_params",
     "row_params",
     "row_values",
 ]
@@ -107,6 +109,31 @@ def cas(anchors: str = "") -> str:
 
 #: What a compare-and-set changed, for a caller that holds the row (``base.moved``).
 CHANGED_COLUMNS = "version, venue_id, detail, submitted_at"
+
+
+def request_params(request: tuple[Any, ...] | None) -> dict[str, Any]:
+    """An approval request (``_sql.INSERT_REQUEST``'s arguments, or None) as named parameters:
+    ``approval`` whether there is one, and its columns (unused without one)."""
+    return {
+        "approval": request is not None,
+        "required": request[3] if request else None,
+        "expires_at": request[4] if request else None,
+        "proposers": request[5] if request else None,
+        "release": request[6] if request else None,
+    }
+
+
+def cas_on_copy(
+    known: Operation, venue_id: str | None, detail: str | None
+) -> tuple[int, str | None, str | None, float | None]:
+    """What :func:`cas` (no ``submitted_at``) leaves of a row that still is the copy
+    ``known``, as :data:`CHANGED_COLUMNS` (``base.moved``): no ``RETURNING`` needed."""
+    return (
+        known.version + 1,
+        known.venue_id if venue_id is None else venue_id,
+        known.detail if detail is None else detail,
+        known.submitted_at,
+    )
 
 
 def cas_params(

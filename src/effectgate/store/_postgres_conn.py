@@ -31,7 +31,7 @@ from effectgate.store._attempts import Driver, commit, one_trip, retried, trip_f
 from effectgate.store._conn_stack import ConnStack
 from effectgate.store._outcome import first_line, no_connection, not_written
 from effectgate.store._postgres_wire import Prepared, TripError, reusable, trip
-from effectgate.store.base import DEFAULT_SCHEMA, check_schema_name, split_schema
+from effectgate.store.base import DEFAULT_SCHEMA, check_schema_name, split_schema, store_schema
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -102,12 +102,7 @@ class PgConnections:
         migrate: bool = True,
         create: bool = True,
     ) -> None:
-        conninfo, url_schema = split_schema(url)
-        if schema is not None and url_schema is not None and schema != url_schema:
-            raise ConfigError(
-                f"schema {schema!r} given twice with different values ({url_schema!r} in the URL)"
-            )
-        self.schema = check_schema_name(schema or url_schema or DEFAULT_SCHEMA)
+        conninfo, self.schema = store_schema(url, schema)
         for name, value in (
             ("statement_timeout_ms", statement_timeout_ms),
             ("lock_timeout_ms", lock_timeout_ms),

@@ -49,6 +49,7 @@ __all__ = [
     "refuse_newer_schema",
     "scope_key_range",
     "split_schema",
+    "store_schema",
     "transition_event",
     "validate_identity",
     "where",
@@ -464,6 +465,17 @@ def split_schema(url: str) -> tuple[str, str | None]:
         raise ConfigError("the store URL names more than one schema")
     rest = urlencode([(k, v) for k, v in query if k != "schema"])
     return urlunsplit(parts._replace(query=rest)), (schemas[0] if schemas else None)
+
+
+def store_schema(url: str, schema: str | None) -> tuple[str, str]:
+    """A store URL's connection string and its checked schema: ``schema`` as given, else the
+    URL's ``schema=``, else :data:`DEFAULT_SCHEMA`; given both ways, they must agree."""
+    conninfo, url_schema = split_schema(url)
+    if schema is not None and url_schema is not None and schema != url_schema:
+        raise ConfigError(
+            f"schema {schema!r} given twice with different values ({url_schema!r} in the URL)"
+        )
+    return conninfo, check_schema_name(schema or url_schema or DEFAULT_SCHEMA)
 
 
 def parse_store_url(url: str) -> tuple[str, str]:

@@ -215,17 +215,12 @@ class PostgresStore(PgConnections, SQLStore):
         """One round trip: the locks, the statement and the commit. None: a control is active,
         the statement wrote nothing, and the full path must run."""
         plain = plain_journal(new, path, guard, audit, now=now)
-        final, req = plain.final, plain.request
+        final = plain.final
         params = {
             **ops.row_params(new, final, now, plain.intent),
             "dispatch": plain.dispatch,
             "value_micros": plain.value_micros,
-            "approval": req is not None,
-            # The request's columns (INSERT_REQUEST's order), unused without one.
-            "required": req[3] if req else None,
-            "expires_at": req[4] if req else None,
-            "proposers": req[5] if req else None,
-            "release": req[6] if req else None,
+            **ops.request_params(plain.request),
             **audit_params(
                 lane_for(new.scope, new.operation_id, LANES),
                 now,

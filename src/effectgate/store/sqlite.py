@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, suppress
 from typing import Any, TypeVar
 
 from effectgate._core.controls import DispatchGuard
@@ -276,21 +276,12 @@ class SQLiteStore(SQLStore):
         its failures are classified: :mod:`effectgate.store._group_commit`)."""
         return self._gate.transaction()
 
-    @contextmanager
-    def _read(self) -> Iterator[sqlite3.Connection]:
-        with self._gate.read() as conn:
-            try:
-                yield conn
-            except sqlite3.Error as exc:
-                raise store_error("read failed", exc) from exc
-
     # --- the hooks of SQLStore ------------------------------------------------------------
 
     def _rows(
         self, query: str, args: Sequence[Any] = (), what: str = "read"
     ) -> list[Sequence[Any]]:
-        with self._read() as conn:
-            return conn.execute(query, args).fetchall()
+        return self._gate.rows(query, args)
 
     def _shared_tx(self) -> FinishingBody[SQLiteTx]:
         """One body as a :class:`SQLiteTx`, finished before it commits."""
@@ -404,12 +395,7 @@ class SQLiteStore(SQLStore):
                         (*args, known.version, known.venue_id, known.detail, known.submitted_at),
                     )
                     if cur.rowcount == 1:
-                        changed = (
-                            known.version + 1,
-                            known.venue_id if venue_id is None else venue_id,
-                            known.detail if detail is None else detail,
-                            known.submitted_at,
-                        )
+                        changed = ops.cas_on_copy(known, venue_id, detail)
                 if changed is None:
                     changed = _compare_and_set(cur, args, seq if named else None)
                 if changed is None:
