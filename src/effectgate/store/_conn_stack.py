@@ -20,6 +20,7 @@ class _Closable(Protocol):
 
 
 C = TypeVar("C", bound=_Closable)
+T = TypeVar("T")
 
 
 class ConnStack(Generic[C]):
@@ -61,6 +62,16 @@ class ConnStack(Generic[C]):
         with self._mutex:
             self._count -= 1
         conn.close()
+
+    def use(self, conn: C, work: Callable[[C], T]) -> T:
+        """``work(conn)``, then ``conn`` given back: healthy only if ``work`` returned."""
+        healthy = False
+        try:
+            result = work(conn)
+            healthy = True
+            return result
+        finally:
+            self.give(conn, healthy)
 
     def close(self) -> None:
         with self._mutex:

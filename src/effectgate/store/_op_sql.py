@@ -14,7 +14,7 @@ from typing import Any
 
 from effectgate._core.states import State
 from effectgate.store import _sql as sql
-from effectgate.store.base import NewOperation, Operation, dumps
+from effectgate.store.base import Move, NewOperation, Operation, dumps
 
 __all__ = [
     "CHANGED_COLUMNS",
@@ -28,6 +28,7 @@ __all__ = [
     "cas_on_copy",
     "cas_params",
     "lease_uncertain",
+    "move_params",
     "named",
     "positional",
     "request_params",
@@ -157,6 +158,13 @@ def cas_params(
         "operation_id": operation_id,
         "expected": expected.value,
     }
+
+
+def move_params(move: Move, now: float) -> dict[str, Any]:
+    """:func:`cas_params` of one move of a batch (``transition_many``)."""
+    return cas_params(
+        move.scope, move.operation_id, move.expected, move.target, now, move.venue_id, move.detail
+    )
 
 
 def lease_uncertain(lock: str = "") -> str:

@@ -273,13 +273,7 @@ class PgConnections:
             raise StoreError(f"{what}: cannot connect, nothing written: {first_line(exc)}") from exc
         try:
             if conn is not None:
-                healthy = False
-                try:
-                    result = trip(conn, statements)
-                    healthy = True
-                    return result
-                finally:
-                    self._lane.give(conn, healthy)
+                return self._lane.use(conn, lambda hot: trip(hot, statements))
             # Every hot connection is busy (more threads than the lane holds): the pool's.
             with self._pool.connection(timeout=self._pool_timeout) as pooled:
                 _check_idle(pooled, what)

@@ -168,13 +168,7 @@ class PostgresStore(PgConnections, SQLStore):
             # The class's shared lock (a flip waits for us, and we see any flip committed
             # before us), then this key's lock; both are released by the commit. One
             # statement (_TWO_LOCKS nests them so the order is fixed).
-            conn.execute(
-                _TWO_LOCKS,
-                (
-                    pgtx.lock_key(self.schema, new.op_key, "op"),
-                    pgtx.lock_key(self.schema, new.action),
-                ),
-            )
+            conn.execute(_TWO_LOCKS, self._journal_locks(new))
 
         # A configured breaker records and reads its windows before deciding: the full path.
         if guard is None or guard.breaker is None:
@@ -204,6 +198,10 @@ class PostgresStore(PgConnections, SQLStore):
 
         return self._write(first_full, then, f"insert {new.op_key}")
 
+    def _journal_locks(self, new: NewOperation) -> tuple[str, str]:
+        """_TWO_LOCKS's keys for journalling ``new``: the operation key's, the class's."""
+        return pgtx.lock_key(self.schema, new.op_key, "op"), pgtx.lock_key(self.schema, new.action)
+
     def _journal_fast(
         self,
         new: NewOperation,
@@ -231,10 +229,7 @@ class PostgresStore(PgConnections, SQLStore):
             ),
         }
 
-        locks = (
-            pgtx.lock_key(self.schema, new.op_key, "op"),
-            pgtx.lock_key(self.schema, new.action),
-        )
+        locks = self._journal_locks(new)
         res = self._hot(((_P_TWO_LOCKS, locks), (_P_FAST_INSERT, params)), f"insert {new.op_key}")
         inserted = int(res.get_value(0, 0) or 0)
         active = int(res.get_value(0, 1) or 0)
@@ -303,19 +298,7 @@ class PostgresStore(PgConnections, SQLStore):
 
         def first(conn: Conn) -> Cur:
             curs = holder["curs"] = [
-                conn.execute(
-                    _CAS_ONE,
-                    cas_params(
-                        moves[i].scope,
-                        moves[i].operation_id,
-                        moves[i].expected,
-                        moves[i].target,
-                        now,
-                        moves[i].venue_id,
-                        moves[i].detail,
-                    ),
-                )
-                for i in order
+                conn.execute(_CAS_ONE, ops.move_params(moves[i], now)) for i in order
             ]
             return curs[-1]
 
