@@ -10,6 +10,9 @@ Agent API (agent bearer token; one tenant scope per token):
   ``Idempotent-Replayed: true``; ``400`` without a key or with a malformed body; ``409`` while
   the first request with that key is in flight; ``422`` when the key was used with another
   payload.
+* ``POST /v1/actions/{action}/evaluate``: what that POST would do now, read-only: the
+  fingerprint, the decision and its reasons, and an evaluation token; a later POST may send the
+  token in ``Effectgate-Evaluation-Token`` to be refused if anything it covers changed.
 * ``GET /v1/operations/{operation_id}``: the operation, in the caller's scope only.
 
 Before any route sees a body, :class:`~effectgate._doors.http._body.BodyGate` authenticates
@@ -73,6 +76,8 @@ __all__ = ["PROBLEM_JSON", "create_app"]
 log = logging.getLogger("effectgate.http")
 
 _KEY_PATTERN = f'^"?{OPERATION_ID_PATTERN.pattern}"?$'
+#: The header a submit presents an evaluation token in (docs/service.md).
+EVALUATION_HEADER = "Effectgate-Evaluation-Token"
 _bearer = HTTPBearer(
     auto_error=False, description="A principal's token (agent, harness, operator or approver)"
 )
@@ -212,6 +217,7 @@ def create_app(
 
     for name in service.config.registry.names():
         _add_action_route(app, service, name, agent)
+        _add_evaluate_route(app, service, name, agent)
 
     # After the registered actions, so only a name that is none of them lands here.
     @app.post("/v1/actions/{action}", include_in_schema=False)
@@ -224,6 +230,10 @@ def create_app(
         status, body, headers = problem_for(exc)
         body["actions"] = names
         return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+    @app.post("/v1/actions/{action}/evaluate", include_in_schema=False)
+    async def unknown_evaluate(action: str, who: agent) -> JSONResponse:
+        return await unknown_action(action, who)
 
     @app.get(
         "/v1/operations/{operation_id}",
@@ -348,6 +358,15 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
                 description="RUN/SLOT/CALL: the harness's run call proposing it (docs/runs.md)",
             ),
         ] = None,
+        evaluation_token: Annotated[
+            str | None,
+            Header(
+                alias=EVALUATION_HEADER,
+                description="A token from POST /v1/actions/NAME/evaluate: refused (409 "
+                "evaluation_token_stale, 400 evaluation_token_invalid) unless what it covers "
+                "still holds",
+            ),
+        ] = None,
     ) -> Response:
         if len(request.headers.getlist("idempotency-key")) > 1:
             # One request is one operation: picking one of several ids would be a guess.
@@ -370,7 +389,9 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
         run_call = parse_run_call(run_call_header)
         raw = await request.body()  # authenticated, JSON-typed and capped by BodyGate
         refuse_deep(raw, settings.max_depth)
-        op = await offload(service.propose, who, name, key, raw, run_call)
+        if len(request.headers.getlist(EVALUATION_HEADER)) > 1:
+            raise BadRequest(f"send at most one {EVALUATION_HEADER} header")
+        op = await offload(service.propose, who, name, key, raw, run_call, evaluation_token)
         return _operation_response(op, 200 if op.replayed else 201, service)
 
     async def handle(request: Request) -> Response:
@@ -381,6 +402,7 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
             await _authorize(service, request, Capability.PROPOSE),
             headers.get("idempotency-key"),
             headers.get(RUN_CALL_HEADER),
+            headers.get(EVALUATION_HEADER),
         )
 
     app.router.add_api_route(
@@ -400,6 +422,51 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
             },
             **_ERRORS,
         },
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": f"#/components/schemas/intent_{name}"}}
+                },
+            }
+        },
+    )
+
+
+def _add_evaluate_route(app: FastAPI, service: Service, name: str, agent: Any) -> None:
+    """``POST /v1/actions/NAME/evaluate``: what proposing the body would do now, read-only."""
+    settings = service.config.service
+
+    async def evaluate(
+        request: Request,
+        who: agent,
+        idempotency_key: Annotated[
+            str | None,
+            Header(
+                alias="Idempotency-Key",
+                description="Optional: the operation id the submit will use",
+                json_schema_extra={"pattern": _KEY_PATTERN},
+            ),
+        ] = None,
+    ) -> JSONResponse:
+        key = None if idempotency_key is None else idempotency_key.strip().strip('"')
+        if key is not None and not OPERATION_ID_PATTERN.fullmatch(key):
+            raise InvalidIdempotencyKey(
+                f"Idempotency-Key must match {OPERATION_ID_PATTERN.pattern}"
+            )
+        raw = await request.body()
+        refuse_deep(raw, settings.max_depth)
+        result = await offload(service.evaluate, who, name, raw, key)
+        return JSONResponse(result.to_dict(), headers={"Cache-Control": "no-store"})
+
+    app.router.add_api_route(
+        f"/v1/actions/{name}/evaluate",
+        evaluate,
+        methods=["POST"],
+        tags=["agent"],
+        name=f"evaluate_{name}",
+        summary=f"Evaluate a {name} action without writing (decision, reasons, token)",
+        responses=_ERRORS,
         openapi_extra={
             "requestBody": {
                 "required": True,
