@@ -9,7 +9,8 @@ a model can correct itself. ``evaluate_X`` (one per class, read-only) answers wh
 do now and returns an ``evaluation_token``; ``X`` takes it as an optional argument and is then
 refused if anything the evaluation covered changed. ``get_operation`` looks an operation up;
 no tool reaches operator actions. A harness's token also sees the budget tools
-(:mod:`effectgate._doors.mcp.budgets`: reserve, admit a run, check, settle, usage); an agent's token neither sees nor may call them.
+(:mod:`effectgate._doors.mcp.budgets`: reserve, admit a run, check, settle, usage); an agent's
+token neither sees nor may call them.
 
 Operation id (see docs/service.md): the caller supplies it as an argument, minted once when the
 action is decided on and repeated verbatim on every retry. It lives in the transcript, so a
