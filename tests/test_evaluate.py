@@ -108,8 +108,7 @@ def _tables(store: Store) -> list[str]:
         found = rows("SELECT name FROM sqlite_master WHERE type = 'table'")
     else:
         found = rows(
-            "SELECT table_name FROM information_schema.tables "
-            "WHERE table_schema = current_schema()"
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
         )
     return sorted(str(r[0]) for r in found)
 
@@ -137,6 +136,10 @@ def with_envelope(w: World) -> None:
         "submit_order", "exposure", {"limit": "1000", "window": 60}, evidence={"t": "x"},
         reverse_on="manual", operator="ops",
     )  # fmt: skip
+
+
+def with_token(gate: Gate, token: str, intent: dict[str, object], principal: str) -> object:
+    return gate.submit("submit_order", "op-1", intent, principal=principal, evaluation_token=token)
 
 
 class TestEvaluateWritesNothing:
@@ -240,7 +243,7 @@ class TestToken:
         token = w.gate.evaluate("submit_order", order(), principal="agent-1").token
         w.gate.policy = policy("limit-2")
         with pytest.raises(EvaluationTokenStale) as caught:
-            w.gate.submit("submit_order", "op-1", order(), principal="agent-1", evaluation_token=token)  # fmt: skip
+            with_token(w.gate, token, order(), "agent-1")
         assert caught.value.reason == "policy"
         assert store.get("default", "op-1") is None
         refused = [e for e in store.iter_audit() if e.kind == "evaluation_token_refused"]
@@ -252,7 +255,7 @@ class TestToken:
         w.operator.kill("submit_order", operator="ops", reason="drill")
         w.operator.release("submit_order", operator="ops")  # back off: still a change
         with pytest.raises(EvaluationTokenStale) as caught:
-            w.gate.submit("submit_order", "op-1", order(), principal="agent-1", evaluation_token=token)  # fmt: skip
+            with_token(w.gate, token, order(), "agent-1")
         assert caught.value.reason == "controls"
         assert store.get("default", "op-1") is None
 
@@ -262,7 +265,7 @@ class TestToken:
         token = w.gate.evaluate("submit_order", order(), principal="agent-1").token
         w.gate.submit("submit_order", "other", order(), principal="agent-2")
         with pytest.raises(EvaluationTokenStale) as caught:
-            w.gate.submit("submit_order", "op-1", order(), principal="agent-1", evaluation_token=token)  # fmt: skip
+            with_token(w.gate, token, order(), "agent-1")
         assert caught.value.reason == "budget"
         assert "envelope." in caught.value.message
 
@@ -270,11 +273,11 @@ class TestToken:
         w = world(store)
         token = w.gate.evaluate("submit_order", order(), principal="agent-1").token
         with pytest.raises(EvaluationTokenStale) as caught:
-            w.gate.submit("submit_order", "op-1", order("5"), principal="agent-1", evaluation_token=token)  # fmt: skip
+            with_token(w.gate, token, order("5"), "agent-1")
         assert caught.value.reason == "fingerprint"
         w.clock.advance(301.0)
         with pytest.raises(EvaluationTokenStale) as caught:
-            w.gate.submit("submit_order", "op-1", order(), principal="agent-1", evaluation_token=token)  # fmt: skip
+            with_token(w.gate, token, order(), "agent-1")
         assert caught.value.reason == "expired"
 
     def test_tampered_or_foreign_tokens_are_invalid(self, store: Store) -> None:
@@ -290,17 +293,17 @@ class TestToken:
             (token[:-2] + ("AA" if not token.endswith("AA") else "BB"), "signature"),
         ):
             with pytest.raises(EvaluationTokenInvalid) as caught:
-                w.gate.submit("submit_order", "op-1", order("60"), principal="agent-1", evaluation_token=bad)  # fmt: skip
+                with_token(w.gate, bad, order("60"), "agent-1")
             assert caught.value.reason == reason
         with pytest.raises(EvaluationTokenInvalid) as caught:
-            w.gate.submit("submit_order", "op-1", order("60"), principal="agent-2", evaluation_token=token)  # fmt: skip
+            with_token(w.gate, token, order("60"), "agent-2")
         assert caught.value.reason == "principal"
         other = Gate(
             store=store, registry=w.gate.registry, adapters=w.gate.adapters,
             policy=policy(), clock=w.clock, evaluator=Evaluator(b"t" * 32),
         )  # fmt: skip
         with pytest.raises(EvaluationTokenInvalid):
-            other.submit("submit_order", "op-1", order("60"), principal="agent-1", evaluation_token=token)  # fmt: skip
+            with_token(other, token, order("60"), "agent-1")
         assert store.get("default", "op-1") is None
 
 
@@ -390,9 +393,7 @@ class TestHttp:
             assert r.json()["field"] == s.json()["field"]
             r = client.post("/v1/actions/nope/evaluate", content=b"{}", headers=headers)
             assert r.status_code == 404 and r.json()["code"] == "unknown_action_class"
-            r = client.post(
-                "/v1/actions/submit_order/evaluate", content=json.dumps(ORDER).encode()
-            )
+            r = client.post("/v1/actions/submit_order/evaluate", content=json.dumps(ORDER).encode())
             assert r.status_code in (401, 415)
 
 

@@ -573,7 +573,7 @@ class EvaluationTokenRefused(OperationError):
 
     code = "evaluation_token_refused"
 
-    def __init__(self, message: str, *, reason: str) -> None:
+    def __init__(self, message: str, *, reason: str = "refused") -> None:
         super().__init__(message)
         self.reason = reason
 
