@@ -430,3 +430,37 @@ class TestMcp:
                 assert tampered.structured_content["code"] == "evaluation_token_invalid"
 
         anyio.run(go)
+
+
+class TestRunBudget:
+    """A run-bound action's tool slot is quoted (and its deadline checked); the token covers
+    the slot's headroom (docs/budgets.md, "Tool slots at admission")."""
+
+    def test_the_tool_slot_is_quoted_and_the_token_goes_stale(self, store: Store) -> None:
+        from effectgate import RunBudget
+        from runkit import RUN, SCOPE, gate_for, tool_call
+
+        store.set_run_budget(SCOPE, RUN, RunBudget(max_tool_calls=2), now=0.5, actor="h")
+        call = tool_call("t-1")
+        store.record_run_call(SCOPE, call, now=1.0, actor="h")
+        gate, _ = gate_for(store)
+        before = snapshot(store)
+        got = gate.evaluate("submit_order", INTENT, run_call=call.ref, principal="agent-1")
+        assert snapshot(store) == before
+        (slot,) = [b for b in got.to_dict()["budgets"] if b["name"] == "run.tool_calls"]  # type: ignore[union-attr]
+        assert (slot["limit"], slot["used"], slot["reserve"], slot["left"]) == (2, 0, 1, 1)
+        gate.submit("submit_order", "op-0", INTENT, run_call=call.ref, principal="agent-2")
+        with pytest.raises(EvaluationTokenStale) as caught:
+            gate.submit(
+                "submit_order", "op-1", INTENT, run_call=call.ref, principal="agent-1",
+                evaluation_token=got.token,
+            )  # fmt: skip
+        assert caught.value.reason == "budget"
+        fresh = gate.evaluate("submit_order", INTENT, run_call=call.ref, principal="agent-1")
+        gate.submit(
+            "submit_order", "op-1", INTENT, run_call=call.ref, principal="agent-1",
+            evaluation_token=fresh.token,
+        )  # fmt: skip
+        spent = gate.evaluate("submit_order", INTENT, run_call=call.ref, principal="agent-1")
+        assert spent.outcome == "rejected"
+        assert any("no tool call left" in r for r in spent.reasons)

@@ -34,6 +34,7 @@ from effectgate._core.evaluation import (
 )
 from effectgate._core.intent import ActionClass, Intent, Tier
 from effectgate._core.policy import Decision, PolicySet
+from effectgate._core.runs import RunCallRef
 from effectgate._core.states import State
 from effectgate._execute._gate_protocol import SpeculationGate
 from effectgate._execute.adapter import OutboundRequest, speculator
@@ -269,18 +270,50 @@ def _speculate(
     return {"verdict": dry.verdict, "reason": dry.reason[:500], "expires_in": dry.expires_in}
 
 
+def _run_budget(
+    store: Store, scope: str, run_call: RunCallRef | None, op_id: str, now: float
+) -> tuple[list[BudgetQuote], list[str]]:
+    """A run-bound action's tool slot (charged once per operation id, at its first admission)
+    and its run's deadline: ``(quotes, refusals)``."""
+    state = store.run_budget(scope, run_call.run_id) if run_call is not None else None
+    if state is None:
+        return [], []
+    refusals: list[str] = []
+    budget = state.budget
+    if budget.deadline is not None and now >= budget.deadline:
+        refusals.append(f"budget_exceeded: run {state.run_id!r} is past its deadline (deadline)")
+    quotes: list[BudgetQuote] = []
+    if budget.max_tool_calls:
+        reserve = 0 if store.get(scope, op_id) is not None else 1
+        q = BudgetQuote(
+            "run.tool_calls", budget.max_tool_calls, state.usage.tool_calls, reserve, "calls"
+        )
+        quotes.append(q)
+        if q.left < 0:
+            refusals.append(f"budget_exceeded: run {state.run_id!r} has no tool call left")
+    return quotes, refusals
+
+
 def _state(
-    gate: EvaluateGate, ac: ActionClass, parsed: Intent, decision: Decision, now: float
-) -> tuple[StateQuote, ClassControls, list[str], bool]:
+    gate: EvaluateGate,
+    ac: ActionClass,
+    parsed: Intent,
+    decision: Decision,
+    now: float,
+    run: tuple[str, str, RunCallRef | None],
+) -> tuple[StateQuote, ClassControls, list[str], list[str], bool]:
+    """What the token covers, with the controls, holds and run refusals it was read from."""
     ctl, holds, quotes, shadow = _controls(gate.store, ac, parsed, now)
+    scope, op_id, run_call = run
+    run_quotes, refusals = _run_budget(gate.store, scope, run_call, op_id, now)
     quote = StateQuote(
         decision.allowed,
         decision.tier.value,
         decision.policy_version,
         _controls_digest(ctl),
-        tuple(quotes),
+        tuple(quotes + run_quotes),
     )
-    return quote, ctl, holds, shadow
+    return quote, ctl, holds, refusals, shadow
 
 
 def evaluate(
@@ -290,6 +323,7 @@ def evaluate(
     scope: str = "default",
     principal: str | None = None,
     operation_id: str | None = None,
+    run_call: RunCallRef | None = None,
 ) -> Evaluation:
     """What a submit of ``intent`` would do now, with a token binding a submit to it."""
     store, now = gate.store, gate.clock()
@@ -298,11 +332,14 @@ def evaluate(
     check_principal(principal)
     ac = gate.registry.get(action)
     decision = decide(gate.policy, ac, parsed, None)
-    state, ctl, holds, shadow = _state(gate, ac, parsed, decision, now)
+    state, ctl, holds, over, shadow = _state(
+        gate, ac, parsed, decision, now, (scope, op_id, run_call)
+    )
     reasons = [f"policy: {decision.reason}"]
     row = _row(ac, parsed, decision, scope, op_id, now)
     checks = _stages(gate, DispatchContext(row, ac, store, now, None, principal))
     refused = [f"{c['stage']}: {c['code']}: {c['reason']}" for c in checks if not c["passed"]]
+    refused += [f"run budget: {why}" for why in over]
     spec = _speculate(gate, ac, parsed, make_op_key(scope, op_id)) if decision.allowed else None
     if spec is not None and spec["verdict"] == "DENY":
         refused.append(f"speculation: {spec['reason']}")
@@ -356,6 +393,7 @@ def check_token(
     token: str,
     scope: str,
     principal: str | None,
+    run: tuple[str, RunCallRef | None] = ("", None),
 ) -> None:
     """Refuse a submit whose evaluation token does not hold (invalid, or stale); the refusal
     writes one audit line and nothing else."""
@@ -364,7 +402,7 @@ def check_token(
         payload = verify_token(
             gate.evaluator.secret, token, principal=principal, scope=scope, action=ac.name
         )
-        state = _state(gate, ac, parsed, decision, now)[0]
+        state = _state(gate, ac, parsed, decision, now, (scope, *run))[0]
         why = stale_reason(payload, fingerprint=parsed.fingerprint, state=state, now=now)
         if why is not None:
             raise EvaluationTokenStale(why[1], reason=why[0])

@@ -208,7 +208,8 @@ class Gate:
         else:
             decision = decide(self.policy, ac, parsed, admission)
         if evaluation_token is not None:
-            check_token(self, ac, parsed, decision, evaluation_token, scope, principal)
+            run = (operation_id, run_call or current_run_call())
+            check_token(self, ac, parsed, decision, evaluation_token, scope, principal, run)
         spec = active_speculation(self, ac) if ac.speculation else None
         # A speculating class stops at validated: the dry run comes before any dispatch.
         # With a pipeline configured (or a continuation admitted) the row stops at validated
@@ -266,10 +267,12 @@ class Gate:
     def evaluate(
         self, action: str, intent: RawIntent, *, scope: str = "default",
         principal: str | None = None, operation_id: str | None = None,
+        run_call: RunCallRef | None = None,
     ) -> Evaluation:  # fmt: skip
         """What :meth:`submit` would do with ``intent`` now, read-only, and its token
         (:mod:`.evaluate`); writes nothing but an audit line."""
-        return evaluate(self, action, intent, scope, principal, operation_id)
+        run_call = run_call or current_run_call()
+        return evaluate(self, action, intent, scope, principal, operation_id, run_call)
 
     def _replay(self, row: Operation, dispatch: bool, correlation_id: str | None) -> Operation:
         """The same id and payload again: the row as it is, sent only if it waits validated."""

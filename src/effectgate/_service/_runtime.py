@@ -268,11 +268,17 @@ class Service:
         action: str,
         body: bytes | Mapping[str, object],
         operation_id: str | None = None,
+        run_call: RunCallRef | None = None,
     ) -> Evaluation:
         """What proposing ``body`` would do now, read-only, with its evaluation token."""
         principal.require(Capability.PROPOSE)
         return self.gate.evaluate(
-            action, body, scope=principal.scope, principal=principal.name, operation_id=operation_id
+            action,
+            body,
+            scope=principal.scope,
+            principal=principal.name,
+            operation_id=operation_id,
+            run_call=run_call,
         )
 
     def lookup(self, principal: Principal, operation_id: str) -> Operation:

@@ -51,6 +51,7 @@ from effectgate._doors.http._body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, 
 from effectgate._doors.http._budgets import harness_budgets_router
 from effectgate._doors.http._channels import CHANNELS_PREFIX, channels_router
 from effectgate._doors.http._continuations import continuations_router
+from effectgate._doors.http._evaluate import EVALUATION_HEADER, add_evaluate_route
 from effectgate._doors.http._grants import grants_router
 from effectgate._doors.http._policies import policies_router
 from effectgate._doors.http._quarantine import quarantine_router
@@ -76,8 +77,6 @@ __all__ = ["PROBLEM_JSON", "create_app"]
 log = logging.getLogger("effectgate.http")
 
 _KEY_PATTERN = f'^"?{OPERATION_ID_PATTERN.pattern}"?$'
-#: The header a submit presents an evaluation token in (docs/service.md).
-EVALUATION_HEADER = "Effectgate-Evaluation-Token"
 _bearer = HTTPBearer(
     auto_error=False, description="A principal's token (agent, harness, operator or approver)"
 )
@@ -217,7 +216,7 @@ def create_app(
 
     for name in service.config.registry.names():
         _add_action_route(app, service, name, agent)
-        _add_evaluate_route(app, service, name, agent)
+        add_evaluate_route(app, service, name, agent, _ERRORS)
 
     # After the registered actions, so only a name that is none of them lands here.
     @app.post("/v1/actions/{action}", include_in_schema=False)
@@ -422,51 +421,6 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
             },
             **_ERRORS,
         },
-        openapi_extra={
-            "requestBody": {
-                "required": True,
-                "content": {
-                    "application/json": {"schema": {"$ref": f"#/components/schemas/intent_{name}"}}
-                },
-            }
-        },
-    )
-
-
-def _add_evaluate_route(app: FastAPI, service: Service, name: str, agent: Any) -> None:
-    """``POST /v1/actions/NAME/evaluate``: what proposing the body would do now, read-only."""
-    settings = service.config.service
-
-    async def evaluate(
-        request: Request,
-        who: agent,
-        idempotency_key: Annotated[
-            str | None,
-            Header(
-                alias="Idempotency-Key",
-                description="Optional: the operation id the submit will use",
-                json_schema_extra={"pattern": _KEY_PATTERN},
-            ),
-        ] = None,
-    ) -> JSONResponse:
-        key = None if idempotency_key is None else idempotency_key.strip().strip('"')
-        if key is not None and not OPERATION_ID_PATTERN.fullmatch(key):
-            raise InvalidIdempotencyKey(
-                f"Idempotency-Key must match {OPERATION_ID_PATTERN.pattern}"
-            )
-        raw = await request.body()
-        refuse_deep(raw, settings.max_depth)
-        result = await offload(service.evaluate, who, name, raw, key)
-        return JSONResponse(result.to_dict(), headers={"Cache-Control": "no-store"})
-
-    app.router.add_api_route(
-        f"/v1/actions/{name}/evaluate",
-        evaluate,
-        methods=["POST"],
-        tags=["agent"],
-        name=f"evaluate_{name}",
-        summary=f"Evaluate a {name} action without writing (decision, reasons, token)",
-        responses=_ERRORS,
         openapi_extra={
             "requestBody": {
                 "required": True,

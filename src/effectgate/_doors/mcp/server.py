@@ -48,6 +48,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from effectgate import __version__
 from effectgate._core.principals import Capability
+from effectgate._core.runs import RunCallRef
 from effectgate._doors._shared.mcp_screen import REFUSED_META, ScreenedLines, screen
 from effectgate._doors._shared.models import OperationOut, operation_out, problem_for
 from effectgate._doors._shared.offload import offload
@@ -248,7 +249,9 @@ async def _call(
         )
     args = dict(params.arguments or {})
     if params.name.startswith(EVALUATE_PREFIX) and params.name not in service.config.registry:
-        return await _evaluate(service, who, params.name.removeprefix(EVALUATE_PREFIX), args)
+        action = params.name.removeprefix(EVALUATE_PREFIX)
+        run_call = parse_run_call((params.meta or {}).get(RUN_CALL_META_KEY))
+        return await _evaluate(service, who, action, args, run_call)
     if "operation_id" not in args:
         raise IntentError(
             "required field 'operation_id' is missing", field="operation_id", reason="missing"
@@ -291,7 +294,7 @@ async def _call(
 
 
 async def _evaluate(
-    service: Service, who: Principal, action: str, args: dict[str, Any]
+    service: Service, who: Principal, action: str, args: dict[str, Any], run_call: RunCallRef | None
 ) -> types.CallToolResult:
     if action not in service.config.registry:
         raise UnknownActionClass(f"no tool named {EVALUATE_PREFIX}{action!r}")
@@ -304,7 +307,7 @@ async def _evaluate(
             field="operation_id",
             reason="invalid_operation_id",
         )
-    result = await offload(service.evaluate, who, action, args, op_id)
+    result = await offload(service.evaluate, who, action, args, op_id, run_call)
     out = result.to_dict()
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=json.dumps(out))], structured_content=out
