@@ -464,3 +464,30 @@ class TestRunBudget:
         spent = gate.evaluate("submit_order", INTENT, run_call=call.ref, principal="agent-1")
         assert spent.outcome == "rejected"
         assert any("no tool call left" in r for r in spent.reasons)
+
+
+class TestGrants:
+    """The grant authoriser runs for the calling principal over the row a submit would
+    journal (none is): a principal without a covering grant is told so, one with it passes."""
+
+    def test_the_grant_axis_is_evaluated_for_the_caller(self, store: Store) -> None:
+        from effectgate._core.grants import parse_spec
+        from effectgate._execute.authority import grant_authoriser
+
+        w = world(store)
+        w.gate = Gate(
+            store=store, registry=w.gate.registry, adapters=w.gate.adapters, policy=policy(),
+            clock=w.clock, evaluator=Evaluator(b"s" * 32),
+            authorise=grant_authoriser(environment="production"),
+        )  # fmt: skip
+        raw = {"actions": ["submit_order"], "targets": ["XYZ-PERP"], "scope": "default",
+               "environments": ["production"], "expires_in": 3600, "max_value": "1000"}  # fmt: skip
+        store.create_grant("alice", parse_spec(raw, now=w.clock()), created_by="ops", now=w.clock())
+        before = snapshot(store)
+        bob = w.gate.evaluate("submit_order", order(), principal="bob")
+        assert bob.outcome == "rejected"
+        assert bob.checks[0]["code"] == "grant_missing"
+        alice = w.gate.evaluate("submit_order", order(), principal="alice")
+        assert alice.checks[0] == {"stage": "authorise", "passed": True}
+        assert alice.outcome == "dispatch"
+        assert snapshot(store) == before
