@@ -481,7 +481,8 @@ class TestGrants:
             authorise=grant_authoriser(environment="production"),
         )  # fmt: skip
         raw = {"actions": ["submit_order"], "targets": ["XYZ-PERP"], "scope": "default",
-               "environments": ["production"], "expires_in": 3600, "max_value": "1000"}  # fmt: skip
+               "environments": ["production"], "expires_in": 3600, "max_value": "1000",
+               "budget": "1000"}  # fmt: skip
         store.create_grant("alice", parse_spec(raw, now=w.clock()), created_by="ops", now=w.clock())
         before = snapshot(store)
         bob = w.gate.evaluate("submit_order", order(), principal="bob")
@@ -491,3 +492,9 @@ class TestGrants:
         assert alice.checks[0] == {"stage": "authorise", "passed": True}
         assert alice.outcome == "dispatch"
         assert snapshot(store) == before
+        (quote,) = [b for b in alice.state.budgets if b.name.startswith("grant.")]
+        assert (quote.limit, quote.used, quote.reserve) == (10**9, 0, 400_000_000)
+        w.gate.submit("submit_order", "first", order(), principal="alice")  # draws 400
+        with pytest.raises(EvaluationTokenStale) as caught:
+            with_token(w.gate, alice.token, order(), "alice")
+        assert caught.value.reason == "budget"

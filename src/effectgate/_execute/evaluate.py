@@ -294,6 +294,28 @@ def _run_budget(
     return quotes, refusals
 
 
+def _grant_budgets(
+    gate: EvaluateGate, ac: ActionClass, parsed: Intent, run: tuple[str, str | None], now: float
+) -> list[BudgetQuote]:
+    """The aggregate budgets of the caller's live grants that name this class and tenant
+    (grants on only): the value the action would draw from each, and what would be left."""
+    scope, principal = run
+    if gate.pipeline.authorise is None or principal is None:
+        return []
+    value, _ = _value_target(ac, parsed)
+    quotes: list[BudgetQuote] = []
+    for g in gate.store.live_grants_for(principal, now):
+        s = g.spec
+        if s.budget is None or not ({"*", ac.name} & s.actions) or s.scope not in ("*", scope):
+            continue
+        used = gate.store.dispatched_micros(principal, s.actions, g.created_at)
+        asked = to_micros(value) if value is not None else 0
+        quotes.append(
+            BudgetQuote(f"grant.{g.grant_id}", to_micros(s.budget), used, asked, "micros")
+        )
+    return quotes
+
+
 def _state(
     gate: EvaluateGate,
     ac: ActionClass,
@@ -301,11 +323,13 @@ def _state(
     decision: Decision,
     now: float,
     run: tuple[str, str, RunCallRef | None],
+    principal: str | None,
 ) -> tuple[StateQuote, ClassControls, list[str], list[str], bool]:
     """What the token covers, with the controls, holds and run refusals it was read from."""
     ctl, holds, quotes, shadow = _controls(gate.store, ac, parsed, now)
     scope, op_id, run_call = run
     run_quotes, refusals = _run_budget(gate.store, scope, run_call, op_id, now)
+    run_quotes += _grant_budgets(gate, ac, parsed, (scope, principal), now)
     quote = StateQuote(
         decision.allowed,
         decision.tier.value,
@@ -332,9 +356,8 @@ def evaluate(
     check_principal(principal)
     ac = gate.registry.get(action)
     decision = decide(gate.policy, ac, parsed, None)
-    state, ctl, holds, over, shadow = _state(
-        gate, ac, parsed, decision, now, (scope, op_id, run_call)
-    )
+    run = (scope, op_id, run_call)
+    state, ctl, holds, over, shadow = _state(gate, ac, parsed, decision, now, run, principal)
     reasons = [f"policy: {decision.reason}"]
     row = _row(ac, parsed, decision, scope, op_id, now)
     checks = _stages(gate, DispatchContext(row, ac, store, now, None, principal))
@@ -402,7 +425,7 @@ def check_token(
         payload = verify_token(
             gate.evaluator.secret, token, principal=principal, scope=scope, action=ac.name
         )
-        state = _state(gate, ac, parsed, decision, now, (scope, *run))[0]
+        state = _state(gate, ac, parsed, decision, now, (scope, *run), principal)[0]
         why = stale_reason(payload, fingerprint=parsed.fingerprint, state=state, now=now)
         if why is not None:
             raise EvaluationTokenStale(why[1], reason=why[0])
