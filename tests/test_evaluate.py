@@ -84,9 +84,15 @@ class World:
     clock: ManualClock
 
 
-def world(store: Store, *, spec: Speculation | None = None, mode: str = "honest") -> World:
+def world(
+    store: Store,
+    *,
+    spec: Speculation | None = None,
+    mode: str = "honest",
+    max_qty: int | None = None,
+) -> World:
     clock = ManualClock()
-    venue = PaperVenue(clock=clock)
+    venue = PaperVenue(clock=clock, max_quantity=max_qty)
     sandbox = PaperSandbox(venue, mode=SandboxMode(mode), lifetime=60.0, clock=clock)
     adapter = PaperAdapter(venue, sandbox=sandbox) if spec is not None else PaperAdapter(venue)
     gate = Gate(
@@ -195,11 +201,11 @@ class TestEvaluateWritesNothing:
 
     def test_policy_refusal_is_rejected_with_its_reason(self, store: Store) -> None:
         w = world(store)
-        got = w.gate.evaluate("cancel_order", {
-            "intent_version": "1", "action": "cancel_order", "instrument": "XYZ-PERP",
-            "order_ref": "V-1"}, principal="agent-1")  # fmt: skip
-        assert got.outcome in ("rejected", "dispatch")
-        assert got.reasons[0].startswith("policy: ")
+        got = w.gate.evaluate("submit_order", order("2000"), principal="agent-1")
+        assert got.outcome == "rejected"
+        assert got.state.allowed is False
+        assert got.reasons[0] == "policy: value 200000 over limit 100000"
+        assert got.approvals is None
 
     def test_speculation_verdict_without_an_effect(self, store: Store) -> None:
         """The venue's dry run is reported; nothing reaches the venue, nothing is recorded."""
@@ -211,6 +217,16 @@ class TestEvaluateWritesNothing:
         assert w.venue.records_after(None, 100) == []
         assert snapshot(store) == before
         assert store.speculations("default", "evaluation") == []
+
+    def test_a_denying_dry_run_is_a_rejection(self, store: Store) -> None:
+        w = world(store, spec=Speculation(verdict_lifetime=60.0), max_qty=2)
+        before = snapshot(store)
+        got = w.gate.evaluate("submit_order", order("4"), principal="agent-1")
+        assert got.speculation is not None and got.speculation["verdict"] == "DENY"
+        assert got.outcome == "rejected"
+        assert any(r.startswith("speculation: ") for r in got.reasons)
+        assert snapshot(store) == before
+        assert w.venue.records_after(None, 100) == []
 
 
 class TestAuditIsRateLimited:
