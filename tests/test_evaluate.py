@@ -166,7 +166,16 @@ class TestEvaluateWritesNothing:
         assert snapshot(store) == before
         assert len(list(store.iter_audit())) == audit_before + len(results)
         assert [e["outcome"] for e in evaluations(store)] == [r.outcome for r in results]
+        assert results[-1].outcome == "replay"
         assert store.dispatch_window("submit_order", 0.0) == (1, 400_000_000)
+
+    def test_an_existing_operation_id_is_a_replay_or_a_conflict(self, store: Store) -> None:
+        w = world(store)
+        w.gate.submit("submit_order", "seen", order(), principal="agent-1")
+        same = w.gate.evaluate("submit_order", order(), operation_id="seen", principal="agent-1")
+        other = w.gate.evaluate("submit_order", order("5"), operation_id="seen")
+        assert (same.outcome, other.outcome) == ("replay", "conflict")
+        assert same.reasons[0].startswith("replay: 'seen' is acknowledged")
 
     def test_it_quotes_what_would_be_reserved_and_what_is_left(self, store: Store) -> None:
         w = world(store)

@@ -78,9 +78,10 @@ class Evaluation:
     """What would happen to one action now, and the token that binds a submit to it.
 
     ``outcome``: what a submit would do now: ``dispatch`` (sent at once), ``shadowed``,
-    ``awaiting_approval``, ``held`` (a control holds it) or ``rejected``. ``reasons``: every
-    finding, in the order of the path (policy, grants, controls, budgets, preconditions,
-    speculation, approvals).
+    ``awaiting_approval``, ``held`` (a control holds it) or ``rejected``; under an operation
+    id already journalled, ``replay`` (the same payload) or ``conflict`` (another one).
+    ``reasons``: every finding, in the order of the path (policy, grants, controls, budgets,
+    preconditions, speculation, approvals).
     """
 
     action: str

@@ -372,7 +372,14 @@ def evaluate(
         reasons.append(
             f"approval: {approvals['required']} approver(s) needed ({decision.tier.value})"
         )
-    if not decision.allowed or refused:
+    existing = store.get(scope, op_id) if operation_id is not None else None
+    if existing is not None and existing.fingerprint == parsed.fingerprint:
+        reasons.insert(0, f"replay: {op_id!r} is {existing.state.value}; a submit returns it")
+        outcome = "replay"
+    elif existing is not None:
+        reasons.insert(0, f"idempotency_conflict: {op_id!r} holds another payload")
+        outcome = "conflict"
+    elif not decision.allowed or refused:
         outcome = "rejected"
     elif approvals is not None:
         outcome = "awaiting_approval"
