@@ -61,11 +61,17 @@ class TestToolsInMemory:
         async def go() -> None:
             async with Client(build_server(service, ALPHA), mode=mode) as c:
                 tools = {t.name: t for t in (await c.list_tools()).tools}
-                assert set(tools) == {"submit_order", "cancel_order", LOOKUP_TOOL}
+                assert set(tools) == {
+                    "submit_order", "cancel_order", LOOKUP_TOOL,
+                    "evaluate_submit_order", "evaluate_cancel_order",
+                }  # fmt: skip
                 schema = tools["submit_order"].input_schema
                 intent = service.config.registry.get("submit_order").json_schema()
                 assert schema["required"][0] == "operation_id"
-                assert set(schema["properties"]) == {"operation_id", *intent["properties"]}
+                assert set(schema["properties"]) == {
+                    "operation_id", "evaluation_token", *intent["properties"]
+                }  # fmt: skip
+                assert tools["evaluate_submit_order"].annotations.read_only_hint is True
                 assert schema["additionalProperties"] is False
                 assert tools["submit_order"].output_schema == OperationOut.model_json_schema()
                 assert tools[LOOKUP_TOOL].annotations.read_only_hint is True
@@ -227,7 +233,9 @@ class TestStdio:
         async def go() -> None:
             async with Client(params) as c:
                 names = {t.name for t in (await c.list_tools()).tools}
-                assert names == {"submit_order", "cancel_order", LOOKUP_TOOL}
+                assert names - {"evaluate_submit_order", "evaluate_cancel_order"} == {
+                    "submit_order", "cancel_order", LOOKUP_TOOL
+                }  # fmt: skip
                 first = await c.call_tool("submit_order", ARGS)
                 again = await c.call_tool("submit_order", ARGS)
                 assert first.structured_content["scope"] == "alpha"

@@ -18,6 +18,7 @@ from effectgate._core.controls import (
     ClassControls,
     Envelope,
 )
+from effectgate._core.evaluation import Evaluation
 from effectgate._core.intent import (
     ActionClass,
     AsciiPattern,
@@ -74,6 +75,7 @@ from effectgate._execute.adapter import (
 from effectgate._execute.alerts import AlertSink, LogAlertSink, WebhookAlertSink, default_sink
 from effectgate._execute.continuations import Chain, ContinuationService
 from effectgate._execute.dispatcher import Dispatcher, DispatchReport
+from effectgate._execute.evaluate import Evaluator
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import BlastRadius, Operator, ShadowReport
 from effectgate._execute.predispatch import DispatchContext, Refusal
@@ -163,6 +165,8 @@ __all__ = [
     "EffectClass",
     "EffectgateError",
     "Envelope",
+    "Evaluation",
+    "Evaluator",
     "EvidenceKind",
     "Gate",
     "Ground",

@@ -39,6 +39,10 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   +-- ResolutionRefused         resolution_refused             409
     |   +-- DispatchRefused           dispatch_refused               409
     |   +-- ContinuationRefused       continuation_refused           409
+    |   +-- EvaluationTokenRefused    evaluation_token_refused       409
+    |       +-- EvaluationTokenInvalid
+    |       |                         evaluation_token_invalid       400
+    |       +-- EvaluationTokenStale  evaluation_token_stale         409
     |   +-- RunError                  run_refused                    409
     |       +-- RunNotFound           run_not_found                  404
     |       +-- RunCallNotFound       run_call_not_found             404
@@ -105,6 +109,9 @@ __all__ = [
     "DispatchRefused",
     "DuplicateApprover",
     "EffectgateError",
+    "EvaluationTokenInvalid",
+    "EvaluationTokenRefused",
+    "EvaluationTokenStale",
     "GrantNotFound",
     "GrantWider",
     "IdempotencyConflict",
@@ -557,6 +564,37 @@ class ContinuationRefused(OperationError):
 
     def details(self) -> dict[str, object]:
         return {"reason": self.reason}
+
+
+class EvaluationTokenRefused(OperationError):
+    """A submit presented an evaluation token (``Gate.evaluate``) that does not hold for it.
+    ``reason`` says why; nothing was written but the audit line of the refusal. Evaluate again
+    and decide again."""
+
+    code = "evaluation_token_refused"
+
+    def __init__(self, message: str, *, reason: str = "refused") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def details(self) -> dict[str, object]:
+        return {"reason": self.reason}
+
+
+class EvaluationTokenInvalid(EvaluationTokenRefused):
+    """The token is malformed, its signature does not verify (tampered, or another service's
+    secret), or it was issued for another principal, scope or action class."""
+
+    code = "evaluation_token_invalid"
+    status = 400
+
+
+class EvaluationTokenStale(EvaluationTokenRefused):
+    """Something the token covers changed since the evaluation: it expired, the payload's
+    fingerprint differs, the policy or its decision, the class's controls (kill switch,
+    breaker, shadow, envelope), or a budget's headroom fell below what was quoted."""
+
+    code = "evaluation_token_stale"
 
 
 class RunError(OperationError):

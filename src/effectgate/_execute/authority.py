@@ -85,7 +85,7 @@ def grant_authoriser(
     def authorise(ctx: DispatchContext) -> Refusal | None:
         if uses is not None:
             uses.note(ctx.entry.op_key, None)
-        who = acting_principal(ctx.store, ctx.entry)
+        who = ctx.proposer or acting_principal(ctx.store, ctx.entry)
         if who is None:
             return Refusal("reject", "grant_missing", "no principal proposed this action")
         if revoked(who):

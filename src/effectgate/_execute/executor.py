@@ -31,6 +31,7 @@ from effectgate._execute.alerts import AlertSink
 from effectgate._execute.call import call_once
 from effectgate._execute.continuation_budget import continuation_budget_check
 from effectgate._execute.continuations import continuation_may_dispatch
+from effectgate._execute.evaluate import Evaluator, check_token, evaluate
 from effectgate._execute.intake import (
     RawIntent,
     admission_for,
@@ -70,6 +71,7 @@ from effectgate.store.base import Journal, Operation
 from effectgate.store.roles import Store
 
 if TYPE_CHECKING:
+    from effectgate._core.evaluation import Evaluation
     from effectgate._core.runs import RunCallRef
 
 __all__ = ["Gate"]
@@ -97,6 +99,7 @@ class Gate:
         preconditions: Iterable[Stage] = (),
         admission_checks: Iterable[InTxCheck] = (),
         process_id: str | None = None,
+        evaluator: Evaluator | None = None,
     ) -> None:
         missing = sorted({registry.get(n).adapter for n in registry.names()} - set(adapters))
         if missing:
@@ -129,6 +132,7 @@ class Gate:
             registry.get(name)
         self.approvals = approvals or ApprovalRules()
         self.alerts = alerts
+        self.evaluator = evaluator or Evaluator()  # evaluate's token secret, audit limit
         # Speculation (seed 000): the retry horizon is the dispatch timeout plus this grace.
         self.in_flight_grace = in_flight_grace
         check_speculation(
@@ -160,6 +164,7 @@ class Gate:
         principal: str | None = None,
         correlation_id: str | None = None,
         run_call: RunCallRef | None = None,
+        evaluation_token: str | None = None,
     ) -> Operation:
         """Propose an action under ``operation_id`` and, if policy allows it automatically, run it.
 
@@ -178,6 +183,7 @@ class Gate:
         run call proposing it. The row is then admitted only against that exact, unfinished
         tool call of an unsealed run, in the journal's transaction (docs/runs.md); a replay
         after the seal raises :class:`~effectgate.errors.RunSealed` carrying the row.
+        ``evaluation_token`` (:meth:`evaluate`): refused unless what it covers still holds.
         """
         write = journal_for(self.store, run_call or current_run_call())
         admission = admission_for(operation_id)
@@ -201,6 +207,9 @@ class Gate:
                 decision = decide(self.policy, ac, parsed, admission)
         else:
             decision = decide(self.policy, ac, parsed, admission)
+        if evaluation_token is not None:
+            run = (operation_id, run_call or current_run_call())
+            check_token(self, ac, parsed, decision, evaluation_token, scope, principal, run)
         spec = active_speculation(self, ac) if ac.speculation else None
         # A speculating class stops at validated: the dry run comes before any dispatch.
         # With a pipeline configured (or a continuation admitted) the row stops at validated
@@ -254,6 +263,16 @@ class Gate:
         if row.state is State.VALIDATED and dispatch and staged:
             return self._dispatch(scope, operation_id, correlation_id)[0]
         return row
+
+    def evaluate(
+        self, action: str, intent: RawIntent, *, scope: str = "default",
+        principal: str | None = None, operation_id: str | None = None,
+        run_call: RunCallRef | None = None,
+    ) -> Evaluation:  # fmt: skip
+        """What :meth:`submit` would do with ``intent`` now, read-only, and its token
+        (:mod:`.evaluate`); writes nothing but an audit line."""
+        run_call = run_call or current_run_call()
+        return evaluate(self, action, intent, scope, principal, operation_id, run_call)
 
     def _replay(self, row: Operation, dispatch: bool, correlation_id: str | None) -> Operation:
         """The same id and payload again: the row as it is, sent only if it waits validated."""

@@ -70,6 +70,8 @@ class DispatchContext:  # what a stage may read; stages never write
     store: Store
     now: float
     dispatcher: str | None  # principal/process dispatching (None: the gate itself)
+    #: Who proposes it, when known without the ledger (an evaluation: no row was journalled).
+    proposer: str | None = None
 
 
 Stage = Callable[[DispatchContext], Refusal | None]  # runs BEFORE the dispatch transaction

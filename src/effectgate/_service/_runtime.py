@@ -17,17 +17,20 @@ several worker processes and hosts on one store:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from effectgate._core.evaluation import Evaluation
 from effectgate._core.principals import Capability
 from effectgate._core.runs import RunCallRef
 from effectgate._core.states import State
 from effectgate._execute.adapter import Adapter
 from effectgate._execute.alerts import AlertSink, MultiSink, WebhookAlertSink, default_sink
 from effectgate._execute.dispatcher import Dispatcher, DispatchReport
+from effectgate._execute.evaluate import Evaluator
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import Operator
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
@@ -161,6 +164,7 @@ class Service:
             approvals=config.approvals,
             alerts=self.alerts,
             in_flight_grace=settings.in_flight_grace,
+            evaluator=evaluator_from_env(config),
         )
         self.reconciler = Reconciler(
             store=self.store,
@@ -217,9 +221,11 @@ class Service:
         operation_id: str,
         body: bytes | Mapping[str, object],
         run_call: RunCallRef | None = None,
+        evaluation_token: str | None = None,
     ) -> Operation:
         """Submit an intent under ``operation_id`` in the principal's scope (see module doc);
-        ``run_call``: the run call it is proposed from (docs/runs.md)."""
+        ``run_call``: the run call it is proposed from (docs/runs.md); ``evaluation_token``:
+        from :meth:`evaluate`, refused if what it covers changed since."""
         principal.require(Capability.PROPOSE)
         key = (principal.scope, operation_id)
         with self._lock:
@@ -239,6 +245,7 @@ class Service:
                 scope=principal.scope,
                 principal=principal.name,
                 run_call=run_call,
+                evaluation_token=evaluation_token,
             )
         finally:
             with self._lock:
@@ -254,6 +261,25 @@ class Service:
                     retry_after=remaining,
                 )
         return op
+
+    def evaluate(
+        self,
+        principal: Principal,
+        action: str,
+        body: bytes | Mapping[str, object],
+        operation_id: str | None = None,
+        run_call: RunCallRef | None = None,
+    ) -> Evaluation:
+        """What proposing ``body`` would do now, read-only, with its evaluation token."""
+        principal.require(Capability.PROPOSE)
+        return self.gate.evaluate(
+            action,
+            body,
+            scope=principal.scope,
+            principal=principal.name,
+            operation_id=operation_id,
+            run_call=run_call,
+        )
 
     def lookup(self, principal: Principal, operation_id: str) -> Operation:
         """An operation in the principal's own scope (another tenant's is simply not found)."""
@@ -343,6 +369,22 @@ class Service:
         if self._webhook is not None:
             self._webhook.close()
         self.store.close()
+
+
+#: Where the service reads the evaluation tokens' HMAC secret (every process of one service
+#: must share it; unset: a random secret per process, so a token verifies only where issued).
+EVALUATION_SECRET_ENV = "EFFECTGATE_EVALUATION_SECRET"  # noqa: S105 - a variable name
+
+
+def evaluator_from_env(config: ServiceConfig) -> Evaluator:
+    """The gate's evaluator: the secret from ``$EFFECTGATE_EVALUATION_SECRET`` (never the
+    config file), the approver roles from ``[authority]``."""
+    raw = os.environ.get(EVALUATION_SECRET_ENV)
+    if raw is not None and len(raw.encode()) < 16:
+        raise ConfigError(f"${EVALUATION_SECRET_ENV} must hold at least 16 bytes")
+    return Evaluator(
+        raw.encode() if raw is not None else None, approver_roles=config.authority.approver_roles
+    )
 
 
 def report_dict(report: ReconcileReport) -> dict[str, object]:

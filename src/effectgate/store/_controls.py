@@ -61,6 +61,10 @@ class ControlRoles(StoreHooks):
             )
         }
 
+    def dispatch_window(self, action: str, since: float) -> tuple[int, int]:
+        r = self._rows(sql.DISPATCH_USAGE, (action, since), "dispatch window")[0]
+        return int(r[0]), int(r[1])
+
     def _change_controls(
         self,
         action: str,

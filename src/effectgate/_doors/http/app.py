@@ -10,6 +10,9 @@ Agent API (agent bearer token; one tenant scope per token):
   ``Idempotent-Replayed: true``; ``400`` without a key or with a malformed body; ``409`` while
   the first request with that key is in flight; ``422`` when the key was used with another
   payload.
+* ``POST /v1/actions/{action}/evaluate``: what that POST would do now, read-only: the
+  fingerprint, the decision and its reasons, and an evaluation token; a later POST may send the
+  token in ``Effectgate-Evaluation-Token`` to be refused if anything it covers changed.
 * ``GET /v1/operations/{operation_id}``: the operation, in the caller's scope only.
 
 Before any route sees a body, :class:`~effectgate._doors.http._body.BodyGate` authenticates
@@ -48,6 +51,7 @@ from effectgate._doors.http._body import PRINCIPAL_KEY, PROBLEM_JSON, BodyGate, 
 from effectgate._doors.http._budgets import harness_budgets_router
 from effectgate._doors.http._channels import CHANNELS_PREFIX, channels_router
 from effectgate._doors.http._continuations import continuations_router
+from effectgate._doors.http._evaluate import EVALUATION_HEADER, add_evaluate_route
 from effectgate._doors.http._grants import grants_router
 from effectgate._doors.http._policies import policies_router
 from effectgate._doors.http._quarantine import quarantine_router
@@ -212,6 +216,7 @@ def create_app(
 
     for name in service.config.registry.names():
         _add_action_route(app, service, name, agent)
+        add_evaluate_route(app, service, name, agent, _ERRORS)
 
     # After the registered actions, so only a name that is none of them lands here.
     @app.post("/v1/actions/{action}", include_in_schema=False)
@@ -224,6 +229,10 @@ def create_app(
         status, body, headers = problem_for(exc)
         body["actions"] = names
         return JSONResponse(body, status_code=status, headers=headers, media_type=PROBLEM_JSON)
+
+    @app.post("/v1/actions/{action}/evaluate", include_in_schema=False)
+    async def unknown_evaluate(action: str, who: agent) -> JSONResponse:
+        return await unknown_action(action, who)
 
     @app.get(
         "/v1/operations/{operation_id}",
@@ -348,6 +357,15 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
                 description="RUN/SLOT/CALL: the harness's run call proposing it (docs/runs.md)",
             ),
         ] = None,
+        evaluation_token: Annotated[
+            str | None,
+            Header(
+                alias=EVALUATION_HEADER,
+                description="A token from POST /v1/actions/NAME/evaluate: refused (409 "
+                "evaluation_token_stale, 400 evaluation_token_invalid) unless what it covers "
+                "still holds",
+            ),
+        ] = None,
     ) -> Response:
         if len(request.headers.getlist("idempotency-key")) > 1:
             # One request is one operation: picking one of several ids would be a guess.
@@ -370,7 +388,9 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
         run_call = parse_run_call(run_call_header)
         raw = await request.body()  # authenticated, JSON-typed and capped by BodyGate
         refuse_deep(raw, settings.max_depth)
-        op = await offload(service.propose, who, name, key, raw, run_call)
+        if len(request.headers.getlist(EVALUATION_HEADER)) > 1:
+            raise BadRequest(f"send at most one {EVALUATION_HEADER} header")
+        op = await offload(service.propose, who, name, key, raw, run_call, evaluation_token)
         return _operation_response(op, 200 if op.replayed else 201, service)
 
     async def handle(request: Request) -> Response:
@@ -381,6 +401,7 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
             await _authorize(service, request, Capability.PROPOSE),
             headers.get("idempotency-key"),
             headers.get(RUN_CALL_HEADER),
+            headers.get(EVALUATION_HEADER),
         )
 
     app.router.add_api_route(

@@ -5,9 +5,12 @@ required ``operation_id`` property, and whose ``outputSchema`` is the operation 
 carry ``structuredContent``. Arguments go through the same strict core as HTTP bodies: nothing
 is coerced (``"5"`` is not ``5``, ``5.0`` is not a decimal string) and unknown keys are refused.
 A refusal is an ``isError`` result whose structured content names the field and the reason, so
-a model can correct itself. ``get_operation`` looks an operation up; no tool reaches operator
-actions. A harness's token also sees the budget tools (:mod:`effectgate._doors.mcp.budgets`:
-reserve, admit a run, check, settle, usage); an agent's token neither sees nor may call them.
+a model can correct itself. ``evaluate_X`` (one per class, read-only) answers what ``X`` would
+do now and returns an ``evaluation_token``; ``X`` takes it as an optional argument and is then
+refused if anything the evaluation covered changed. ``get_operation`` looks an operation up;
+no tool reaches operator actions. A harness's token also sees the budget tools
+(:mod:`effectgate._doors.mcp.budgets`: reserve, admit a run, check, settle, usage); an agent's
+token neither sees nor may call them.
 
 Operation id (see docs/service.md): the caller supplies it as an argument, minted once when the
 action is decided on and repeated verbatim on every retry. It lives in the transcript, so a
@@ -45,6 +48,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from effectgate import __version__
 from effectgate._core.principals import Capability
+from effectgate._core.runs import RunCallRef
 from effectgate._doors._shared.mcp_screen import REFUSED_META, ScreenedLines, screen
 from effectgate._doors._shared.models import OperationOut, operation_out, problem_for
 from effectgate._doors._shared.offload import offload
@@ -63,11 +67,13 @@ from effectgate.errors import (
 from effectgate.store.base import OPERATION_ID_PATTERN
 
 __all__ = [
+    "EVALUATE_PREFIX",
     "LOOKUP_TOOL",
     "OPERATION_ID_SCHEMA",
     "PIN_META_KEY",
     "McpHttpMount",
     "build_server",
+    "evaluate_tool",
     "lookup_tool",
     "principal_for",
     "run_stdio",
@@ -75,6 +81,14 @@ __all__ = [
 ]
 
 LOOKUP_TOOL: Final = "get_operation"
+#: ``evaluate_X`` for each class ``X``: what proposing it would do now, read-only.
+EVALUATE_PREFIX: Final = "evaluate_"
+EVALUATION_TOKEN_SCHEMA: Final = {
+    "type": "string",
+    "maxLength": 8192,
+    "description": "Optional: the evaluation_token an evaluate_ tool returned for this payload; "
+    "the action is then refused if anything that evaluation covered has changed.",
+}
 PIN_META_KEY: Final = "io.effectgate/operation_id"
 _PRINCIPAL_KEY: Final = "effectgate.principal"
 OPERATION_ID_SCHEMA: Final = {
@@ -91,8 +105,14 @@ def tool_definitions(service: Service) -> list[types.Tool]:
     tools: list[types.Tool] = []
     for ac in service.config.registry:
         schema = ac.json_schema()
-        schema["properties"] = {"operation_id": OPERATION_ID_SCHEMA, **schema["properties"]}
+        plain = json.loads(json.dumps(schema))
+        schema["properties"] = {
+            "operation_id": OPERATION_ID_SCHEMA,
+            "evaluation_token": EVALUATION_TOKEN_SCHEMA,
+            **schema["properties"],
+        }
         schema["required"] = ["operation_id", *schema.get("required", [])]
+        tools.append(evaluate_tool(ac.name, plain))
         mutation = ac.effect_class.value != "read_only"
         tools.append(
             types.Tool(
@@ -115,6 +135,25 @@ def tool_definitions(service: Service) -> list[types.Tool]:
         )
     tools.append(lookup_tool(output))
     return tools
+
+
+def evaluate_tool(action: str, schema: dict[str, Any]) -> types.Tool:
+    """``evaluate_ACTION``: the intent schema, an optional ``operation_id``; read-only."""
+    schema["properties"] = {"operation_id": OPERATION_ID_SCHEMA, **schema["properties"]}
+    return types.Tool(
+        name=f"{EVALUATE_PREFIX}{action}",
+        title=f"evaluate {action.replace('_', ' ')}",
+        description=(
+            f"Ask what a {action} action would do now, without doing it: the decision and its "
+            "reasons (policy, controls, budgets left, approvals needed and from whom, the "
+            f"venue's dry run) and an evaluation_token to pass to {action} so that it is "
+            "refused if anything changed since. Writes nothing."
+        ),
+        input_schema=schema,
+        annotations=types.ToolAnnotations(
+            read_only_hint=True, idempotent_hint=True, open_world_hint=True
+        ),
+    )
 
 
 def lookup_tool(output: dict[str, Any]) -> types.Tool:
@@ -209,6 +248,10 @@ async def _call(
             reason="duplicate_key",
         )
     args = dict(params.arguments or {})
+    if params.name.startswith(EVALUATE_PREFIX) and params.name not in service.config.registry:
+        action = params.name.removeprefix(EVALUATE_PREFIX)
+        run_call = parse_run_call((params.meta or {}).get(RUN_CALL_META_KEY))
+        return await _evaluate(service, who, action, args, run_call)
     if "operation_id" not in args:
         raise IntentError(
             "required field 'operation_id' is missing", field="operation_id", reason="missing"
@@ -237,11 +280,35 @@ async def _call(
         op = await anyio.to_thread.run_sync(service.lookup, who, op_id)
     elif params.name in service.config.registry:
         run_call = parse_run_call((params.meta or {}).get(RUN_CALL_META_KEY))
+        token = args.pop("evaluation_token", None)
+        if token is not None and not isinstance(token, str):
+            raise IntentError("must be a string", field="evaluation_token", reason="string_type")
         with _tracing.attach_remote(mcp_carrier(params.meta)):
-            op = await offload(service.propose, who, params.name, op_id, args, run_call)
+            op = await offload(service.propose, who, params.name, op_id, args, run_call, token)
     else:
         raise UnknownActionClass(f"no tool named {params.name!r}")
     out = operation_out(op, service.config.registry).model_dump(mode="json")
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=json.dumps(out))], structured_content=out
+    )
+
+
+async def _evaluate(
+    service: Service, who: Principal, action: str, args: dict[str, Any], run_call: RunCallRef | None
+) -> types.CallToolResult:
+    if action not in service.config.registry:
+        raise UnknownActionClass(f"no tool named {EVALUATE_PREFIX}{action!r}")
+    op_id = args.pop("operation_id", None)
+    if op_id is not None and (
+        not isinstance(op_id, str) or not OPERATION_ID_PATTERN.fullmatch(op_id)
+    ):
+        raise IntentError(
+            f"must be a string matching {OPERATION_ID_PATTERN.pattern}",
+            field="operation_id",
+            reason="invalid_operation_id",
+        )
+    result = await offload(service.evaluate, who, action, args, op_id, run_call)
+    out = result.to_dict()
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=json.dumps(out))], structured_content=out
     )

@@ -86,6 +86,10 @@ class Controls(Protocol):
         """``{action: n}`` of dispatches at or after ``since`` (the envelope's dispatch log,
         kept at least a day): the console's dispatch rates."""
 
+    def dispatch_window(self, action: str, since: float) -> tuple[int, int]:
+        """``(count, value_micros)`` of ``action``'s dispatches since ``since``: the envelope's
+        rate and exposure windows, read without a transaction or a lock (evaluate)."""
+
 
 @runtime_checkable
 class Releases(Protocol):
