@@ -19,6 +19,7 @@ import json
 import secrets
 import threading
 from collections.abc import Mapping
+from dataclasses import replace
 from decimal import Decimal
 from typing import Protocol
 
@@ -38,7 +39,7 @@ from effectgate._core.runs import RunCallRef
 from effectgate._core.states import State
 from effectgate._execute._gate_protocol import SpeculationGate
 from effectgate._execute.adapter import OutboundRequest, speculator
-from effectgate._execute.intake import RawIntent, check_principal, decide, parse
+from effectgate._execute.intake import RawIntent, check_principal, decide, new_operation, parse
 from effectgate._execute.predispatch import DispatchContext, Pipeline, Refusal
 from effectgate._execute.speculation import active_speculation
 from effectgate.errors import (
@@ -182,25 +183,9 @@ def _controls(
 def _row(
     ac: ActionClass, parsed: Intent, decision: Decision, scope: str, op_id: str, now: float
 ) -> Operation:
-    """The row a submit would journal, never written: what the pipeline's stages read."""
-    return Operation(
-        scope=scope,
-        operation_id=op_id,
-        action=ac.name,
-        fingerprint=parsed.fingerprint,
-        intent=parsed.snapshot,
-        effect=parsed.effect,
-        state=State.VALIDATED,
-        tier=decision.tier.value,
-        reason=decision.reason,
-        policy_version=decision.policy_version,
-        venue_id=None,
-        detail=None,
-        created_at=now,
-        updated_at=now,
-        submitted_at=None,
-        version=0,
-    )
+    """The row a submit would journal, never written (version 0): what the stages read."""
+    journalled = new_operation(ac, parsed, decision, scope, op_id).journalled(State.VALIDATED, now)
+    return replace(journalled, version=0)
 
 
 def _stages(gate: EvaluateGate, ctx: DispatchContext) -> list[dict[str, object]]:

@@ -27,7 +27,16 @@ from effectgate.store.base import (
 )
 from effectgate.store.roles import Store
 
-__all__ = ["Plan", "admission_for", "decide", "journal", "parse", "plan", "submit_guard"]
+__all__ = [
+    "Plan",
+    "admission_for",
+    "decide",
+    "journal",
+    "new_operation",
+    "parse",
+    "plan",
+    "submit_guard",
+]
 
 log = logging.getLogger("effectgate.executor")
 
@@ -115,6 +124,23 @@ class Plan:
     provenance: dict[str, object]
 
 
+def new_operation(
+    ac: ActionClass, parsed: Intent, decision: Decision, scope: str, operation_id: str
+) -> NewOperation:
+    """The row a submit of ``parsed`` under ``decision`` journals (evaluate reads it unwritten)."""
+    return NewOperation(
+        scope=scope,
+        operation_id=operation_id,
+        action=ac.name,
+        fingerprint=parsed.fingerprint,
+        intent=parsed.snapshot,
+        effect=parsed.effect,
+        tier=decision.tier.value,
+        reason=decision.reason,
+        policy_version=decision.policy_version,
+    )
+
+
 def plan(
     ac: ActionClass,
     parsed: Intent,
@@ -128,17 +154,7 @@ def plan(
 ) -> Plan:
     """The row to journal: ``send_now`` takes an automatic row to ``submitted`` in the same
     transaction (the floor of two commits per action)."""
-    new = NewOperation(
-        scope=scope,
-        operation_id=operation_id,
-        action=ac.name,
-        fingerprint=parsed.fingerprint,
-        intent=parsed.snapshot,
-        effect=parsed.effect,
-        tier=decision.tier.value,
-        reason=decision.reason,
-        policy_version=decision.policy_version,
-    )
+    new = new_operation(ac, parsed, decision, scope, operation_id)
     path = _path_for(decision, send_now)
     facts = _provenance(parsed, decision, principal)
     if path[-1] is State.SUBMITTED:
