@@ -425,3 +425,43 @@ class TestHoldBound:
         bad = text.replace("key_retention = 86400", "key_retention = 86400\nhold_bound = 0", 1)
         with pytest.raises(ConfigError, match=r"classes\.submit_order\.hold_bound"):
             parse_config(bad)
+
+
+class TestHeldNoteCleared:
+    """Issue 39 item 3: a ``held:`` note says why a row waits in ``validated``; once the row
+    moves on it is false of it, so the move clears it (invariant 10: a terminal row carries
+    only what is true of it). The same on every store and every move path."""
+
+    def test_released_row_sent_by_its_retry_drops_the_note(self, world: World) -> None:
+        world.operator.kill("submit_order", operator="alice", reason="incident 7")
+        held = world.gate.submit("submit_order", "op-1", INTENT)
+        assert held.state is State.VALIDATED and (held.detail or "").startswith("held: kill")
+        world.operator.release("submit_order", operator="alice")
+        sent = world.gate.submit("submit_order", "op-1", INTENT)
+        assert sent.state is State.ACKNOWLEDGED and sent.detail is None
+        stored = world.gate.get("op-1")
+        assert stored.state is State.ACKNOWLEDGED and stored.detail is None
+
+    def test_released_row_sent_by_the_dispatcher_drops_the_note(self, world: World) -> None:
+        world.operator.kill("submit_order", operator="alice")
+        world.gate.submit("submit_order", "op-1", INTENT)
+        world.operator.release("submit_order", operator="alice")
+        assert Dispatcher(world.gate).run_once().sent == 1
+        row = world.gate.get("op-1")
+        assert row.state is State.ACKNOWLEDGED and row.detail is None
+
+    def test_a_move_with_its_own_detail_keeps_that_detail(self, world: World) -> None:
+        """A move that says something new writes it; only the stale ``held:`` note goes."""
+        from effectgate.store.base import Move
+
+        world.operator.kill("submit_order", operator="alice")
+        world.gate.submit("submit_order", "op-1", INTENT)
+        world.gate.submit("submit_order", "op-2", INTENT)
+        now = world.clock()
+        moves = [
+            Move("default", "op-1", State.VALIDATED, State.REJECTED, detail="withdrawn by desk"),
+            Move("default", "op-2", State.VALIDATED, State.REJECTED),
+        ]
+        assert world.store.transition_many(moves, now=now) == [True, True]
+        assert world.gate.get("op-1").detail == "withdrawn by desk"
+        assert world.gate.get("op-2").detail is None

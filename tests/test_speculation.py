@@ -230,6 +230,19 @@ class TestVerdicts:
         assert "over maximum" in row.detail
         assert w.venue.calls == 0
 
+    def test_deny_names_the_sandbox_as_the_reason(self, store: Store) -> None:
+        """Issue 39 item 4: the reason names what decided. The policy allowed the action and
+        the sandbox refused it, so the row's ``reason`` (as stored, and as the call returned)
+        is the sandbox's, not the policy's ``within limit``."""
+        w = make_world(store, max_quantity=2)
+        row = w.gate.submit("submit_order", "op-1", INTENT)
+        stored = w.store.get("default", "op-1")
+        assert stored is not None
+        for r in (row, stored):
+            assert r.state is State.REJECTED
+            assert r.reason is not None and r.reason.startswith("sandbox denied: ")
+            assert "over maximum" in r.reason and "within limit" not in r.reason
+
     def test_deny_seen_by_approvers_rejects_at_dispatch(self, store: Store) -> None:
         """validated -> rejected: the last-moment refusal of the state table."""
         w = make_world(store, max_quantity=2)

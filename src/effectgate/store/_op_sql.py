@@ -101,7 +101,8 @@ def cas(anchors: str = "") -> str:
     ``submitted_at``'s and ``scope``'s parameters."""
     return (
         "UPDATE operations SET state = {target}, updated_at = {now}, version = version + 1, "
-        "venue_id = coalesce({venue_id}, venue_id), detail = coalesce({detail}, detail), "
+        "venue_id = coalesce({venue_id}, venue_id), "
+        f"detail = coalesce({{detail}}, {KEEP_DETAIL}), "
         "submitted_at = coalesce({submitted_at}, submitted_at), lease_owner = NULL, "
         f"lease_until = NULL{anchors} "
         "WHERE scope = {scope} AND operation_id = {operation_id} AND state = {expected}"
@@ -124,6 +125,16 @@ def request_params(request: tuple[Any, ...] | None) -> dict[str, Any]:
     }
 
 
+#: What a move without a new detail keeps of the old one: a ``held:`` note says why a row
+#: waits in ``validated``, and is false of it once it moves on (issue 39 item 3).
+KEEP_DETAIL = "CASE WHEN substr(detail, 1, 5) = 'held:' THEN NULL ELSE detail END"
+
+
+def kept_detail(detail: str | None) -> str | None:
+    """:data:`KEEP_DETAIL` in Python, for a row the caller holds a copy of."""
+    return None if detail is not None and detail.startswith("held:") else detail
+
+
 def cas_on_copy(
     known: Operation, venue_id: str | None, detail: str | None
 ) -> tuple[int, str | None, str | None, float | None]:
@@ -132,7 +143,7 @@ def cas_on_copy(
     return (
         known.version + 1,
         known.venue_id if venue_id is None else venue_id,
-        known.detail if detail is None else detail,
+        kept_detail(known.detail) if detail is None else detail,
         known.submitted_at,
     )
 

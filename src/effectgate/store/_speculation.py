@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from effectgate._core.speculation import SpeculationRecord, SpeculationVerdict
@@ -137,6 +138,13 @@ class SpeculationRoles(StoreHooks):
                         "seq": seq,
                     },
                 )
+                # The reason names what decided: the policy allowed it, the sandbox refused.
+                why = f"sandbox denied: {record.reason}"
+                tx.write(
+                    "UPDATE operations SET reason = ? WHERE scope = ? AND operation_id = ?",
+                    (why, scope, operation_id),
+                )
+                moved = replace(moved, reason=why)
             return stored, moved
 
         return self._run(

@@ -93,7 +93,8 @@ ALERT_COLUMNS = "kind, subject, action, message, detail, at"
 # A batch move's compare-and-set (Store.transition_many): the row moves only from ``expected``.
 CAS_MOVE = (
     "UPDATE operations SET state = ?, updated_at = ?, version = version + 1, "
-    "venue_id = coalesce(?, venue_id), detail = coalesce(?, detail), lease_owner = NULL, "
+    "venue_id = coalesce(?, venue_id), detail = coalesce(?, "
+    "CASE WHEN substr(detail, 1, 5) = 'held:' THEN NULL ELSE detail END), lease_owner = NULL, "
     "lease_until = NULL WHERE scope = ? AND operation_id = ? AND state = ? RETURNING 1"
 )
 SELECT_OP = f"SELECT {OP_COLUMNS} FROM operations WHERE scope = ? AND operation_id = ?"
