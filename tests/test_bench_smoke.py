@@ -111,3 +111,49 @@ class TestRatioTargets:
         assert ratio_target(fig("B5", "HTTP, 16 clients", clients=16), 2) == 0.5
         assert ratio_target(fig("B5", "HTTP, 64 clients", clients=64), 2) is None
         assert ratio_target(fig("B5", "MCP (streamable HTTP), 16 clients", clients=16), 2) is None
+
+
+def test_b6_fleet_reports_both_doors_against_the_ideal(tmp_path) -> None:
+    """B6 runs in process and over HTTP, each figure against the ideal agents / latency."""
+    out = tmp_path / "b6.json"
+    result = CliRunner().invoke(
+        app,
+        [
+            "bench",
+            "--store",
+            f"sqlite:///{tmp_path / 'ledger.db'}",
+            "--workload",
+            "B6",
+            "--agents",
+            "3",
+            "--latency-ms",
+            "20",
+            "--n",
+            "12",
+            "--json",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    figures = json.loads(out.read_text())["figures"]
+    assert [f["variant"] for f in figures] == [
+        "SQLite WAL FULL, in-process, agents=3",
+        "SQLite WAL FULL, HTTP, agents=3",
+    ]
+    for f in figures:
+        assert f["workload"] == "B6" and f["floor"] == 3 / 0.020
+        notes = f["notes"]
+        assert notes["n"] == 12 and notes["agents"] == 3
+        # every action waited for the venue: no end-to-end latency below it
+        assert notes["p50_ms"] >= 20 and notes["p99_added_ms"] >= 0
+        # the server's CPU is read from /proc in 10 ms ticks: a tiny HTTP run may round to zero
+        assert notes["cpu_us_per_action"] > 0 or "HTTP" in f["variant"]
+        # 3 agents can never beat 3 / 20 ms: a ratio above 1 would mean the wait was skipped
+        assert 0 < f["ratio"] <= 1.0
+    assert 0 < figures[0]["notes"]["commits_per_action"] <= 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b6.json"]
+
+
+def test_b6_refuses_a_fleet_of_none(tmp_path) -> None:
+    result = CliRunner().invoke(app, ["bench", "--workload", "B6", "--agents", "0"])
+    assert result.exit_code != 0 and "fleet sizes must be >= 1" in result.output

@@ -324,3 +324,51 @@ class TestCountingAdapter:
         with pytest.raises(AdapterError):
             counting.execute(request("op-1"), timeout=1.0)
         assert counting.execute_calls == 1
+
+
+class TestLatency:
+    """A slow venue for rehearsals and B6: each dispatch answers after ``latency`` seconds."""
+
+    def test_a_dispatch_waits_the_latency_then_applies(self) -> None:
+        import time
+
+        venue = PaperVenue()
+        adapter = PaperAdapter(venue, latency=0.05)
+        t0 = time.perf_counter()
+        receipt = adapter.execute(OutboundRequest("k1", "submit_order", EFFECT), timeout=1.0)
+        assert time.perf_counter() - t0 >= 0.05
+        assert receipt.outcome is Outcome.APPLIED and venue.find("k1") == [receipt.venue_id]
+
+    def test_waiting_dispatches_overlap(self) -> None:
+        """No lock is held while a call waits: eight calls of 50 ms take far less than 400 ms."""
+        import time
+
+        adapter = PaperAdapter(PaperVenue(), latency=0.05)
+        calls = [
+            threading.Thread(
+                target=adapter.execute,
+                args=(OutboundRequest(f"k{i}", "submit_order", EFFECT),),
+                kwargs={"timeout": 1.0},
+            )
+            for i in range(8)
+        ]
+        t0 = time.perf_counter()
+        for c in calls:
+            c.start()
+        for c in calls:
+            c.join()
+        assert time.perf_counter() - t0 < 0.3
+
+    def test_latency_past_the_timeout_is_a_lost_request(self) -> None:
+        venue = PaperVenue()
+        adapter = PaperAdapter(venue, latency=0.2)
+        with pytest.raises(AdapterError, match=r"did not answer within 0\.05 s"):
+            adapter.execute(OutboundRequest("k1", "submit_order", EFFECT), timeout=0.05)
+        assert venue.find("k1") == []  # the venue never saw it: the reconciler finds nothing
+
+    @pytest.mark.parametrize("bad", [-0.1, float("nan"), float("inf"), 31.0])
+    def test_a_latency_outside_0_to_the_call_ceiling_is_refused(self, bad: float) -> None:
+        from effectgate.errors import ConfigError
+
+        with pytest.raises(ConfigError, match="paper adapter latency"):
+            PaperAdapter(PaperVenue(), latency=bad)

@@ -56,6 +56,27 @@ class TestValidation:
             "no value measure",
         )
 
+    def test_a_paper_venue_can_answer_slowly(self) -> None:
+        """``latency`` rehearses a real venue's round trip; it is bounded like a call timeout."""
+        from effectgate._service._runtime import build_adapter
+        from effectgate.adapters.paper import PaperAdapter
+
+        cfg = parse_config(GOOD.replace('kind = "paper"', 'kind = "paper"\nlatency = 0.1'), "s")
+        adapter = build_adapter(cfg.adapters["venue"])
+        assert isinstance(adapter, PaperAdapter) and adapter.latency == 0.1
+        plain = build_adapter(parse_config(GOOD, "s").adapters["venue"])
+        assert isinstance(plain, PaperAdapter) and plain.latency == 0.0
+        fails(
+            GOOD.replace('kind = "paper"', 'kind = "paper"\nlatency = 45'),
+            "adapters.venue.latency",
+            "ceiling on one adapter call",
+        )
+        fails(
+            GOOD.replace('kind = "paper"', 'kind = "paper"\nlatency = -1'),
+            "adapters.venue.latency",
+            "finite number >= 0",
+        )
+
     def test_toml_syntax_error_gives_line(self) -> None:
         fails(GOOD + "\n[broken\n", "not valid TOML", "line")
 

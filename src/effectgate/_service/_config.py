@@ -450,6 +450,8 @@ def _adapter(name: str, sec: Section) -> AdapterConfig:
             # The dry-run sandbox (seed 000): absent means the paper venue cannot speculate.
             "sandbox": sec.text("sandbox", None, choices=["honest", "naive", "evicting"]),
             "sandbox_lifetime": sec.number("sandbox_lifetime", 60.0),
+            # Seconds each dispatch waits, as a real venue's round trip would (rehearsals, B6).
+            "latency": _capped(sec, "latency", 0.0, exclusive=False),
         }
         cfg = AdapterConfig(name, kind, options=options)
     else:
@@ -662,11 +664,11 @@ def _token(name: str, sec: Section) -> TokenConfig:
     return TokenConfig(name=name, role=role, scope=scope, sha256=digest, rate_limit=limit)
 
 
-def _capped(sec: Section, key: str, default: float) -> float:
+def _capped(sec: Section, key: str, default: float, *, exclusive: bool = True) -> float:
     """A timeout of one adapter call: above the ceiling (docs/continuations.md) is refused."""
     from effectgate._execute.adapter import ADAPTER_CALL_CEILING
 
-    value = sec.number(key, default)
+    value = sec.number(key, default, exclusive=exclusive)
     if value > ADAPTER_CALL_CEILING:
         sec.fail(
             key, f"{value:g}s is above the {ADAPTER_CALL_CEILING:g}s ceiling on one adapter call"

@@ -91,10 +91,12 @@ def build_adapter(cfg: AdapterConfig) -> Adapter:
             read_lag=float(cfg.options.get("read_lag", 0.0)),
         )
         mode = cfg.options.get("sandbox")
+        latency = float(cfg.options.get("latency", 0.0))
         if mode is None:
-            return PaperAdapter(venue)
+            return PaperAdapter(venue, latency=latency)
         lifetime = float(cfg.options.get("sandbox_lifetime", 60.0))
-        return PaperAdapter(venue, sandbox=PaperSandbox(venue, mode=str(mode), lifetime=lifetime))
+        sandbox = PaperSandbox(venue, mode=str(mode), lifetime=lifetime)
+        return PaperAdapter(venue, sandbox=sandbox, latency=latency)
     if cfg.factory is None:
         raise ConfigError(f"adapters.{cfg.name}: factory is required")
     made = import_object(cfg.factory)(**dict(cfg.options))

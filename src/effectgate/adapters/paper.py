@@ -11,10 +11,12 @@ effect is applied. Methods marked *test hook* exist to drive those cases from te
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from effectgate._execute.adapter import (
+    ADAPTER_CALL_CEILING,
     DEFAULT_CALL_TIMEOUT,
     Adapter,
     DryRun,
@@ -35,7 +37,7 @@ from effectgate.adapters._paper_venue import (
     VenueRejection,
     submitted_version,
 )
-from effectgate.errors import AdapterError
+from effectgate.errors import AdapterError, ConfigError
 
 if TYPE_CHECKING:
     from effectgate.adapters._paper_sandbox import PaperSandbox
@@ -55,9 +57,18 @@ class PaperAdapter(Adapter):
 
     name = "paper"
 
-    def __init__(self, venue: PaperVenue, *, sandbox: PaperSandbox | None = None) -> None:
+    def __init__(
+        self, venue: PaperVenue, *, sandbox: PaperSandbox | None = None, latency: float = 0.0
+    ) -> None:
+        if not (latency >= 0.0 and latency <= ADAPTER_CALL_CEILING):  # also refuses NaN
+            raise ConfigError(
+                f"paper adapter latency must be in [0, {ADAPTER_CALL_CEILING:g}] s, got {latency!r}"
+            )
         self.venue = venue
         self.sandbox = sandbox
+        #: Seconds each dispatch waits before the venue answers: a real venue's round trip
+        #: (tens to hundreds of ms), so a fleet can be rehearsed against a slow system of record.
+        self.latency = latency
 
     def read_precondition(
         self, action: str, effect: Mapping[str, EffectValue], *, timeout: float
@@ -91,8 +102,15 @@ class PaperAdapter(Adapter):
     def execute(self, request: OutboundRequest, *, timeout: float) -> Receipt:
         """Submit once; a refusal is ``not_applied`` with proof, any other failure is unknown.
 
-        ``timeout`` is not enforced: the call is in-process and never blocks on I/O.
+        With a ``latency``, the call waits that long first (no lock held), as a network round
+        trip would; a latency past ``timeout`` is a request lost in flight: the venue never sees
+        it and the call fails after ``timeout``, an unknown outcome for the boundary.
         """
+        if self.latency:
+            if self.latency > timeout:
+                time.sleep(timeout)
+                raise AdapterError(f"paper venue did not answer within {timeout:g} s")
+            time.sleep(self.latency)
         try:
             answer = self.venue.submit(request.operation_key, request.action, request.effect)
         except VenueRejection as exc:
@@ -119,4 +137,5 @@ class PaperAdapter(Adapter):
         return self.venue.records_after(after, limit)
 
     def __repr__(self) -> str:
-        return f"PaperAdapter(venue={self.venue!r})"
+        extra = f", latency={self.latency:g}" if self.latency else ""
+        return f"PaperAdapter(venue={self.venue!r}{extra})"

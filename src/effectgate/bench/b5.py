@@ -32,7 +32,7 @@ from typing import Any
 from effectgate.bench.common import Figure, Target, summarise
 from effectgate.errors import StoreError
 
-__all__ = ["CLIENTS", "SERVE_ARGS", "run"]
+__all__ = ["CLIENTS", "SERVE_ARGS", "load_report", "run"]
 
 CLIENTS = (16, 64)
 #: How the benchmark starts the server (``effectgate serve`` options): no access log, so what
@@ -102,8 +102,16 @@ def in_process(target: Target, n: int) -> float:
 class _service:
     """``effectgate serve`` on a free loopback port with a starter config aimed at ``target``."""
 
-    def __init__(self, target: Target, name: str, serve_args: tuple[str, ...] = SERVE_ARGS) -> None:
+    def __init__(
+        self,
+        target: Target,
+        name: str,
+        serve_args: tuple[str, ...] = SERVE_ARGS,
+        *,
+        venue_latency: float = 0.0,
+    ) -> None:
         self.target, self.name, self.serve_args = target, name, serve_args
+        self.venue_latency = venue_latency
 
     def __enter__(self) -> tuple[str, str]:
         from effectgate._service import write_starter
@@ -125,6 +133,11 @@ class _service:
         text = re.sub(r"(?m)^per_second = \d+", "per_second = 1000000", text)
         text = re.sub(r"(?m)^burst = \d+", "burst = 1000000", text)
         text = re.sub(r'(?m)^url = "sqlite:///effectgate.db"', f'url = "{store_url}"', text)
+        if self.venue_latency:
+            text = text.replace(
+                '[adapters.paper]\nkind = "paper"\n',
+                f'[adapters.paper]\nkind = "paper"\nlatency = {self.venue_latency!r}\n',
+            )
         starter.config.write_text(text, encoding="utf-8")
         token = _agent_token(store_url)
         # The service's log (an access line per request at INFO) goes to a file: a pipe nobody
@@ -206,14 +219,7 @@ def _drive(
     url: str, token: str, clients: int, n: int, *, alone: float | None = None, door: str = "http"
 ) -> Figure:
     """Run the load generator in its own process and turn its report into a figure."""
-    ctx = mp.get_context("spawn")
-    out: Queue[dict[str, Any]] = ctx.Queue()
-    proc = ctx.Process(target=_load, args=(url, token, clients, n, out, door))
-    proc.start()
-    result = out.get(timeout=600)
-    proc.join(timeout=30)
-    if result.get("error"):
-        raise StoreError(f"B5 {door} at {clients} clients: {result['error']}")
+    result = load_report(url, token, clients, n, door=door)
     notes = {
         "clients": clients,
         "n": n,
@@ -224,6 +230,22 @@ def _drive(
     return Figure(
         "B5", f"{label}, {clients} clients", "actions/s", n / result["seconds"], alone, notes
     )
+
+
+def load_report(
+    url: str, token: str, clients: int, n: int, *, door: str = "http"
+) -> dict[str, Any]:
+    """``n`` requests from ``clients`` keep-alive connections, driven from a process of its own:
+    ``{"seconds": wall clock, "lat": [per-request seconds]}``; any failed request fails the run."""
+    ctx = mp.get_context("spawn")
+    out: Queue[dict[str, Any]] = ctx.Queue()
+    proc = ctx.Process(target=_load, args=(url, token, clients, n, out, door))
+    proc.start()
+    result = out.get(timeout=600)
+    proc.join(timeout=30)
+    if result.get("error"):
+        raise StoreError(f"{door} load at {clients} clients: {result['error']}")
+    return result
 
 
 def _load(

@@ -8,7 +8,7 @@ import logging
 import platform
 import time
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 import typer
 from rich.console import Console
@@ -18,11 +18,12 @@ from effectgate.bench.common import Figure, Target
 
 __all__ = ["WORKLOADS", "register", "run_bench"]
 
-WORKLOADS = ("B1", "B2", "B3", "B4", "B5")
+WORKLOADS = ("B1", "B2", "B3", "B4", "B5", "B6")
 
 #: Sizes of the full run and of ``--smoke`` (CI: tiny, seconds, asserts nothing about speed).
-FULL = {"B1": 5000, "B2": 3000, "B3": 10_000, "B4": (500_000, 5_000_000), "B5": 3000}
-SMOKE = {"B1": 60, "B2": 40, "B3": 40, "B4": (3_000, 6_000), "B5": 40}
+#: B6's entry is the fleet sizes (agents); its action count is ``--n`` or 10 per agent.
+FULL = {"B1": 5000, "B2": 3000, "B3": 10_000, "B4": (500_000, 5_000_000), "B5": 3000, "B6": (256,)}
+SMOKE = {"B1": 60, "B2": 40, "B3": 40, "B4": (3_000, 6_000), "B5": 40, "B6": (4,)}
 
 
 def run_bench(
@@ -32,6 +33,8 @@ def run_bench(
     n: int | None = None,
     smoke: bool = False,
     rows: tuple[int, ...] | None = None,
+    agents: tuple[int, ...] | None = None,
+    latency_ms: float = 100.0,
     progress: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
     """Run the workloads; the figures plus a description of the run (JSON-able)."""
@@ -44,7 +47,13 @@ def run_bench(
         for name in workloads:
             progress(f"running {name} on {target.label}")
             t0 = time.perf_counter()
-            out = _one(name, target, n, sizes, smoke, rows)
+            if name == "B6":
+                from effectgate.bench import b6
+
+                fleets = agents or cast(tuple[int, ...], sizes["B6"])
+                out: list[Figure] | str = b6.run(target, n, agents=fleets, latency_ms=latency_ms)
+            else:
+                out = _one(name, target, n, sizes, smoke, rows)
             if isinstance(out, str):
                 skipped[name] = out
             else:
@@ -184,7 +193,7 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         workload: Annotated[
-            str, typer.Option("--workload", help="Comma-separated workloads: B1,B2,B3,B4,B5.")
+            str, typer.Option("--workload", help="Comma-separated workloads: B1,B2,B3,B4,B5,B6.")
         ] = "B1,B3,B4",
         n: Annotated[
             int | None,
@@ -196,6 +205,16 @@ def register(app: typer.Typer) -> None:
                 "--rows", help="B4 ledger sizes, comma-separated (default 500000,5000000)."
             ),
         ] = None,
+        agents: Annotated[
+            str | None,
+            typer.Option("--agents", help="B6 fleet sizes, comma-separated (default 256)."),
+        ] = None,
+        latency_ms: Annotated[
+            float,
+            typer.Option(
+                "--latency-ms", min=0.0, max=30_000.0, help="B6: the venue's answer time (ms)."
+            ),
+        ] = 100.0,
         smoke: Annotated[
             bool,
             typer.Option(
@@ -216,6 +235,9 @@ def register(app: typer.Typer) -> None:
                     param_hint="--workload",
                 )
         sizes = tuple(int(r) for r in rows.split(",")) if rows else None
+        fleets = tuple(int(a) for a in agents.split(",")) if agents else None
+        if fleets is not None and (not fleets or min(fleets) < 1):
+            raise typer.BadParameter("fleet sizes must be >= 1", param_hint="--agents")
         console = Console()
         err = Console(stderr=True)
         report = run_bench(
@@ -224,6 +246,8 @@ def register(app: typer.Typer) -> None:
             n=n,
             smoke=smoke,
             rows=sizes,
+            agents=fleets,
+            latency_ms=latency_ms,
             progress=lambda msg: err.print(f"[dim]{msg}[/dim]"),
         )
         print_report(report, Console(width=max(console.width, 200)))

@@ -13,17 +13,30 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
+
+from effectgate.errors import ConfigError
 
 __all__ = ["WORKERS", "offload"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
-#: As many as anyio's default limiter: enough concurrent bodies for SQLite's group commit.
-WORKERS = 40
+
+#: Sized for calls in flight, not for cores: a worker waiting on a venue that answers in 100 ms
+#: holds no lock, no ledger connection and almost no CPU, so 256 agents against such a venue need
+#: 256 workers or the door caps throughput at workers / latency (40 workers: 400/s). Threads are
+#: started on demand, so a quiet service holds few. ``EFFECTGATE_REQUEST_WORKERS`` overrides it.
+def _workers(raw: str) -> int:
+    if not raw.isdigit() or not 1 <= int(raw) <= 4096:
+        raise ConfigError(f"EFFECTGATE_REQUEST_WORKERS must be an integer in 1..4096, got {raw!r}")
+    return int(raw)
+
+
+WORKERS = _workers(os.environ.get("EFFECTGATE_REQUEST_WORKERS", "256"))
 
 # Built at import: the executor starts its threads on demand, so an idle process holds none.
 _POOL = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="effectgate-request")
