@@ -136,7 +136,11 @@ class LiveService:
 
 @contextmanager
 def live_service(
-    config: Path, *, env: dict[str, str] | None = None, log: Path | None = None
+    config: Path,
+    *,
+    env: dict[str, str] | None = None,
+    log: Path | None = None,
+    args: tuple[str, ...] = (),
 ) -> Iterator[LiveService]:
     """``effectgate serve`` in a subprocess on a free loopback port; killed on exit."""
     port = free_port()
@@ -153,6 +157,7 @@ def live_service(
                 str(port),
                 "--log-level",
                 "warning",
+                *args,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -109,9 +109,10 @@ class _service:
         serve_args: tuple[str, ...] = SERVE_ARGS,
         *,
         venue_latency: float = 0.0,
+        pool_max_size: int | None = None,
     ) -> None:
         self.target, self.name, self.serve_args = target, name, serve_args
-        self.venue_latency = venue_latency
+        self.venue_latency, self.pool_max_size = venue_latency, pool_max_size
 
     def __enter__(self) -> tuple[str, str]:
         from effectgate._service import write_starter
@@ -138,6 +139,10 @@ class _service:
                 '[adapters.paper]\nkind = "paper"\n',
                 f'[adapters.paper]\nkind = "paper"\nlatency = {self.venue_latency!r}\n',
             )
+        if self.pool_max_size and self.target.dialect == "postgresql":
+            text = text.replace(
+                f'url = "{store_url}"', f'url = "{store_url}"\npool_max_size = {self.pool_max_size}'
+            )
         starter.config.write_text(text, encoding="utf-8")
         token = _agent_token(store_url)
         # The service's log (an access line per request at INFO) goes to a file: a pipe nobody
@@ -162,9 +167,10 @@ class _service:
         return url, token
 
     def cpu_seconds(self) -> float:
-        """CPU time the server process has used so far (user + system; Linux /proc)."""
-        fields = Path(f"/proc/{self._proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """CPU time the server and its workers have used so far (user + system; Linux /proc)."""
+        pid = self._proc.pid
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return sum(_cpu_of(p) for p in (pid, *map(int, kids)))
 
     def __exit__(self, *exc: object) -> None:
         self._proc.terminate()
@@ -176,6 +182,14 @@ class _service:
         self._log.close()
         self._store_cm.__exit__(None, None, None)
         self._tmp.cleanup()
+
+
+def _cpu_of(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:  # a worker gone since the listing
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _agent_token(store_url: str) -> str:

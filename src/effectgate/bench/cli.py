@@ -21,7 +21,7 @@ __all__ = ["WORKLOADS", "register", "run_bench"]
 WORKLOADS = ("B1", "B2", "B3", "B4", "B5", "B6")
 
 #: Sizes of the full run and of ``--smoke`` (CI: tiny, seconds, asserts nothing about speed).
-#: B6's entry is the fleet sizes (agents); its action count is ``--n`` or 10 per agent.
+#: B6's entry is the fleet sizes (agents); its action count is ``--n`` or 30 per agent.
 FULL = {"B1": 5000, "B2": 3000, "B3": 10_000, "B4": (500_000, 5_000_000), "B5": 3000, "B6": (256,)}
 SMOKE = {"B1": 60, "B2": 40, "B3": 40, "B4": (3_000, 6_000), "B5": 40, "B6": (4,)}
 
@@ -235,9 +235,7 @@ def register(app: typer.Typer) -> None:
                     param_hint="--workload",
                 )
         sizes = tuple(int(r) for r in rows.split(",")) if rows else None
-        fleets = tuple(int(a) for a in agents.split(",")) if agents else None
-        if fleets is not None and (not fleets or min(fleets) < 1):
-            raise typer.BadParameter("fleet sizes must be >= 1", param_hint="--agents")
+        fleets = _counts(agents, "--agents", "fleet sizes", 1 << 16)
         console = Console()
         err = Console(stderr=True)
         report = run_bench(
@@ -254,3 +252,18 @@ def register(app: typer.Typer) -> None:
         if json_out:
             with open(json_out, "w", encoding="utf-8") as fh:
                 json.dump(report, fh, indent=2)
+
+
+def _counts(text: str | None, hint: str, what: str, top: int) -> tuple[int, ...] | None:
+    """A comma-separated list of whole numbers in 1..top (None: the option was not given)."""
+    if text is None:
+        return None
+    try:
+        counts = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise typer.BadParameter(
+            f"{what} are whole numbers, comma-separated", param_hint=hint
+        ) from None
+    if not counts or min(counts) < 1 or max(counts) > top:
+        raise typer.BadParameter(f"{what} must be >= 1 and <= {top}", param_hint=hint)
+    return counts

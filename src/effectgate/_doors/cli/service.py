@@ -337,20 +337,36 @@ def serve(
             hidden=True,
         ),
     ] = "auto",
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            help="Server processes sharing the port (one GIL each; worker 0 runs the standing "
+            "reconciler). More than 1 pays on PostgreSQL; SQLite serialises their writes.",
+        ),
+    ] = 1,
 ) -> None:
     """Run the HTTP API (and MCP at /mcp) with the standing reconciler."""
     import ipaddress
 
     require_extra("server")
-    import uvicorn
-
-    from effectgate._doors.http.app import create_app
-
     service = service_from(config, log_level=log_level.value, log_format=log_format, create=True)
     settings = service.config.service
     bind = host or settings.host
     if not settings.public and bind != "localhost" and not ipaddress.ip_address(bind).is_loopback:
         err.print(f"{bind} is not a loopback address (set public = true in [service])")
+        service.close()
+        raise typer.Exit(EXIT_USAGE)
+    paper = sorted(n for n, a in service.config.adapters.items() if a.kind == "paper")
+    if workers > 1 and paper:
+        # Each process would hold a venue of its own: one worker's reconciler would find
+        # nothing of the orders another placed, and call them absent.
+        err.print(
+            f"--workers {workers}: adapter {paper[0]!r} is the in-process paper venue, which "
+            "lives in one process; serve one worker, or run the paper venue as a server "
+            "(effectgate venue serve) behind an http adapter"
+        )
         service.close()
         raise typer.Exit(EXIT_USAGE)
     port = port if port is not None else settings.port
@@ -362,15 +378,68 @@ def serve(
         service.close()
         err.print(port_problem(bind, port, exc), highlight=False)
         raise typer.Exit(EXIT_USAGE) from None
-    app = create_app(service, standing_reconciler=True)
+    if workers == 1:
+        try:
+            _run(
+                service,
+                sock,
+                (bind, port),
+                standing=True,
+                log_level=log_level.value,
+                access_log=access_log,
+                loop=loop,
+                http=http,
+            )
+        finally:
+            sock.close()
+        return
+    # The ledger was created and checked above; each worker opens its own after the fork.
+    service.close()
+    from effectgate._doors.cli.workers import supervise
+
+    def serve_one(index: int) -> None:
+        mine = service_from(config, log_level=log_level.value, log_format=log_format)
+        _run(
+            mine,
+            sock,
+            (bind, port),
+            standing=index == 0,
+            log_level=log_level.value,
+            access_log=access_log,
+            loop=loop,
+            http=http,
+        )
+
+    if supervise(workers, sock, serve_one):
+        err.print("a serve worker stopped on its own; the others were stopped (log above)")
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _run(
+    service: Service,
+    sock: socket.socket,
+    where: tuple[str, int],
+    *,
+    standing: bool,
+    log_level: str,
+    access_log: bool,
+    loop: str,
+    http: str,
+) -> None:
+    """One uvicorn server for ``service`` on the bound ``sock``; closes ``service``."""
+    import uvicorn
+
+    from effectgate._doors.http.app import create_app
+
+    app = create_app(service, standing_reconciler=standing)
     # log_config=None: uvicorn's loggers propagate to the handler set up above (timestamps,
     # --log-format) instead of installing their own.
     server = uvicorn.Server(
         uvicorn.Config(
             app,
-            host=bind,
-            port=port,
-            log_level=log_level.value,
+            host=where[0],
+            port=where[1],
+            log_level=log_level,
             log_config=None,
             server_header=False,
             access_log=access_log,
@@ -388,7 +457,6 @@ def serve(
         err.print("serve stopped while starting (the log above says why)")
         raise typer.Exit(EXIT_FAILED) from None
     finally:
-        sock.close()
         service.close()
 
 
