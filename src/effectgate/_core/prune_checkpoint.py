@@ -86,8 +86,9 @@ def checkpoint_detail(
     previous: tuple[int, str] | None,
     key: bytes | None,
 ) -> dict[str, object]:
-    """The ``audit_pruned`` entry's detail: ``report`` (PruneReport.to_dict) and the
-    checkpoint's fields, with its digest and (with ``key``) its signature."""
+    """The ``audit_pruned`` entry's detail: ``report`` (PruneReport.to_dict; its count
+    ``carried`` gives way to the carried entries themselves) and the checkpoint's fields,
+    with its digest and (with ``key``) its signature."""
     body: dict[str, object] = {
         "format": FORMAT,
         "by": by,
