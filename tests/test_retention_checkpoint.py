@@ -431,3 +431,78 @@ class TestTheCheckpointValue:
             PruneCheckpoint.parse({"format": "effectgate-prune/9"})
         with pytest.raises(ValueError, match="malformed"):
             PruneCheckpoint.parse({"format": "effectgate-prune/2", "starts": {}})
+
+
+class TestTheCLIOnAnInitLedger:
+    """``effectgate init``, orders, then ``effectgate audit prune`` removes the old history
+    (it removed nothing before), and ``audit verify --expect-head`` explains an old anchor."""
+
+    def test_init_then_prune_then_verify(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import os
+        import subprocess
+        import sys
+        import time
+        import types
+        from datetime import UTC, datetime
+
+        from effectgate._service import _starter
+        from effectgate.store import SQLiteStore
+
+        t0 = time.time() - 10 * 86400  # init ran ten days ago
+        monkeypatch.setattr(_starter, "time", types.SimpleNamespace(time=lambda: t0))
+        starter = _starter.write_starter(tmp_path)
+        store = SQLiteStore(str(tmp_path / _starter.LEDGER_FILE))
+        clock = ManualClock(t0 + 60)
+        try:
+            gate = Gate(
+                store=store,
+                registry=default_registry(),
+                adapters={"paper": PaperAdapter(PaperVenue())},
+                policy=PolicySet({"submit_order": LimitPolicy(Decimal("100000"))}),
+                clock=clock,
+            )
+            for i in range(6):
+                gate.submit("submit_order", f"old-{i}", {**EXAMPLE_ORDER, "quantity": "1"})
+                clock.advance(1)
+            early, _ = anchor_heads(store, [FileAnchor(tmp_path / "early.jsonl")], clock=clock)
+        finally:
+            store.close()
+        url = f"sqlite:///{tmp_path / _starter.LEDGER_FILE}"
+        env = {**os.environ, "COLUMNS": "200", "EFFECTGATE_OPERATOR_TOKEN": starter.operator_token}
+
+        def cli(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [sys.executable, "-m", "effectgate", *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+                env=env,
+            )
+
+        cutoff = datetime.fromtimestamp(time.time() - 2 * 86400, UTC).strftime("%Y-%m-%d")
+        anchors = str(tmp_path / "anchors.jsonl")
+        done = cli(
+            "audit", "prune", "--store", url, "--before", cutoff, "--file", anchors, "--json"
+        )
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["operations"] == 6 and report["carried"] == 2, report
+        assert report["verify"]["ok"]
+        (seq, h) = early.heads[0]
+        checked = cli("audit", "verify", "--store", url, "--expect-head", f"0:{seq}:{h}", "--json")
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        assert [c["seq"] for c in json.loads(checked.stdout)["covered"]] == [seq]
+        against = cli(
+            "audit", "anchor", "--verify", "--store", url, "--file", str(tmp_path / "early.jsonl")
+        )
+        assert against.returncode == 0, against.stdout + against.stderr
+        assert "covered by checkpoint" in against.stdout
+        # The tokens init printed still authenticate after the prune.
+        store = SQLiteStore(str(tmp_path / _starter.LEDGER_FILE))
+        try:
+            assert store.principal_for_token(starter.agent_token) is not None
+        finally:
+            store.close()
