@@ -14,6 +14,7 @@ import pytest
 
 from effectgate import Gate, LimitPolicy, PolicySet
 from effectgate._core.chain import chain_hash, content_digest
+from effectgate._core.governed_policy import canonical_text, document_of, policy_hash
 from effectgate._core.grants import parse_spec
 from effectgate._evidence.anchor import FileAnchor, anchor_heads, verify_against_anchors
 from effectgate._evidence.audit import verify_store
@@ -29,8 +30,9 @@ N = 24
 
 
 class Ledger:
-    """What ``effectgate init`` writes (the agent's and the operator's tokens, first), a grant,
-    then orders: ``old`` settled past the retention window, ``recent`` inside it."""
+    """What ``effectgate init`` writes (the agent's and the operator's tokens, first), a grant
+    and a loaded policy, then orders: ``old`` settled past the retention window, ``recent``
+    inside it."""
 
     def __init__(self, store: Store, tmp_path: Path) -> None:
         self.store, self.tmp = store, tmp_path
@@ -42,6 +44,8 @@ class Ledger:
         )
         spec = parse_spec({"actions": ["submit_order"], "expires_in": 10**9}, now=now)
         self.grant = store.create_grant("agent", spec, created_by="operator", now=now)
+        doc = document_of({"submit_order": LimitPolicy(Decimal("100000"))})
+        self.policy = store.load_policy(canonical_text(doc), policy_hash(doc), by="me", now=now)
         self.gate = Gate(
             store=store,
             registry=default_registry(),
@@ -119,7 +123,7 @@ def rechain_from(store: Store, seq: int, detail: dict[str, object]) -> None:
 class TestPruneAnInitLedger:
     """Invariant 8 after a prune of a ledger made like ``init`` does."""
 
-    def test_old_history_goes_the_tokens_and_grant_are_carried_and_still_read(
+    def test_old_history_goes_tokens_grant_and_policy_are_carried_and_still_read(
         self, store: Store, tmp_path: Path
     ) -> None:
         ledger = Ledger(store, tmp_path)
@@ -140,6 +144,7 @@ class TestPruneAnInitLedger:
         }
         assert {("principal_created", "agent"), ("principal_created", "operator")} <= restated
         assert any(k == "grant_created" for k, _ in restated)
+        assert {"policy_loaded", "policy_activated"} <= {k for k, _ in restated}
         assert report.carried == len(carried(store)) >= 3
         # Their readers read their own tables: the tokens authenticate, the grant counts.
         assert store.principal_for_token(ledger.agent.token) is not None
@@ -147,6 +152,8 @@ class TestPruneAnInitLedger:
         assert [g.grant_id for g in store.live_grants_for("agent", ledger.clock())] == [
             ledger.grant.grant_id
         ]
+        active = store.active_policy()
+        assert active is not None and active.policy_hash == ledger.policy.policy_hash
         # And the gate still runs on the pruned ledger.
         ledger.orders("after", 1)
         assert verify_store(store).ok
