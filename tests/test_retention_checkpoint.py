@@ -203,6 +203,36 @@ class TestPruneAnInitLedger:
         assert problems == ["head"]
 
 
+class TestAnchoringAfterThePrune:
+    def test_a_failed_second_anchoring_says_the_prune_was_done(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        from effectgate._evidence.anchor import Checkpoint
+        from effectgate.errors import ConfigError
+
+        class DownAfterOne(FileAnchor):
+            puts = 0
+
+            def put(self, checkpoint: Checkpoint) -> str:
+                self.puts += 1
+                if self.puts > 1:
+                    raise ConfigError("anchor unreachable")
+                return super().put(checkpoint)
+
+        ledger = Ledger(store, tmp_path)
+        ledger.age()
+        with pytest.raises(ConfigError, match="pruned, but anchoring the checkpoint entry failed"):
+            prune(
+                store,
+                ledger.gate.registry,
+                [DownAfterOne(tmp_path / "a.jsonl")],
+                before=ledger.clock(),
+                by="alice",
+                clock=ledger.clock,
+            )
+        assert checkpoints(store) and verify_store(store).ok
+
+
 class TestASecondPrune:
     """The next prune absorbs the checkpoint: what is still in force is carried again, byte
     for byte, what is no longer in force is dropped, and old anchors stay explained."""

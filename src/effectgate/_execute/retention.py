@@ -66,5 +66,11 @@ def prune(
         key=key,
     )
     if report.cuts:  # the anchors now hold a head past the checkpoint entry
-        anchor_heads(store, providers, key=key, clock=clock, by=by)
+        try:
+            anchor_heads(store, providers, key=key, clock=clock, by=by)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"pruned, but anchoring the checkpoint entry failed ({exc.message}); "
+                "run `effectgate audit anchor` once the anchor is back"
+            ) from None
     return report, verify_store(store, key=key)
