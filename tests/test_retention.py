@@ -333,6 +333,16 @@ def kinds(store: Store) -> list[str]:
     return [e.kind for e in store.audit_entries(limit=100_000)]
 
 
+def carried(store: Store) -> list[dict[str, object]]:
+    """The entries the latest prune checkpoint restates (``audit_pruned``'s ``carried``)."""
+    pruned = [e for e in store.audit_entries(limit=100_000) if e.kind == "audit_pruned"]
+    return list(pruned[-1].detail["carried"]) if pruned else []
+
+
+def carried_kinds(store: Store) -> list[str]:
+    return [str(e["kind"]) for e in carried(store)]
+
+
 class TestEntriesNoLongerInForce:
     """docs/evidence.md, "Entries not about an operation": a prune cuts past controls,
     principals and holds that are no longer in force and keeps every one that is; the chain
@@ -357,40 +367,58 @@ class TestEntriesNoLongerInForce:
         assert "kill_switch_on" in left and store.controls("submit_order").killed
         assert "kill_switch_off" not in left
 
-    def test_a_superseded_anchoring_goes_and_the_latest_stays(
+    def test_a_superseded_anchoring_is_absorbed_and_its_heads_recorded(
         self, store: Store, tmp_path: Path
     ) -> None:
         from effectgate._evidence.anchor import anchor_heads
 
         early = ManualClock()
-        # The first entry of the log: an anchoring (audit_anchored), later superseded by the
-        # prune's own anchoring, so it is no longer in force and the prefix cuts past it.
-        anchor_heads(store, [FileAnchor(tmp_path / "early.jsonl")], by="alice", clock=early)
+        # The first entry of the log: an anchoring (audit_anchored). The prune's checkpoint
+        # absorbs it: the entry goes, the heads it anchored are recorded in the checkpoint.
+        first, _ = anchor_heads(
+            store, [FileAnchor(tmp_path / "early.jsonl")], by="alice", clock=early
+        )
         gate, clock = controls_then_orders(store)
         report, after = run_prune(store, gate, clock, tmp_path, clock())
         assert after.ok, after.findings
         assert 0 in report.cuts
         anchorings = [e for e in store.audit_entries(limit=100_000) if e.kind == "audit_anchored"]
-        # Only the prune's own anchoring is left, after the heads it anchored.
-        assert len(anchorings) == 1 and json.loads(anchorings[0].detail_text)["by"] == "alice"
-        assert anchorings[0].at == clock()
+        # The prune anchors before its cut and again after its checkpoint: both stay.
+        assert len(anchorings) == 2
+        assert all(e.detail["by"] == "alice" and e.at == clock() for e in anchorings)
+        (pruned,) = [e for e in store.audit_entries(limit=100_000) if e.kind == "audit_pruned"]
+        assert anchorings[0].seq < pruned.seq < anchorings[1].seq
+        recorded = {int(k): [tuple(p) for p in v] for k, v in pruned.detail["anchored"].items()}
+        for lane, head in first.heads.items():
+            assert head in recorded[lane]
 
-    def test_a_live_token_is_in_force_and_stays(self, store: Store, tmp_path: Path) -> None:
+    def test_a_live_token_is_carried_and_still_authenticates(
+        self, store: Store, tmp_path: Path
+    ) -> None:
         gate, clock = controls_then_orders(store, keep="token")
         report, after = run_prune(store, gate, clock, tmp_path, clock())
         assert after.ok, after.findings
-        live = [e for e in store.audit_entries(limit=100_000) if e.kind == "principal_created"]
-        # The prefix stops at the live token's entry: it (and all after it) stays.
-        assert [e.detail["name"] for e in live][:1] == ["live-agent"]
-        assert any("live" in why for why in report.stopped.values())
+        # The live token's entry no longer stops the prefix: it is carried, whole, in the
+        # checkpoint, and the orders after it go (SQLite: all of them, one lane).
+        assert not any("live" in why for why in report.stopped.values())
+        assert "principal_created" not in kinds(store)
+        live = [e for e in carried(store) if e["kind"] == "principal_created"]
+        assert [json.loads(str(e["detail_text"]))["name"] for e in live] == ["live-agent"]
+        assert report.carried >= 1
+        if type(store).__name__ == "SQLiteStore":
+            assert report.operations == N
+        # Its reader reads the principals table, not the log: the token is still live.
+        assert "live-agent" in {p.name for p in store.list_principals()}
 
-    def test_an_active_hold_is_in_force_and_stays(self, store: Store, tmp_path: Path) -> None:
+    def test_an_active_hold_is_carried_and_still_held(self, store: Store, tmp_path: Path) -> None:
         gate, clock = controls_then_orders(store, keep="hold")
         report, after = run_prune(store, gate, clock, tmp_path, clock())
         assert after.ok, after.findings
-        placed = [e for e in store.audit_entries(limit=100_000) if e.kind == "legal_hold_placed"]
-        assert [e.detail["scope"] for e in placed][:1] == ["elsewhere"]
-        assert any("hold is active" in why for why in report.stopped.values())
+        assert "legal_hold_placed" not in kinds(store)
+        placed = [e for e in carried(store) if e["kind"] == "legal_hold_placed"]
+        assert [json.loads(str(e["detail_text"]))["scope"] for e in placed] == ["elsewhere"]
+        assert [h.scope for h in store.list_holds()] == ["elsewhere"]
+        assert not any("hold is active" in why for why in report.stopped.values())
 
     def test_a_token_revoked_too_recently_stays(self, store: Store, tmp_path: Path) -> None:
         gate, clock = controls_then_orders(store)
@@ -411,27 +439,32 @@ class TestEntriesNoLongerInForce:
         def run_entries() -> list[str]:
             return [k for k in kinds(store) if k.startswith("run_")]
 
-        # Unsealed: the run's journal is in force; the prefix stops at its first entry.
+        # Unsealed: the run's journal is in force; it is carried in the checkpoint (it no
+        # longer stops the prefix), and the orders after it go.
         report, after = run_prune(store, gate, clock, tmp_path, clock())
-        assert after.ok and "run_call_recorded" in run_entries()
-        assert any("unsealed" in why for why in report.stopped.values())
+        assert after.ok, after.findings
+        assert "run_call_recorded" not in run_entries()
+        assert "run_call_recorded" in carried_kinds(store) and report.operations > 0
+        assert not any("unsealed" in why for why in report.stopped.values())
         store.seal_run(SCOPE, RUN, actor="ops-1", reason="done", now=clock())
-        # Sealed, not yet snapshotted: still in force.
+        # Sealed, not yet snapshotted: still in force, so the next checkpoint carries it again.
         clock.advance(max(min_ages(gate.registry).values()) + 60)
         run_prune(store, gate, clock, tmp_path, clock())
-        assert "run_call_recorded" in run_entries()
+        assert "run_call_recorded" in carried_kinds(store)
         store.snapshot_run(SCOPE, RUN, now=clock(), actor="ops-1")
         clock.advance(max(min_ages(gate.registry).values()) + 60)
         store.set_kill("submit_order", True, operator="alice", reason="head", now=clock())
         clock.advance(1)
         report, after = run_prune(store, gate, clock, tmp_path, clock())
         assert after.ok, after.findings
+        # Sealed, snapshotted, past retention: no longer in force, so it is not carried again.
         assert "run_call_recorded" not in run_entries()
+        assert "run_call_recorded" not in carried_kinds(store)
 
 
 class TestSupersedingEntriesAreReadOnce:
-    """Whether a control, prune or anchoring entry is superseded is decided from one read of
-    those kinds per lane batch (``_retention_rules.Superseding``): not one read per entry, and
+    """Whether a control change is superseded is decided from one read of those kinds per
+    lane batch (``_retention_rules.Superseding``): not one read per entry, and
     not an index on the audit log that every action's own entries would have to maintain."""
 
     def test_one_read_per_lane_answers_every_entry(
@@ -446,7 +479,7 @@ class TestSupersedingEntriesAreReadOnce:
                 super().__init__(tx)  # type: ignore[arg-type]
                 made.append(self)
 
-        monkeypatch.setattr("effectgate.store._retention.Superseding", Counting)
+        monkeypatch.setattr("effectgate.store._prune.Superseding", Counting)
         gate, clock = controls_then_orders(store)
         for i in range(6):  # more control entries for the one read to answer
             on = i % 2 == 0

@@ -33,11 +33,13 @@ class LegalHold:
 
 @dataclass
 class PruneReport:
-    """What one prune removed: per lane the new checkpoint, and the counts."""
+    """What one prune removed: per lane the new checkpoint, and the counts (``carried``: the
+    entries still in force that its checkpoint restates)."""
 
     cuts: dict[int, tuple[int, str]] = field(default_factory=dict)
     entries: int = 0
     operations: int = 0
+    carried: int = 0
     stopped: dict[int, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, object]:
@@ -45,5 +47,6 @@ class PruneReport:
             "cuts": {str(k): {"seq": s, "hash": h} for k, (s, h) in sorted(self.cuts.items())},
             "entries": self.entries,
             "operations": self.operations,
+            "carried": self.carried,
             "stopped": {str(k): v for k, v in sorted(self.stopped.items())},
         }

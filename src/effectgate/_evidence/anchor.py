@@ -236,7 +236,9 @@ def verify_against_anchors(
     """Verify the whole chain and that every anchored head is still in it, unchanged.
 
     Per lane the newest anchored head is checked (a later checkpoint includes the earlier
-    entries by the chain). A checkpoint that does not verify is itself a finding (``anchor``).
+    entries by the chain); one a prune removed must be recorded by its checkpoint
+    (``VerifyResult.covered``). A checkpoint that does not verify is itself a finding
+    (``anchor``); with ``key``, so is a prune checkpoint not signed with it.
     """
     expect: dict[int, tuple[int, str]] = {}
     found: list[Checkpoint] = []
@@ -254,7 +256,7 @@ def verify_against_anchors(
         for lane, (seq, h) in checkpoint.heads.items():
             if lane not in expect or expect[lane][0] < seq:
                 expect[lane] = (seq, h)
-    result = verify_store(store, expect_heads=expect)
+    result = verify_store(store, expect_heads=expect, key=key)
     for lane, (seq, _) in sorted(expect.items()):
         last = result.heads.get(lane)
         if last is None or last[0] < seq:

@@ -39,6 +39,7 @@ from effectgate._core.chain import (
     lane_for,
     rechain,
 )
+from effectgate._core.prune_checkpoint import PruneCheckpoint
 
 if TYPE_CHECKING:
     from effectgate.store.roles import Store
@@ -66,7 +67,8 @@ __all__ = [
 class Finding:
     """One place the chain does not verify. ``problem``: ``edited``, ``broken_link`` (an entry
     deleted, inserted or moved before this one), ``out_of_order``, ``truncated``, ``head``,
-    ``anchor`` (a recorded entry is gone or different)."""
+    ``anchor`` (a recorded entry is gone or different), ``checkpoint`` (a prune's checkpoint
+    does not hold, or does not state where the pruned lanes start)."""
 
     seq: int | None
     lane: int
@@ -76,9 +78,13 @@ class Finding:
 
 @dataclass
 class VerifyResult:
+    """``covered``: anchored heads a prune removed that its checkpoint records, as
+    ``(lane, seq, checkpoint_seq)``: explained, not findings."""
+
     checked: int = 0
     findings: list[Finding] = field(default_factory=list)
     heads: dict[int, tuple[int, str]] = field(default_factory=dict)
+    covered: list[tuple[int, int, int]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -89,6 +95,9 @@ class VerifyResult:
             "ok": self.ok,
             "checked": self.checked,
             "heads": {str(k): {"seq": s, "hash": h} for k, (s, h) in self.heads.items()},
+            "covered": [
+                {"lane": lane, "seq": seq, "checkpoint_seq": by} for lane, seq, by in self.covered
+            ],
             "findings": [
                 {"seq": f.seq, "lane": f.lane, "problem": f.problem, "message": f.message}
                 for f in self.findings
@@ -171,15 +180,63 @@ def verify_entries(
     return result
 
 
+def _checkpoints(
+    pruned: list[ChainEntry],
+    starts: Mapping[int, tuple[int, str]],
+    result: VerifyResult,
+    key: bytes | None,
+) -> list[tuple[int, PruneCheckpoint]]:
+    """Check every prune checkpoint in the log, and that the latest states exactly where the
+    pruned lanes start (``audit_checkpoints``); the parsed checkpoints, by seq."""
+    parsed: list[tuple[int, PruneCheckpoint]] = []
+    for entry in pruned:
+        try:
+            checkpoint = PruneCheckpoint.parse(entry.detail)
+        except ValueError as exc:
+            result.findings.append(Finding(entry.seq, entry.lane, "checkpoint", str(exc)))
+            continue
+        if checkpoint is None:
+            continue  # written before checkpoints carried entries: its cuts are all it says
+        for why in checkpoint.problems(key=key):
+            result.findings.append(
+                Finding(entry.seq, entry.lane, "checkpoint", f"checkpoint seq {entry.seq}: {why}")
+            )
+        parsed.append((entry.seq, checkpoint))
+    if starts and not pruned:
+        result.findings.append(
+            Finding(None, 0, "checkpoint", "lanes were pruned but no checkpoint is in the log")
+        )
+    elif parsed and pruned[-1].seq == parsed[-1][0] and dict(parsed[-1][1].starts) != starts:
+        seq, latest = parsed[-1]
+        result.findings.append(
+            Finding(
+                seq,
+                0,
+                "checkpoint",
+                f"the checkpoint at seq {seq} states the lanes start at "
+                f"{dict(sorted(latest.starts.items()))} but the store's checkpoint rows say "
+                f"{dict(sorted(starts.items()))} (moved to hide a deletion?)",
+            )
+        )
+    return parsed
+
+
 def verify_store(
-    store: Store, *, expect_heads: Mapping[int, tuple[int, str]] | None = None, page: int = 5000
+    store: Store,
+    *,
+    expect_heads: Mapping[int, tuple[int, str]] | None = None,
+    page: int = 5000,
+    key: bytes | None = None,
 ) -> VerifyResult:
-    """Verify the whole audit log of ``store`` against its stored heads (and anchored ones)."""
+    """Verify the whole audit log of ``store`` against its stored heads (and anchored ones),
+    and every prune checkpoint in it (signatures too, with the anchor ``key``)."""
+    pruned: list[ChainEntry] = []
 
     def entries() -> Iterable[ChainEntry]:
         after = 0
         while True:
             batch = store.audit_entries(after_seq=after, limit=page)
+            pruned.extend(e for e in batch if e.kind == "audit_pruned")
             yield from batch
             if len(batch) < page:
                 return
@@ -187,24 +244,33 @@ def verify_store(
 
     heads = store.audit_heads()
     # A pruned lane starts from its checkpoint: its first entry follows the last removed one.
-    starts = {lane: h for lane, (_, h) in store.audit_starts().items()}
+    lane_starts = store.audit_starts()
+    starts = {lane: h for lane, (_, h) in lane_starts.items()}
     result = verify_entries(entries(), heads=heads, start=starts)
+    checkpoints = _checkpoints(pruned, lane_starts, result, key)
     reported = {f.seq for f in result.findings}
     for seq, why in store.audit_anchor_mismatches():
         if seq not in reported:  # a head found wrong above is reported once
             result.findings.append(Finding(seq, 0, "anchor", why))
-    # An anchored head must still be in the log; the log may have grown past it.
+    # An anchored head must still be in the log (it may have grown past it), or be one a
+    # prune removed and its checkpoint records.
     for lane, (seq, want) in sorted((expect_heads or {}).items()):
         found = store.audit_entries(after_seq=seq - 1, until_seq=seq, lane=lane, limit=1)
-        if not found or found[0].hash != want:
-            result.findings.append(
-                Finding(
-                    seq,
-                    lane,
-                    "head",
-                    f"lane {lane}: the anchored head seq {seq} {want[:16]} is not in the log",
-                )
+        if found and found[0].hash == want:
+            continue
+        start = lane_starts.get(lane)
+        if not found and start is not None and seq <= start[0]:
+            by = next((s for s, c in reversed(checkpoints) if c.explains(lane, seq, want)), None)
+            if by is not None:
+                result.covered.append((lane, seq, by))
+                continue
+            why = (
+                f"lane {lane}: the anchored head seq {seq} {want[:16]} was pruned (the lane "
+                f"starts after seq {start[0]}) and no checkpoint records it"
             )
+        else:
+            why = f"lane {lane}: the anchored head seq {seq} {want[:16]} is not in the log"
+        result.findings.append(Finding(seq, lane, "head", why))
     return result
 
 

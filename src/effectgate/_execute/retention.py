@@ -1,9 +1,10 @@
 """Retention: prune the audit chain from its start after anchoring a checkpoint (issue 20).
 
 :func:`prune` is the one way to remove history: it refuses unless the chain verifies against
-the last anchors, writes a fresh checkpoint of every lane's head to the anchors, prunes only at
-or below those anchored heads (store/_retention.py says exactly which entries may go), and
-verifies the chain again from the new checkpoints.
+the last anchors, writes a fresh checkpoint of every lane's head to the anchors, prunes only
+below those anchored heads (store/_prune.py says exactly which entries go and which are
+carried in the prune's checkpoint entry, signed with the anchor key), anchors again so the
+checkpoint entry itself is anchored, and verifies the chain again.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ def prune(
     key: bytes | None = None,
     clock: Callable[[], float] = time.time,
 ) -> tuple[PruneReport, VerifyResult]:
-    """Verify, anchor, prune, verify again; :class:`ConfigError` if the chain does not verify
-    against the anchors first (nothing is removed then)."""
+    """Verify, anchor, prune, anchor, verify again; :class:`ConfigError` if the chain does not
+    verify against the anchors first (nothing is removed then)."""
     if not providers:
         raise ConfigError("pruning needs an anchor to write the checkpoint to")
     now = clock()
@@ -57,6 +58,19 @@ def prune(
         )
     checkpoint, _ = anchor_heads(store, providers, key=key, clock=clock, by=by)
     report = store.prune_audit(
-        before=before, now=now, by=by, anchored=checkpoint.heads, min_age=min_ages(registry)
+        before=before,
+        now=now,
+        by=by,
+        anchored=checkpoint.heads,
+        min_age=min_ages(registry),
+        key=key,
     )
-    return report, verify_store(store)
+    if report.cuts:  # the anchors now hold a head past the checkpoint entry
+        try:
+            anchor_heads(store, providers, key=key, clock=clock, by=by)
+        except ConfigError as exc:
+            raise ConfigError(
+                f"pruned, but anchoring the checkpoint entry failed ({exc.message}); "
+                "run `effectgate audit anchor` once the anchor is back"
+            ) from None
+    return report, verify_store(store, key=key)

@@ -1,9 +1,9 @@
 """When an audit entry that is not about an operation is no longer in force (prune, issue 20).
 
-docs/evidence.md states these rules word for word; a prune may cut past such an entry only when
-:func:`entry_in_force` returns None. Every kind not named here is in force for ever (authority
-steps, key mappings, incumbent outcomes, divergences without a row, anything new), so the
-prefix stops there.
+docs/evidence.md states these rules word for word. A prune removes such an entry outright when
+:func:`entry_in_force` returns None, and otherwise carries it in its checkpoint
+(store/_prune.py). Every kind not named here is in force for ever (grants, policy steps,
+authority steps, key mappings, incumbent outcomes, divergences without a row, anything new).
 
 * kill switch (``kill_switch_on|off``), breaker (``breaker_tripped``, ``breaker_reset``),
   shadow (``shadow_on|off``): superseded by a later change of the same control of the same
@@ -13,10 +13,10 @@ prefix stops there.
 * ``legal_hold_placed`` / ``legal_hold_released``: that hold is released, before the cut-off;
 * a run's entries (``run_call_recorded``, ``run_call_completed``, ``run_sealed``,
   ``run_snapshot``, ``run_refused`` with no operation): the run is sealed before the cut-off
-  and at least ``retention`` seconds ago, and a snapshot of it was taken after the seal;
-* ``audit_pruned``: superseded by a later ``audit_pruned`` (the checkpoints hold the cuts);
-* ``audit_anchored``: superseded by a later ``audit_anchored`` (the latest says where the
-  chain was last anchored).
+  and at least ``retention`` seconds ago, and a snapshot of it was taken after the seal.
+
+Checkpoints (``audit_pruned``) and anchorings (``audit_anchored``) are not judged here: the
+next prune's checkpoint absorbs them (store/_prune.py).
 
 ``retention``: the longest key retention / visibility horizon of the configured classes.
 """
@@ -43,15 +43,13 @@ RUN_KINDS = frozenset(
 )
 
 
-SUPERSEDING_KINDS: tuple[str, ...] = (
-    *sorted({k for family in CONTROL_FAMILIES.values() for k in family}),
-    "audit_anchored",
-    "audit_pruned",
+SUPERSEDING_KINDS: tuple[str, ...] = tuple(
+    sorted({k for family in CONTROL_FAMILIES.values() for k in family})
 )
 
 
 class Superseding:
-    """The entries a later one may supersede (controls, prunes, anchorings), read once per prune.
+    """The entries a later one may supersede (control changes), read once per lane batch.
 
     Such entries are rare next to the operations' own, so one read of them per prune costs
     less than an index on the audit log, which every action's two entries would pay for.
@@ -159,7 +157,4 @@ def entry_in_force(
         return _hold(tx, kind, detail, before)
     if kind in RUN_KINDS:
         return _run(tx, kind, scope, detail, before, now, retention)
-    if kind in ("audit_pruned", "audit_anchored"):
-        what = "prune" if kind == "audit_pruned" else "anchoring"
-        return None if later.later((kind,), at) else f"the latest {what} (in force)"
     return f"{kind}: an entry of this kind is always in force"

@@ -120,6 +120,10 @@ def register(audit_app: typer.Typer) -> None:
                 f"checked {result.checked} entries against {len(found)} checkpoint(s): "
                 f"{'intact' if result.ok else 'NOT intact'}"
             )
+            for lane, seq, by in result.covered:
+                console.print(
+                    f"  anchored head {lane}:{seq} was pruned: covered by checkpoint {by}"
+                )
         if not found and not result.findings:
             err.print("no checkpoint found at any anchor: nothing to compare against")
             raise typer.Exit(EXIT_ALARM)
@@ -163,7 +167,8 @@ def register_retention(audit_app: typer.Typer) -> None:
         as_json: JsonOpt = False,
     ) -> None:
         """Verify against the anchors, anchor a checkpoint, then remove each lane's prunable
-        prefix (docs/evidence.md lists exactly what may go); the chain verifies after."""
+        prefix, carrying what is still in force in a checkpoint entry (docs/evidence.md lists
+        exactly what may go); anchor again; the chain verifies after."""
         from effectgate._evidence.anchor import AnchorProvider
         from effectgate._execute.retention import prune
 
@@ -183,7 +188,8 @@ def register_retention(audit_app: typer.Typer) -> None:
         else:
             console.print(
                 f"pruned {report.entries} entries and {report.operations} operations "
-                f"from {len(report.cuts)} lane(s); chain {'intact' if after.ok else 'NOT intact'}"
+                f"from {len(report.cuts)} lane(s), carrying {report.carried} still in force; "
+                f"chain {'intact' if after.ok else 'NOT intact'}"
             )
             for lane, why in sorted(report.stopped.items()):
                 console.print(f"  lane {lane} stopped at {why}")

@@ -194,6 +194,8 @@ def audit_verify(
         console.print(
             f"checked {result.checked} entries: {'intact' if result.ok else 'NOT intact'}"
         )
+        for lane, seq, by in result.covered:
+            console.print(f"  anchored head {lane}:{seq} was pruned: covered by checkpoint {by}")
         for lane, (seq, h) in sorted(result.heads.items()):
             console.print(f"  head {lane}:{seq}:{h}  (anchor this)")
     if not result.ok:

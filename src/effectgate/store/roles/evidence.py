@@ -101,5 +101,7 @@ class Retention(Protocol):
         by: str,
         anchored: Mapping[int, tuple[int, str]],
         min_age: Mapping[str, float],
+        key: bytes | None = None,
     ) -> PruneReport:
-        """Remove each lane's prunable prefix up to its anchored head (one transaction)."""
+        """Cut each lane up to its anchored head, carrying what is still in force into a
+        chained checkpoint signed with ``key`` when given (one transaction)."""
