@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from effectgate import Gate, LimitPolicy, Operator, PolicySet, Reconciler, State
 from effectgate._core.canonical import MAX_SAFE_INT, canonical_json
+from effectgate._core.receipt_statement import statements
 from effectgate._evidence.receipt_signing import (
     RECEIPT_KEY_ENV,
     ReceiptSigner,
@@ -150,6 +151,20 @@ class TestWhatItStates:
         assert receipt["statement"]["decision"]["outcome"] == "refused"
         assert world.store.audit_heads() == before  # a receipt restates, it records nothing
 
+    def test_a_denial_and_a_shadowed_row_are_final(self, world: World) -> None:
+        big = world.gate.submit("submit_order", "op-d", dict(EXAMPLE_ORDER, quantity="9.5"))
+        world.operator.refuse("op-d", fingerprint=big.fingerprint, approver="bob", reason="no")
+        (denied,) = world.receipts("op-d")
+        assert denied["statement"]["state"] == "denied"
+        assert denied["statement"]["settled"]["by"] == "bob"
+        assert [a["verdict"] for a in denied["statement"]["approvals"]] == ["refuse"]
+        world.operator.set_shadow("submit_order", True, operator="ops")
+        world.gate.submit("submit_order", "op-s", EXAMPLE_ORDER)
+        (shadowed,) = world.receipts("op-s")
+        assert (shadowed["statement"]["state"], shadowed["statement"]["venue_id"]) == (
+            "shadowed", None,
+        )  # fmt: skip
+
     def test_the_same_ledger_gives_the_same_receipt_id(self, world: World) -> None:
         world.gate.submit("submit_order", "op-1", EXAMPLE_ORDER)
         first = world.receipts("op-1")[0]
@@ -172,6 +187,14 @@ class TestUnavailable:
         with pytest.raises(ReceiptUnavailable) as exc:
             issue_receipts(world.store, "default", "op-1", None, now=world.clock())
         assert exc.value.reason == "no_signing_key" and exc.value.status == 409
+
+    def test_a_trail_pruned_past_the_final_entry_states_nothing(self, world: World) -> None:
+        world.gate.submit("submit_order", "op-1", EXAMPLE_ORDER)
+        row = world.store.get("default", "op-1")
+        assert row is not None
+        with pytest.raises(ReceiptUnavailable) as exc:
+            statements(row.to_dict(), [], [])
+        assert exc.value.reason == "audit_pruned"
 
     def test_an_uncertain_row_has_no_receipt(self, world: World) -> None:
         """Invariant 3: a row whose outcome is unknown is not final, so nothing is stated."""
