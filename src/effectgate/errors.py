@@ -43,6 +43,7 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |       +-- EvaluationTokenInvalid
     |       |                         evaluation_token_invalid       400
     |       +-- EvaluationTokenStale  evaluation_token_stale         409
+    |   +-- ReceiptUnavailable        receipt_unavailable            409
     |   +-- RunError                  run_refused                    409
     |       +-- RunNotFound           run_not_found                  404
     |       +-- RunCallNotFound       run_call_not_found             404
@@ -74,6 +75,7 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   |   +-- GrantNotFound         grant_not_found                404
     |   +-- AuditTampered             audit_tampered                 500
     |   +-- RunSnapshotInvalid        run_snapshot_invalid           500
+    |   +-- ReceiptInvalid            receipt_invalid                500
     |   +-- ServiceUnavailable        unavailable                    503
     |   +-- UpstreamSchemaHeld        upstream_schema_held           503
     +-- InternalError                 internal_error                 500  uncertain
@@ -138,6 +140,8 @@ __all__ = [
     "PrincipalExists",
     "PrincipalNotFound",
     "RateLimited",
+    "ReceiptInvalid",
+    "ReceiptUnavailable",
     "RegistryError",
     "RequestError",
     "ReservationConflict",
@@ -597,6 +601,22 @@ class EvaluationTokenStale(EvaluationTokenRefused):
     code = "evaluation_token_stale"
 
 
+class ReceiptUnavailable(OperationError):
+    """No signed receipt can be issued for the operation: it has not reached a final state
+    (``reason`` ``not_final``), its audit trail no longer holds the entry that made it final
+    (``audit_pruned``), or the service holds no receipt signing key (``no_signing_key``).
+    Nothing was written."""
+
+    code = "receipt_unavailable"
+
+    def __init__(self, message: str, *, reason: str = "not_final") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def details(self) -> dict[str, object]:
+        return {"reason": self.reason}
+
+
 class RunError(OperationError):
     """A run's journal or seal refuses the request (docs/runs.md); nothing was changed."""
 
@@ -880,6 +900,22 @@ class RunSnapshotInvalid(OperatorError):
     """A recovery snapshot file does not verify: its digest, shape or order is wrong."""
 
     code = "run_snapshot_invalid"
+
+
+class ReceiptInvalid(OperatorError):
+    """A signed operation receipt does not verify. ``reason``: ``malformed`` (not a receipt,
+    or not in the form signed), ``unknown_key`` (no given public key has its key id),
+    ``bad_signature`` (a field was changed after signing, or another key signed it) or
+    ``id_mismatch`` (its receipt id is not the digest of its statement)."""
+
+    code = "receipt_invalid"
+
+    def __init__(self, message: str, *, reason: str = "malformed") -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def details(self) -> dict[str, object]:
+        return {"reason": self.reason}
 
 
 class ServiceUnavailable(OperatorError):

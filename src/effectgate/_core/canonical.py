@@ -55,6 +55,7 @@ __all__ = [
     "MAX_SIGNIFICANT_DIGITS",
     "canonical_decimal",
     "canonical_effect",
+    "canonical_json",
     "fingerprint",
     "fingerprint_checked",
     "nfc",
@@ -249,6 +250,50 @@ def fingerprint_checked(effect: Mapping[str, str | int | bool]) -> str:
     if raw.isascii():
         return hashlib.sha256(raw).hexdigest()
     return fingerprint(effect)
+
+
+def canonical_json(value: object) -> bytes:
+    """RFC 8785 bytes of a JSON value made of objects, arrays, text, booleans, null and integers
+    with ``|n| < 2**53``: the signed documents' form (signed operation receipts). Floats are
+    refused (their JCS rendering is ECMAScript's, which no caller here needs); text is encoded
+    as is, never normalised, so any JCS library reproduces the bytes. Raises ``TypeError`` or
+    ``ValueError`` for anything else, a lone surrogate included."""
+    out: list[str] = []
+    _jcs(value, out)
+    return "".join(out).encode("utf-8")
+
+
+def _jcs(value: object, out: list[str]) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True or value is False:
+        out.append("true" if value else "false")
+    elif type(value) is str:
+        out.append(_quote(value))
+    elif type(value) is int:
+        if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+            raise ValueError("integer beyond +/-(2**53 - 1) has no exact JSON number")
+        out.append(str(value))
+    elif isinstance(value, Mapping):
+        keys = list(value)
+        if any(type(k) is not str for k in keys):
+            raise TypeError("JSON object keys must be text")
+        # JCS sorts members by their keys' UTF-16 code units (not code points).
+        keys.sort(key=lambda k: k.encode("utf-16-be", "surrogatepass"))
+        out.append("{")
+        for i, key in enumerate(keys):
+            out.append("," if i else "")
+            out.append(_quote(key) + ":")
+            _jcs(value[key], out)
+        out.append("}")
+    elif isinstance(value, list | tuple):
+        out.append("[")
+        for i, item in enumerate(value):
+            out.append("," if i else "")
+            _jcs(item, out)
+        out.append("]")
+    else:
+        raise TypeError(f"{type(value).__name__} has no canonical JSON form here")
 
 
 def _short(value: str, limit: int = 40) -> str:

@@ -168,6 +168,9 @@ class ServiceConfig:
     authority: AuthorityConfig = field(default_factory=AuthorityConfig)
     #: Approval channels: signed webhook out, signed callback in (docs/authority.md).
     channels: Mapping[str, ChannelConfig] = field(default_factory=dict)
+    #: ``[receipts] key_file``: the Ed25519 PEM private key signing operation receipts (a path,
+    #: relative to the config file; ``$EFFECTGATE_RECEIPT_KEY`` overrides it). Never the key.
+    receipt_key_file: str | None = None
 
 
 def load_config(path: str | os.PathLike[str]) -> ServiceConfig:
@@ -231,6 +234,7 @@ def parse_config(
     identity = identity_section(top.table("identity"), base_dir)
     authority = authority_section(top.table("authority"), registry)
     channels = {name: channel_section(name, sec) for name, sec in top.tables("channels")}
+    receipt_key_file = _receipts(top.table("receipts"), base_dir)
     tokens = tuple(_token(name, sec) for name, sec in top.tables("tokens"))
     digests = [t.sha256 for t in tokens]
     if len(set(digests)) != len(digests):
@@ -252,7 +256,20 @@ def parse_config(
         identity=identity,
         authority=authority,
         channels=channels,
+        receipt_key_file=receipt_key_file,
     )
+
+
+def _receipts(sec: Section | None, base_dir: Path | None) -> str | None:
+    if sec is None:
+        return None
+    path = Path(sec.req_text("key_file"))
+    if not path.is_absolute() and base_dir is not None:
+        path = base_dir / path
+    if not path.is_file():
+        sec.fail("key_file", f"{path} is not a file (`effectgate receipt keygen` makes one)")
+    sec.done()
+    return str(path)
 
 
 def shown_url(url: str) -> str:

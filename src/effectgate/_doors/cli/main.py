@@ -27,6 +27,7 @@ from effectgate._doors.cli import grants as cli_grants
 from effectgate._doors.cli import operator_mcp as cli_operator_mcp
 from effectgate._doors.cli import policy as cli_policy
 from effectgate._doors.cli import quarantine as cli_quarantine
+from effectgate._doors.cli import receipts as cli_receipts
 from effectgate._doors.cli import runs as cli_runs
 from effectgate._doors.cli import service as cli_service
 from effectgate._doors.cli import tokens as cli_tokens
@@ -64,6 +65,7 @@ cli_budgets.register(app)
 cli_grants.register(app)
 cli_policy.register(app)
 cli_operator_mcp.register(app)
+cli_receipts.register(app)
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)

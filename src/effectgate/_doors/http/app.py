@@ -14,6 +14,8 @@ Agent API (agent bearer token; one tenant scope per token):
   fingerprint, the decision and its reasons, and an evaluation token; a later POST may send the
   token in ``Effectgate-Evaluation-Token`` to be refused if anything it covers changed.
 * ``GET /v1/operations/{operation_id}``: the operation, in the caller's scope only.
+* ``GET /v1/operations/{operation_id}/receipt``: its signed receipt once it is final
+  (:mod:`effectgate._doors.http._receipts`).
 
 Before any route sees a body, :class:`~effectgate._doors.http._body.BodyGate` authenticates
 the caller and checks the body's type and size (401, 415, 413). No redirects: a path with a
@@ -55,6 +57,7 @@ from effectgate._doors.http._evaluate import EVALUATION_HEADER, add_evaluate_rou
 from effectgate._doors.http._grants import grants_router
 from effectgate._doors.http._policies import policies_router
 from effectgate._doors.http._quarantine import quarantine_router
+from effectgate._doors.http._receipts import receipts_router
 from effectgate._doors.http._retention import retention_router
 from effectgate._doors.http._runs import harness_runs_router
 from effectgate._service import Principal, Service
@@ -295,6 +298,7 @@ def create_app(
         body = await run_in_threadpool(service.metrics.render)
         return Response(body, media_type=CONTENT_TYPE)
 
+    app.include_router(receipts_router(service, agent, _ERRORS), prefix="/v1", tags=["agent"])
     app.include_router(
         admin_router(service, operator, approver, _ERRORS), prefix="/v1/admin", tags=["operator"]
     )
