@@ -8,6 +8,7 @@ count as new targets once the class watches the account field.
 
 from __future__ import annotations
 
+import sys
 from decimal import Decimal
 
 import pytest
@@ -297,3 +298,60 @@ class TestServiceConfig:
         with pytest.raises(ConfigError) as info:
             parse_config(GOOD + "\n[controls.cancel_order]\nmax_new_targets = 2\n", "svc.toml")
         assert "no target_field or new_target_fields" in info.value.message
+
+
+class TestGatewayConfig:
+    """``[tools.NAME]`` of the MCP gateway reads the same two keys (a retry under a minted id
+    with jittered arguments is the gateway's typical repeat)."""
+
+    SCHEMA: dict[str, object] = {
+        "type": "object",
+        "properties": {
+            "sku": {"type": "string", "pattern": "^[A-Z0-9-]{1,32}$"},
+            "account": {"type": "string", "pattern": "^[a-z0-9-]{1,32}$"},
+            "quantity": {"type": "integer", "minimum": 1, "maximum": 100},
+            "note": {"type": "string", "maxLength": 200},
+        },
+        "required": ["sku", "quantity"],
+    }
+
+    def bound(self, key_table: str) -> ActionClass:
+        from mcp import types
+
+        from effectgate._doors.gateway._config import bind, parse_gateway, schema_digest
+
+        text = f"""
+[store]
+url = "sqlite:///:memory:"
+[upstreams.shop]
+command = "{sys.executable}"
+[tools.send]
+upstream = "shop"
+schema_sha256 = "{schema_digest(self.SCHEMA)}"
+effect_class = "non_idempotent_mutation"
+visibility_horizon = 5
+key_retention = 86400
+new_target_fields = ["sku", "account"]
+[tools.send.venue]
+honours_key = "false"
+read_view = "none"
+[tools.send.repeat_key]
+{key_table}
+[policies.send]
+"""
+        cfg = parse_gateway(text, "gw.toml")
+        listing = {"shop": [types.Tool(name="send", inputSchema=self.SCHEMA)]}
+        return bind(cfg, listing).service.registry.get("send")
+
+    def test_tool_gets_the_key_and_the_fields(self) -> None:
+        ac = self.bound('buckets = { quantity = "5" }\nnormalise = ["note"]')
+        assert ac.watched_fields == ("sku", "account")
+        assert ac.repeat_key is not None
+        assert ac.repeat_key.bucket_sizes == {"quantity": Decimal(5)}  # an integer field
+        effect = {"action": "send", "sku": "A-1", "quantity": 6, "note": "Hi  there"}
+        assert ac.repeat_key.of(effect) == ac.repeat_key.of({**effect, "quantity": 9})
+        assert ac.repeat_key.of(effect) == ac.repeat_key.of({**effect, "note": "hi there"})
+
+    def test_bad_bucket_names_key_and_line(self) -> None:
+        with pytest.raises(ConfigError, match=r"gw.toml:\d+: tools.send.repeat_key.buckets.q"):
+            self.bound('buckets = { quantity = "-5" }')
