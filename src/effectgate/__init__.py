@@ -54,6 +54,7 @@ from effectgate._core.runs import (
     RunSeal,
     RunSummary,
 )
+from effectgate._core.signals import RepeatKey
 from effectgate._core.speculation import (
     KeyStrategy,
     Speculation,
@@ -212,6 +213,7 @@ __all__ = [
     "Refusal",
     "Registry",
     "RegistryError",
+    "RepeatKey",
     "RequestError",
     "Reservation",
     "ReservationKind",

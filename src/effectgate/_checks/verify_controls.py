@@ -109,9 +109,11 @@ def _feeders(
 
     def targets() -> list[dict[str, object]] | None:
         assert cfg.max_new_targets is not None  # noqa: S101 - listed only when configured
-        field, seen, out = ac.target_field, set[object](), []
-        if field is None:
+        # Varying the first watched field is enough: a new value in any of them counts.
+        fields, seen, out = ac.watched_fields, set[object](), []
+        if not fields:
             return None
+        field = fields[0]
         for _ in range(min(cfg.max_new_targets + 1, MAX_FEED)):
             new = source.find(
                 lambda raw: raw.get(field) not in seen and source.parse(raw) is not None

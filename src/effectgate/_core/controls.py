@@ -216,9 +216,10 @@ class BreakerConfig:
 
     ``max_rejection_rate``: trips when rejected/decided exceeds it (0..1), once at least
     ``min_samples`` decisions were seen. ``max_value``: trips when the value proposed (and not
-    rejected) in the window exceeds it. ``max_repeats``: trips when one fingerprint arrives
-    under more than this many operation ids. ``max_new_targets``: trips when more than this many
-    never-seen targets appear.
+    rejected) in the window exceeds it. ``max_repeats``: trips when one fingerprint (or the
+    class's repeat key: near-identical effects) arrives under more than this many operation
+    ids. ``max_new_targets``: trips when more than this many proposals bring a never-seen
+    value in a watched field (the class's ``new_target_fields``, else its ``target_field``).
     """
 
     window: float = 300.0
@@ -377,6 +378,12 @@ class DispatchGuard:
     #: Whether completing the row's approvals releases it to the standing dispatcher (the
     #: caller submitted it to be sent), or leaves it to its caller (``Gate.propose``).
     dispatch_on_approval: bool = True
+    #: What the repeat signal counts this effect under (the class's repeat key over the
+    #: effect); None: the row's fingerprint.
+    repeat_key: str | None = None
+    #: ``(lane, field, value)`` per watched field for the new-target signal; None: ``target``
+    #: in the class's own lane.
+    watched: tuple[tuple[str, str, str], ...] | None = None
 
     @property
     def value_micros(self) -> int | None:

@@ -36,6 +36,7 @@ from effectgate._core.effects import check_effect_requirements
 from effectgate._core.frozen import quick_init
 from effectgate._core.jsonparse import copy_object, load_document, refuse_floats, show
 from effectgate._core.messages import intent_error
+from effectgate._core.signals import RepeatKey, check_signal_fields, target_lane, watched_names
 from effectgate._core.speculation import Speculation
 from effectgate._core.venue import VenueContract
 from effectgate.errors import IntentError, RegistryError, UnknownActionClass
@@ -263,6 +264,12 @@ class ActionClass:
     #: and harness) and ``context_digest`` must be present and non-empty (seed 001,
     #: "provenance"). Audit fields still never influence a decision.
     require_provenance: bool = False
+    #: The breaker's repeat signal counts near-identical effects by this key (numeric fields
+    #: bucketed, text normalised); None: by exact fingerprint. :mod:`effectgate._core.signals`.
+    repeat_key: RepeatKey | None = None
+    #: The effect fields the breaker's new-target signal watches: one name or several; a
+    #: never-seen value in any of them counts (once per intent). Empty: ``target_field``.
+    new_target_fields: tuple[str, ...] | str = ()
     _effect_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _decimals: tuple[tuple[str, bool], ...] = field(init=False, repr=False, compare=False)
 
@@ -324,6 +331,12 @@ class ActionClass:
                 f"{self.name}: target_field {self.target_field!r} is not an "
                 f"effect field (effect fields: {', '.join(effect)})"
             )
+        watched = watched_names(self.name, self.new_target_fields)
+        annotations = {f: self.model.model_fields[f].annotation for f in effect}
+        check_signal_fields(
+            self.name, self.repeat_key, watched, annotations, tuple(n for n, _ in decimals)
+        )
+        object.__setattr__(self, "new_target_fields", watched)
         object.__setattr__(self, "_effect_fields", tuple(effect))
         object.__setattr__(self, "_decimals", tuple(decimals))
 
@@ -369,6 +382,23 @@ class ActionClass:
         """Seconds a held row waits before it alerts: ``hold_bound``, else the settlement
         window, else the visibility horizon. Never unbounded (invariant 11)."""
         return self.hold_bound or self.settlement_window or self.visibility_horizon
+
+    @property
+    def watched_fields(self) -> tuple[str, ...]:
+        """What the new-target signal watches: ``new_target_fields``, else ``target_field``."""
+        if self.new_target_fields:
+            return tuple(self.new_target_fields)
+        return (self.target_field,) if self.target_field is not None else ()
+
+    def watched_targets(
+        self, effect: Mapping[str, str | int | bool]
+    ) -> tuple[tuple[str, str, str], ...]:
+        """``(lane, field, value)`` of each watched field present in ``effect``."""
+        return tuple(
+            (target_lane(self.name, f, self.target_field), f, str(effect[f]))
+            for f in self.watched_fields
+            if effect.get(f) is not None
+        )
 
     @property
     def effect_fields(self) -> tuple[str, ...]:

@@ -177,15 +177,21 @@ def submit_guard(
     ``dispatch``: the caller wants the row sent, so completing its approvals releases it
     to the standing dispatcher (``propose()`` leaves it to its caller)."""
     target = effect.get(ac.target_field) if ac.target_field else None
+    breaker = breakers.get(ac.name)
+    # The signals' inputs are computed only for a breaker that reads them (the hot path).
+    repeats = breaker is not None and breaker.max_repeats is not None
+    targets = breaker is not None and breaker.max_new_targets is not None
     return DispatchGuard(
         action=ac.name,
         value=ac.value_of(effect) if ac.value_of else None,
         target=str(target) if target is not None else None,
-        breaker=breakers.get(ac.name),
+        breaker=breaker,
         correlation_id=correlation_id,
         approvals_required=approvals.multi_approvers,
         approval_ttl=approvals.ttl,
         dispatch_on_approval=dispatch,
+        repeat_key=ac.repeat_key.of(effect) if repeats and ac.repeat_key is not None else None,
+        watched=ac.watched_targets(effect) if targets else (),
     )
 
 

@@ -45,6 +45,8 @@ from effectgate._service._controls_config import (
     alerts_section,
     approvals_section,
     breaker_section,
+    new_target_fields,
+    repeat_key_section,
 )
 from effectgate._service._jsonschema import model_from_json_schema
 from effectgate._service._logging import LOG_FORMATS
@@ -72,7 +74,15 @@ _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 _CALLER_NAME = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}"
 _SECRET_KEYS = ("credential", "api_key", "apikey", "password", "secret", "token", "key")
 ADAPTER_KINDS = ("http", "paper", "python", "stripe", "aws", "email")
-_TIME_KEYS = ("visibility_horizon", "key_retention", "settlement_window", "hold_bound")
+#: Keys an ActionClass refusal names first ("submit_order: hold_bound ..."): located on them.
+_LOCATED_KEYS = (
+    "visibility_horizon",
+    "key_retention",
+    "settlement_window",
+    "hold_bound",
+    "repeat_key",
+    "new_target_fields",
+)
 # Facts about the venue, never defaulted: a round number that is wrong for the venue writes
 # rows off too early or lets a retry outlive the venue's memory of the key.
 _HORIZON_WHY = (
@@ -534,6 +544,8 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     retries = sec.integer("retries", 0, minimum=0, maximum=7)
     compensation = sec.text("compensation")
     require_provenance = sec.flag("require_provenance", False)
+    repeat_key = repeat_key_section(sec.table("repeat_key"))
+    watched = new_target_fields(sec)
     try:
         ac = ActionClass(
             name=name,
@@ -553,11 +565,13 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             retries=retries,
             compensation=compensation,
             require_provenance=require_provenance,
+            repeat_key=repeat_key,
+            new_target_fields=watched,
         )
     except EffectgateError as exc:
         # "submit_order: visibility_horizon ...": locate the key the message is about.
         words = exc.message.removeprefix(f"{name}: ").split(maxsplit=1)
-        if len(words) == 2 and words[0] in _TIME_KEYS:
+        if len(words) == 2 and words[0] in _LOCATED_KEYS:
             sec.fail(words[0], words[1])
         sec.fail(None, exc.message)
     # Declared field lists are assertions: they document the class and catch drift between

@@ -8,7 +8,14 @@
     min_samples = 10
     max_window_value = "50000"       # value proposed in the window (needs classes.X.value)
     max_repeats = 3                  # one fingerprint under more than N operation ids
-    max_new_targets = 5              # never-seen targets (needs classes.X.target_field)
+    max_new_targets = 5              # proposals with a never-seen target (see below)
+
+    [classes.submit_order]           # what the class's signals watch (on the class)
+    new_target_fields = ["instrument", "account"]   # default: target_field; one name also works
+
+    [classes.submit_order.repeat_key]               # repeats counted by near-identical effect
+    buckets = { quantity = "0.1" }   # numeric field -> bucket size (a decimal string > 0)
+    normalise = ["strategy_id"]      # text fields: NFKC, casefolded, whitespace collapsed
 
     [approvals]
     multi_approvers = 2              # distinct approvers a multi_approve class needs
@@ -30,10 +37,18 @@ from urllib.parse import urlsplit
 
 from effectgate._core.controls import ApprovalRules, BreakerConfig
 from effectgate._core.intent import Registry
+from effectgate._core.signals import RepeatKey, bucket_size
 from effectgate._service._toml import Section
-from effectgate.errors import ControlError
+from effectgate.errors import ConfigError, ControlError
 
-__all__ = ["AlertsConfig", "alerts_section", "approvals_section", "breaker_section"]
+__all__ = [
+    "AlertsConfig",
+    "alerts_section",
+    "approvals_section",
+    "breaker_section",
+    "new_target_fields",
+    "repeat_key_section",
+]
 
 
 @dataclass(frozen=True)
@@ -69,10 +84,11 @@ def breaker_section(name: str, sec: Section, registry: Registry) -> BreakerConfi
             sec.fail("max_window_value", f"{value_text!r} is not a decimal")
     repeats = sec.raw("max_repeats")
     new_targets = sec.raw("max_new_targets")
-    if new_targets is not None and ac.target_field is None:
+    if new_targets is not None and not ac.watched_fields:
         sec.fail(
             "max_new_targets",
-            f"class {name!r} declares no target_field, so new targets could never be seen",
+            f"class {name!r} declares no target_field or new_target_fields, "
+            "so new targets could never be seen",
         )
     fields = {
         "window": "window",
@@ -105,6 +121,41 @@ def breaker_section(name: str, sec: Section, registry: Registry) -> BreakerConfi
         )
     sec.done()
     return cfg
+
+
+def repeat_key_section(sec: Section | None) -> RepeatKey | None:
+    """``[classes.NAME.repeat_key]``: ``buckets`` (a table of decimal strings) and
+    ``normalise`` (a list of text fields); absent: repeats are counted by fingerprint."""
+    if sec is None:
+        return None
+    buckets = sec.table("buckets")
+    sizes: dict[str, Decimal] = {}
+    if buckets is not None:
+        for field in buckets.names():
+            raw = buckets.raw(field)
+            try:
+                sizes[field] = bucket_size(field, raw)
+            except ConfigError as exc:
+                buckets.fail(field, exc.message.split(": ", 1)[-1])
+    normalise = sec.text_list("normalise") or []
+    sec.done()
+    try:
+        return RepeatKey(buckets=sizes, normalise=tuple(normalise))
+    except ConfigError as exc:
+        where, _, why = exc.message.partition(": ")
+        sec.fail(where if where in ("buckets", "normalise") else None, why)
+
+
+def new_target_fields(sec: Section) -> tuple[str, ...]:
+    """``new_target_fields``: one field name, or a list of them (absent: ``target_field``)."""
+    raw = sec.raw("new_target_fields")
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        return (raw,)
+    if not isinstance(raw, list) or not raw or not all(isinstance(v, str) for v in raw):
+        sec.fail("new_target_fields", "must be a field name or a non-empty list of field names")
+    return tuple(raw)
 
 
 def approvals_section(sec: Section | None) -> ApprovalRules:

@@ -64,23 +64,29 @@ def observe_proposal(
         # No breaker watches this class: nothing to record (a breaker configured later starts
         # with an empty window, which can only make it trip later, never wrongly).
         return ctl, ()
-    new_target = (
-        cfg.max_new_targets is not None
-        and guard.target is not None
-        and not tx.seen_target(guard.action, guard.target, now)
-    )
+    fresh: list[str] = []
+    if cfg.max_new_targets is not None:
+        watched = guard.watched
+        if watched is None:  # a guard built without watched fields: the target, as before
+            watched = () if guard.target is None else ((guard.action, "", guard.target),)
+        if watched:
+            new = tx.unseen_targets([(lane, v) for lane, _, v in watched], now)
+            fresh = [f"{f} {v!r}" if f else repr(v) for lane, f, v in watched if (lane, v) in new]
+    # The repeat signal counts by the class's repeat key when it has one (near-identical
+    # effects), else by the exact fingerprint; both are sha256 hex and never equal.
+    repeat = guard.repeat_key or fingerprint
     tx.record_signal(
         guard.action,
         now,
         op_key,
-        fingerprint,
+        repeat,
         None if rejected else guard.value_micros,
         rejected,
-        new_target,
+        bool(fresh),
     )
     if ctl.breaker_open:
         return ctl, ()
-    stats = tx.signal_stats(guard.action, now - cfg.window, fingerprint)
+    stats = tx.signal_stats(guard.action, now - cfg.window, repeat)
     tripped: list[tuple[str, str]] = []
     if (
         cfg.max_rejection_rate is not None
@@ -103,7 +109,8 @@ def observe_proposal(
         tripped.append(
             (
                 "repeats",
-                f"fingerprint {fingerprint[:12]} under "
+                ("near-identical effects (repeat key " if guard.repeat_key else "fingerprint ")
+                + f"{repeat[:12]}{')' if guard.repeat_key else ''} under "
                 f"{stats.same_fingerprint} operation ids in {cfg.window:g}s",
             )
         )
@@ -111,8 +118,8 @@ def observe_proposal(
         tripped.append(
             (
                 "new_targets",
-                f"{stats.new_targets} never-seen targets in "
-                f"{cfg.window:g}s (latest {guard.target!r})",
+                f"{stats.new_targets} proposals with never-seen targets in {cfg.window:g}s"
+                + (f" (this one: {', '.join(fresh)})" if fresh else ""),
             )
         )
     tx.prune(guard.action, now - max(cfg.window, MIN_RETENTION))

@@ -141,6 +141,8 @@ SAVE_CONTROLS = (
     "envelope = excluded.envelope, envelope_version = excluded.envelope_version, "
     "updated_by = excluded.updated_by, updated_at = excluded.updated_at"
 )
+# ``fingerprint`` holds what the repeat signal counts by: the row's fingerprint, or the
+# class's repeat key over its effect (near-identical effects share one).
 INSERT_SIGNAL = (
     "INSERT INTO control_signals (action, at, op_key, fingerprint, value_micros, "
     "rejected, new_target) VALUES (?,?,?,?,?,?,?)"

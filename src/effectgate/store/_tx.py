@@ -143,12 +143,17 @@ class SharedTx(ABC):
             "UPDATE class_controls SET release_gen = release_gen + 1 WHERE action = ?", (action,)
         )
 
-    def seen_target(self, action: str, target: str, at: float) -> bool:
-        """Whether ``target`` was seen before for ``action``; remembers it either way."""
-        return not self.rows(
-            "INSERT INTO known_targets VALUES (?,?,?) ON CONFLICT DO NOTHING RETURNING 1",
-            (action, target, at),
+    def unseen_targets(self, targets: Sequence[tuple[str, str]], at: float) -> set[tuple[str, str]]:
+        """Which ``(lane, value)`` pairs were never seen before; remembers them all. One
+        statement however many fields a class watches (one round trip in PostgreSQL)."""
+        values = ",".join("(?,?,?)" for _ in targets)
+        args = [x for lane, value in targets for x in (lane, value, at)]
+        found = self.rows(
+            f"INSERT INTO known_targets VALUES {values} ON CONFLICT DO NOTHING "
+            "RETURNING action, target",
+            args,
         )
+        return {(str(r[0]), str(r[1])) for r in found}
 
     def record_signal(
         self,

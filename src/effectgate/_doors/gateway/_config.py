@@ -31,7 +31,13 @@ from effectgate._doors.gateway._adapter import ReadTools, ToolBinding
 from effectgate._doors.gateway._upstream import UpstreamSpec
 from effectgate._execute.adapter import ADAPTER_CALL_CEILING
 from effectgate._service import _config as svc
-from effectgate._service._controls_config import alerts_section, approvals_section, breaker_section
+from effectgate._service._controls_config import (
+    alerts_section,
+    approvals_section,
+    breaker_section,
+    new_target_fields,
+    repeat_key_section,
+)
 from effectgate._service._jsonschema import model_from_json_schema
 from effectgate._service._toml import Section
 from effectgate.errors import ConfigError, EffectgateError
@@ -294,6 +300,7 @@ _TOOL_KEYS = frozenset(
         "upstream", "tool", "schema_sha256", "key_argument", "id_field", "reads", "venue",
         "fields", "value_field", "effect_class", "tier_floor", "visibility_horizon",
         "key_retention", "target_field", "settlement_window", "hold_bound",
+        "repeat_key", "new_target_fields",
     }
 )  # fmt: skip
 
@@ -419,6 +426,9 @@ def _action_class(
     settlement = sec.number("settlement_window", 1.0) if sec.has("settlement_window") else None
     hold_bound = sec.number("hold_bound", 1.0) if sec.has("hold_bound") else None
     venue = svc._venue_contract(sec.table("venue"))
+    # A minted-id retry with jittered arguments is the gateway's typical repeat.
+    repeat_key = repeat_key_section(sec.table("repeat_key"))
+    watched = new_target_fields(sec)
     sec.done()
     try:
         ac = ActionClass(
@@ -434,6 +444,8 @@ def _action_class(
             settlement_window=settlement,
             hold_bound=hold_bound,
             venue=venue,
+            repeat_key=repeat_key,
+            new_target_fields=watched,
         )
     except EffectgateError as exc:
         sec.fail(None, exc.message)
