@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from effectgate._core.controls import ApprovalRules, BreakerConfig
+from effectgate._core.effects import OPERATION_ID_MODES
 from effectgate._core.intent import (
     AUDIT_FIELDS,
     ActionClass,
@@ -517,6 +518,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     retries = sec.integer("retries", 0, minimum=0, maximum=7)
     compensation = sec.text("compensation")
     require_provenance = sec.flag("require_provenance", False)
+    operation_ids = sec.text("operation_ids", "caller", choices=list(OPERATION_ID_MODES))
     try:
         ac = ActionClass(
             name=name,
@@ -536,6 +538,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             retries=retries,
             compensation=compensation,
             require_provenance=require_provenance,
+            operation_ids=operation_ids or "caller",
         )
     except EffectgateError as exc:
         # "submit_order: visibility_horizon ...": locate the key the message is about.
