@@ -8,11 +8,15 @@ often the proposal is repeated) and invariant 2 (a key reused with another paylo
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from effectgate import (
     Gate,
@@ -25,11 +29,15 @@ from effectgate import (
     RegistryError,
     State,
 )
+from effectgate._doors.http.app import create_app
+from effectgate._doors.mcp.server import OPERATION_ID_SCHEMA, REQUEST_KEY_SCHEMA, tool_definitions
+from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.errors import RequestKeyConflict
+from effectgate.errors import ConfigError, RequestKeyConflict
 from effectgate.examples import EXAMPLE_ORDER, cancel_order_class, submit_order_class
 from effectgate.store.roles import Store
 from effectgate.testing import CountingAdapter, ManualClock
+from servicekit import AGENT_A, ORDER, bearer, config_text
 
 INTENT = dict(EXAMPLE_ORDER)  # 4 x 100.00 = 400: allowed at tier validate
 BIG = dict(EXAMPLE_ORDER, quantity="95")  # 9500 > 900: needs an approval
@@ -200,3 +208,99 @@ class TestCaller:
 def test_an_unknown_mode_is_refused_at_registration() -> None:
     with pytest.raises(RegistryError, match="operation_ids must be one of caller, minted"):
         replace(submit_order_class(), operation_ids="payload")
+
+
+# --- the doors: the TOML key, HTTP's Idempotency-Key, MCP's operation_id ---------------------
+
+MINTED_TOML = 'key_retention = 86400\noperation_ids = "minted"\ntarget_field = "instrument"'
+
+
+def minted_config(tmp_path: Path) -> str:
+    text = config_text(store_url=f"sqlite:///{tmp_path}/ledger.db")
+    assert 'key_retention = 86400\ntarget_field = "instrument"' in text
+    return text.replace('key_retention = 86400\ntarget_field = "instrument"', MINTED_TOML, 1)
+
+
+def test_the_config_key_is_read_per_class_and_defaults_to_caller(tmp_path: Path) -> None:
+    cfg = parse_config(minted_config(tmp_path), "test.toml")
+    assert cfg.registry.get("submit_order").operation_ids == "minted"
+    assert cfg.registry.get("cancel_order").operation_ids == "caller"
+    bad = minted_config(tmp_path).replace('operation_ids = "minted"', 'operation_ids = "mint"')
+    with pytest.raises(ConfigError, match="operation_ids"):
+        parse_config(bad, "test.toml")
+
+
+@pytest.fixture
+def http(tmp_path: Path, store: Store) -> Iterator[tuple[TestClient, PaperVenue]]:
+    venue = PaperVenue()
+    cfg = parse_config(minted_config(tmp_path), "test.toml")
+    svc = Service(cfg, adapters={"venue": PaperAdapter(venue)}, store=store)
+    with TestClient(create_app(svc, mcp_http=False)) as c:
+        yield c, venue
+    svc.close()
+
+
+def post(client: TestClient, key: str, order: dict[str, object], action: str = "submit_order"):
+    headers = {"Content-Type": "application/json", "Idempotency-Key": key, **bearer(AGENT_A)}
+    return client.post(f"/v1/actions/{action}", content=json.dumps(order).encode(), headers=headers)
+
+
+class TestHttp:
+    def test_the_idempotency_key_is_the_request_key(
+        self, http: tuple[TestClient, PaperVenue]
+    ) -> None:
+        """Invariant 1 over HTTP: in minted mode the Idempotency-Key names the proposal; the
+        response (body and Location) carries the minted id, and the key again is the stored
+        result, replayed, with one effect."""
+        client, venue = http
+        first = post(client, "req-1", ORDER)
+        assert first.status_code == 201, first.text
+        minted_id = first.json()["operation_id"]
+        assert MINTED.fullmatch(minted_id) and first.json()["state"] == "acknowledged"
+        assert first.headers["location"] == f"/v1/operations/{minted_id}"
+        again = post(client, "req-1", ORDER)
+        assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true"
+        assert again.json()["operation_id"] == minted_id
+        retry = post(client, minted_id, ORDER)  # the minted id is the operation's own retry
+        assert retry.status_code == 200 and retry.json()["operation_id"] == minted_id
+        looked = client.get(f"/v1/operations/{minted_id}", headers=bearer(AGENT_A))
+        assert looked.status_code == 200 and looked.json()["state"] == "acknowledged"
+        assert venue.effect_count == 1
+
+    def test_the_same_key_with_another_payload_is_422(
+        self, http: tuple[TestClient, PaperVenue]
+    ) -> None:
+        """Invariant 2 over HTTP: request_key_conflict, problem+json, nothing sent."""
+        client, venue = http
+        post(client, "req-1", ORDER)
+        changed = post(client, "req-1", {**ORDER, "quantity": "5"})
+        assert changed.status_code == 422
+        assert changed.headers["content-type"] == "application/problem+json"
+        assert changed.json()["code"] == "request_key_conflict"
+        assert venue.effect_count == 1
+
+    def test_a_caller_mode_class_refuses_the_minted_namespace(
+        self, http: tuple[TestClient, PaperVenue]
+    ) -> None:
+        client, _ = http
+        cancel = {
+            "intent_version": "1",
+            "action": "cancel_order",
+            "instrument": "XYZ-PERP",
+            "order_ref": "ord-1",
+        }
+        refused = post(client, "minted:" + "cd" * 16, cancel, action="cancel_order")
+        assert refused.status_code == 400, refused.text
+        problem = refused.json()
+        assert problem["code"] == "invalid_intent"
+        assert "reserved_operation_id" in refused.text and "operation_id" in refused.text
+
+
+def test_the_mcp_tool_says_its_operation_id_is_a_request_key(tmp_path: Path) -> None:
+    svc = Service(parse_config(minted_config(tmp_path), "test.toml"))
+    try:
+        tools = {t.name: t for t in tool_definitions(svc)}
+    finally:
+        svc.close()
+    assert tools["submit_order"].input_schema["properties"]["operation_id"] == REQUEST_KEY_SCHEMA
+    assert tools["cancel_order"].input_schema["properties"]["operation_id"] == OPERATION_ID_SCHEMA
