@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from decimal import Decimal
 from pathlib import Path
@@ -183,6 +185,42 @@ class TestMinted:
         again = minted.gate.submit("submit_order", "req-no", over)
         assert again.operation_id == first.operation_id and again.replayed
         assert minted.adapter.execute_calls == 0
+
+
+class TestDurability:
+    def test_a_binding_left_without_its_row_is_journalled_by_the_next_proposal(
+        self, minted: World
+    ) -> None:
+        """A process that bound the key and died before its journal: the next proposal under
+        the key journals the bound id, not a second one (invariant 1)."""
+        parsed = minted.gate.registry.parse("submit_order", INTENT)
+        bound = minted.store.bind_request_key(
+            "default",
+            "submit_order",
+            "req-1",
+            fingerprint=parsed.fingerprint,
+            operation_id="minted:" + "12" * 16,
+            now=1.0,
+        )
+        assert bound == ("minted:" + "12" * 16, parsed.fingerprint)
+        op = minted.gate.submit("submit_order", "req-1", INTENT)
+        assert op.operation_id == bound[0] and not op.replayed
+        assert op.state is State.ACKNOWLEDGED and minted.adapter.execute_calls == 1
+
+    def test_concurrent_proposals_under_one_key_are_one_operation(self, minted: World) -> None:
+        """Invariant 1 across threads: the binding's primary key picks one minted id, the
+        operations row's unique key one journal; the venue is called once."""
+        barrier = threading.Barrier(4)
+
+        def propose() -> str:
+            barrier.wait()
+            return minted.gate.submit("submit_order", "req-race", INTENT).operation_id
+
+        with ThreadPoolExecutor(4) as pool:
+            ids = list(pool.map(lambda _: propose(), range(4)))
+        assert len(set(ids)) == 1 and MINTED.fullmatch(ids[0])
+        assert minted.store.count_by_state() == {("submit_order", "acknowledged"): 1}
+        assert minted.adapter.execute_calls == 1 and minted.venue.effect_count == 1
 
 
 class TestCaller:
