@@ -54,6 +54,12 @@ BY_CODE = {cls.code: cls for cls in tree()}
 #: Constructor arguments for the classes that need more than a message.
 EXTRA: dict[str, dict[str, Any]] = {
     "IdempotencyConflict": {"operation_id": "op-1", "stored": "a", "offered": "b"},
+    "RequestKeyConflict": {
+        "request_key": "rk-1",
+        "operation_id": "minted:x",
+        "stored": "a",
+        "offered": "b",
+    },
     "OperationInFlight": {"operation_id": "op-1", "retry_after": 1.5},
     "RateLimited": {"retry_after": 2.0},
     "BudgetExceeded": {"dimension": "tool_calls"},

@@ -269,6 +269,22 @@ class TestLedgerCasesOnYourOwnClasses:
         assert "max_repeats=3: tripped after 4" in found[(BREAKER, "submit_order")].why
         assert "max_new_targets=2: tripped after 3" in found[(BREAKER, "cancel_order")].why
 
+    def test_a_class_with_minted_ids_passes_every_case(self, starter: Path) -> None:
+        """The cases choose their own ids, so a minted class runs them with caller ids (issue
+        39 item 7): they pass instead of failing on ids effectgate would have minted."""
+        edit(
+            starter,
+            "[classes.submit_order]\n",
+            '[classes.submit_order]\noperation_ids = "minted"\n',
+        )
+        assert load_config(starter).registry.get("submit_order").operation_ids == "minted"
+        found = own(starter)
+        for title in CASE_TITLES:
+            # The starter sets no breaker thresholds: that case is n/a for every class.
+            want = "n/a" if title == BREAKER else "pass"
+            assert found[(title, "submit_order")].status == want, found[(title, "submit_order")]
+        assert found[(APPROVAL, "submit_order")].status == "pass"
+
     def test_a_breaker_without_thresholds_is_not_applicable(self, starter: Path) -> None:
         # The case never trips a breaker by hand: with no [controls.X] threshold nothing
         # trips it automatically, and the case says so instead of passing.

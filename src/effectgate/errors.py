@@ -21,6 +21,7 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   +-- RateLimited               rate_limited                   429
     +-- OperationError                operation_refused              409  refused
     |   +-- IdempotencyConflict       idempotency_conflict           422
+    |       +-- RequestKeyConflict    request_key_conflict           422
     |   +-- OperationNotFound         operation_not_found            404
     |   +-- OperationInFlight         operation_in_flight            409  uncertain
     |   +-- InvalidTransition         invalid_transition             409
@@ -144,6 +145,7 @@ __all__ = [
     "ReceiptUnavailable",
     "RegistryError",
     "RequestError",
+    "RequestKeyConflict",
     "ReservationConflict",
     "ReservationNotFound",
     "ResolutionRefused",
@@ -373,6 +375,25 @@ class IdempotencyConflict(OperationError):
 
     def details(self) -> dict[str, object]:
         return {"operation_id": self.operation_id}
+
+
+class RequestKeyConflict(IdempotencyConflict):
+    """A minted-id class's request key was used before with a different effect payload: the
+    proposal it named is another action, so the key cannot name this one (docs/service.md,
+    "Operation ids: caller or minted")."""
+
+    code = "request_key_conflict"
+    status = 422  # as for a reused Idempotency-Key: the key names one proposal
+
+    def __init__(
+        self, message: str, *, request_key: str, operation_id: str, stored: str, offered: str
+    ) -> None:
+        super().__init__(message, operation_id=operation_id, stored=stored, offered=offered)
+        self.request_key = request_key
+
+    def details(self) -> dict[str, object]:
+        # The operation the key names is the caller's own (same scope): it may look it up.
+        return {"request_key": self.request_key, "operation_id": self.operation_id}
 
 
 class OperationNotFound(OperationError):

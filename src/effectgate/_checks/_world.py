@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 
 from effectgate._checks.verify_intents import IntentSource
 from effectgate._core.clock import ManualClock
-from effectgate._core.intent import ActionClass, Tier
+from effectgate._core.intent import ActionClass, Registry, Tier
 from effectgate._core.states import State
 from effectgate._evidence.invariants import InvariantViolation, assert_invariants
 from effectgate._execute.adapter import OutboundRequest
@@ -81,7 +81,7 @@ class World:
     def gate_with(self, adapters: dict[str, PaperAdapter]) -> Gate:
         gate = Gate(
             store=self.store,
-            registry=self.cfg.registry,
+            registry=self.gate.registry,
             adapters=adapters,
             policy=self.cfg.policy,
             clock=self.clock,
@@ -125,9 +125,16 @@ def make_world(
     clock = ManualClock()
     venue = PaperVenue(honour_key=True, clock=clock)
     counting = {name: CountingAdapter(PaperAdapter(venue)) for name in cfg.adapters}
+    # The cases follow their rows by the ids they choose, so a class whose ids effectgate mints
+    # runs them with caller ids: identity, once-only and the controls hold per id either way.
+    registry = Registry(
+        [replace(c, operation_ids="caller") for c in cfg.registry],
+        max_bytes=cfg.registry.max_bytes,
+        max_depth=cfg.registry.max_depth,
+    )
     gate = Gate(
         store=store,
-        registry=cfg.registry,
+        registry=registry,
         adapters=dict(counting),
         policy=cfg.policy,
         clock=clock,

@@ -1,5 +1,6 @@
 """Effect requirements of an action class (docs/continuations.md): its bounded retry policy and
-its compensation, and the reserved operation-id namespace of continuations. Pure: no I/O.
+its compensation, and the reserved operation-id namespaces of continuations and of ids the
+boundary mints. Pure: no I/O.
 
 A retry policy is a bound on how many *separately authorised* retries a continuation may ever
 make of one original; it is never permission to retry an unknown effect (invariant 9).
@@ -15,9 +16,12 @@ __all__ = [
     "CONTINUATION_PREFIX",
     "MAX_COMPENSATIONS",
     "MAX_RETRIES",
+    "MINTED_PREFIX",
+    "OPERATION_ID_MODES",
     "check_compensations",
     "check_effect_requirements",
     "is_continuation_id",
+    "is_minted_id",
 ]
 
 #: At most this many retries of one original, whatever a class declares.
@@ -28,8 +32,20 @@ MAX_COMPENSATIONS = 8
 CONTINUATION_PREFIX = "cont:"
 
 
+#: Operation ids in this namespace are minted by the boundary at the decision (a class with
+#: ``operation_ids = "minted"``); a caller never chooses one (docs/service.md).
+MINTED_PREFIX = "minted:"
+#: Who supplies a class's operation ids: the caller (its request key is the id), or the
+#: boundary, which mints one at the decision and binds the caller's request key to it.
+OPERATION_ID_MODES = ("caller", "minted")
+
+
 def is_continuation_id(operation_id: object) -> bool:
     return isinstance(operation_id, str) and operation_id.startswith(CONTINUATION_PREFIX)
+
+
+def is_minted_id(operation_id: object) -> bool:
+    return isinstance(operation_id, str) and operation_id.startswith(MINTED_PREFIX)
 
 
 def check_effect_requirements(

@@ -32,7 +32,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import PydanticCustomError, core_schema
 
 from effectgate._core.canonical import MAX_SAFE_INT, canonical_decimal, fingerprint_checked, nfc
-from effectgate._core.effects import check_effect_requirements
+from effectgate._core.effects import OPERATION_ID_MODES, check_effect_requirements
 from effectgate._core.frozen import quick_init
 from effectgate._core.jsonparse import copy_object, load_document, refuse_floats, show
 from effectgate._core.messages import intent_error
@@ -270,6 +270,10 @@ class ActionClass:
     #: The effect fields the breaker's new-target signal watches: one name or several; a
     #: never-seen value in any of them counts (once per intent). Empty: ``target_field``.
     new_target_fields: tuple[str, ...] | str = ()
+    #: Who supplies operation ids: ``"caller"`` (the proposer's id is the operation's) or
+    #: ``"minted"`` (the boundary mints one at the decision; the proposer's id is only a request
+    #: key that makes the proposal idempotent). docs/service.md, "Operation ids".
+    operation_ids: str = "caller"
     _effect_fields: tuple[str, ...] = field(init=False, repr=False, compare=False)
     _decimals: tuple[tuple[str, bool], ...] = field(init=False, repr=False, compare=False)
 
@@ -299,6 +303,10 @@ class ActionClass:
             except RegistryError as exc:
                 raise RegistryError(f"{self.name}: {exc.message}") from None
         self._check_times()
+        if self.operation_ids not in OPERATION_ID_MODES:
+            raise RegistryError(
+                f"{self.name}: operation_ids must be one of {', '.join(OPERATION_ID_MODES)}"
+            )
         check_effect_requirements(
             self.name, self.effect_class.value, self.retries, self.compensation
         )

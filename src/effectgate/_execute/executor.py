@@ -42,6 +42,7 @@ from effectgate._execute.intake import (
     plan,
     submit_guard,
 )
+from effectgate._execute.minting import operation_id_for
 from effectgate._execute.predispatch import (
     ADAPTER_CALL_CEILING,
     DispatchContext,
@@ -168,6 +169,9 @@ class Gate:
     ) -> Operation:
         """Propose an action under ``operation_id`` and, if policy allows it automatically, run it.
 
+        For a class with ``operation_ids = "minted"``, ``operation_id`` is a request key (or a
+        minted id returned earlier) and the returned row carries the minted id (:mod:`.minting`).
+
         The same id with the same effect payload is a retry: the existing row comes back
         (``replayed=True``) and nothing is sent again. The same id with another payload raises
         :class:`~effectgate.errors.IdempotencyConflict`. Refused input raises
@@ -210,6 +214,8 @@ class Gate:
         if evaluation_token is not None:
             run = (operation_id, run_call or current_run_call())
             check_token(self, ac, parsed, decision, evaluation_token, scope, principal, run)
+        # The id to journal under: the caller's, or minted now, at the decision (.minting).
+        operation_id = operation_id_for(store, clock, ac, parsed, scope, operation_id, admission)
         spec = active_speculation(self, ac) if ac.speculation else None
         # A speculating class stops at validated: the dry run comes before any dispatch.
         # With a pipeline configured (or a continuation admitted) the row stops at validated

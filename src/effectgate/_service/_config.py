@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from effectgate._core.controls import ApprovalRules, BreakerConfig
+from effectgate._core.effects import OPERATION_ID_MODES
 from effectgate._core.intent import (
     AUDIT_FIELDS,
     ActionClass,
@@ -546,6 +547,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     require_provenance = sec.flag("require_provenance", False)
     repeat_key = repeat_key_section(sec.table("repeat_key"))
     watched = new_target_fields(sec)
+    operation_ids = sec.text("operation_ids", "caller", choices=list(OPERATION_ID_MODES))
     try:
         ac = ActionClass(
             name=name,
@@ -567,6 +569,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             require_provenance=require_provenance,
             repeat_key=repeat_key,
             new_target_fields=watched,
+            operation_ids=operation_ids or "caller",
         )
     except EffectgateError as exc:
         # "submit_order: visibility_horizon ...": locate the key the message is about.

@@ -36,6 +36,7 @@ from effectgate.store._policies import PolicyRoles
 from effectgate.store._principals import PrincipalRoles
 from effectgate.store._quarantine import QuarantineRoles
 from effectgate.store._releases import ReleaseRoles
+from effectgate.store._request_keys import RequestKeyRoles
 from effectgate.store._retention import RetentionRoles
 from effectgate.store._run_receipts import ProviderReceiptRoles
 from effectgate.store._run_snapshots import RunSnapshotRoles
@@ -89,6 +90,7 @@ class SQLStore(
     GrantRoles,
     PolicyRoles,
     ChannelRoles,
+    RequestKeyRoles,
 ):
     """Every store role over the dialect hooks (see the module docstring)."""
 

@@ -31,6 +31,7 @@ __all__ = [
     "policy_tables",
     "principals_tables",
     "release_columns",
+    "request_key_tables",
     "retention_tables",
     "row_audit_columns",
     "runs_tables",
@@ -286,6 +287,7 @@ def shared_migrations(t: Types) -> list[str]:
         announcement_tables(t),  # one announcement per channel and round (store/_channels.py)
         row_audit_columns(t),  # entries an operations row names, outside the per-operation index
         dispatch_log_key(t),  # no key nobody reads on the dispatch record
+        request_key_tables(t),  # request keys bound to minted operation ids (_request_keys.py)
     ]
 
 
@@ -571,4 +573,17 @@ CREATE TABLE continuations (
     created_at {real} NOT NULL, PRIMARY KEY (scope, original_id, seq)
 ){clustered};
 CREATE UNIQUE INDEX continuations_by_operation ON continuations (scope, operation_id)
+""".format(**asdict(t))
+
+
+def request_key_tables(t: Types) -> str:
+    """A minted-id class's request keys (store/_request_keys.py, issue 39): each ``(scope,
+    class, request key)`` bound once to the fingerprint of its proposal and the operation id
+    the boundary minted for it."""
+    return """
+CREATE TABLE request_keys (
+    scope {text} NOT NULL, action {text} NOT NULL, request_key {text} NOT NULL,
+    fingerprint {text} NOT NULL, operation_id {text} NOT NULL, created_at {real} NOT NULL,
+    PRIMARY KEY (scope, action, request_key)
+){clustered}
 """.format(**asdict(t))

@@ -350,7 +350,8 @@ def _add_action_route(app: FastAPI, service: Service, name: str, agent: Any) -> 
             Header(
                 alias="Idempotency-Key",
                 description="The operation id: minted once per deliberate action, "
-                "sent again unchanged on every retry",
+                "sent again unchanged on every retry. For a class with operation_ids = "
+                '"minted", a request key: effectgate mints the operation id and returns it',
                 json_schema_extra={"pattern": _KEY_PATTERN},
             ),
         ] = None,

@@ -71,6 +71,7 @@ __all__ = [
     "LOOKUP_TOOL",
     "OPERATION_ID_SCHEMA",
     "PIN_META_KEY",
+    "REQUEST_KEY_SCHEMA",
     "McpHttpMount",
     "build_server",
     "evaluate_tool",
@@ -99,6 +100,15 @@ OPERATION_ID_SCHEMA: Final = {
     "the same id on every retry of it. A new id is a new action.",
 }
 
+#: ``operation_id`` of a class whose ids effectgate mints (docs/service.md, "Operation ids").
+REQUEST_KEY_SCHEMA: Final = {
+    **OPERATION_ID_SCHEMA,
+    "description": "A request key: choose it once per proposal and send it again on every "
+    "retry of the proposal. effectgate mints the operation id and returns it in the result's "
+    "operation_id; send that (or the same key) to retry. The same key with another payload is "
+    "refused.",
+}
+
 
 def tool_definitions(service: Service) -> list[types.Tool]:
     output = OperationOut.model_json_schema()
@@ -107,7 +117,9 @@ def tool_definitions(service: Service) -> list[types.Tool]:
         schema = ac.json_schema()
         plain = json.loads(json.dumps(schema))
         schema["properties"] = {
-            "operation_id": OPERATION_ID_SCHEMA,
+            "operation_id": REQUEST_KEY_SCHEMA
+            if ac.operation_ids == "minted"
+            else OPERATION_ID_SCHEMA,
             "evaluation_token": EVALUATION_TOKEN_SCHEMA,
             **schema["properties"],
         }

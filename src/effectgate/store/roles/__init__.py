@@ -1,8 +1,9 @@
 """The store's contract, one protocol per role, grouped by role in this package's modules;
 :class:`Store` is all of them. It imports only the store's records (``store.base``) and the core.
 
-The groups: :mod:`.ledger` (writes, reads, the sweep), :mod:`.controls` (controls, releases,
-approvals, speculation, quarantine), :mod:`.evidence` (audit log, alerts, retention),
+The groups: :mod:`.ledger` (writes, reads, the sweep, request keys), :mod:`.controls`
+(controls, releases, approvals, speculation, quarantine), :mod:`.evidence` (audit log, alerts,
+retention),
 :mod:`.identity` (principals, grants, policy versions, channel nonces) and :mod:`.runs` (runs,
 snapshots, continuations, budgets). Every name is re-exported here: import from
 ``effectgate.store.roles``.
@@ -22,7 +23,7 @@ from typing import Protocol, runtime_checkable
 from effectgate.store.roles.controls import Approvals, Controls, Quarantine, Releases, Speculations
 from effectgate.store.roles.evidence import Alerts, AuditLog, Retention
 from effectgate.store.roles.identity import ChannelNonces, Grants, PolicyVersions, Principals
-from effectgate.store.roles.ledger import LedgerReads, LedgerWrites, Sweep
+from effectgate.store.roles.ledger import LedgerReads, LedgerWrites, RequestKeys, Sweep
 from effectgate.store.roles.runs import Budgets, Continuations, Runs, RunSnapshots
 
 __all__ = [
@@ -39,6 +40,7 @@ __all__ = [
     "Principals",
     "Quarantine",
     "Releases",
+    "RequestKeys",
     "Retention",
     "RunSnapshots",
     "Runs",
@@ -69,6 +71,7 @@ class Store(
     Grants,
     PolicyVersions,
     ChannelNonces,
+    RequestKeys,
     Protocol,
 ):
     """Every role: what :func:`effectgate.store.open_store` returns."""

@@ -22,7 +22,7 @@ from effectgate.store.base import (
 if TYPE_CHECKING:
     from effectgate._core.controls import DispatchGuard
 
-__all__ = ["LedgerReads", "LedgerWrites", "Sweep"]
+__all__ = ["LedgerReads", "LedgerWrites", "RequestKeys", "Sweep"]
 
 
 @runtime_checkable
@@ -176,3 +176,23 @@ class Sweep(Protocol):
 
     def count_divergences(self) -> dict[str, int]:
         """``{kind: n}`` over every divergence recorded."""
+
+
+@runtime_checkable
+class RequestKeys(Protocol):
+    """A minted-id class's request keys, each bound once to the operation minted for it
+    (docs/service.md, "Operation ids: caller or minted")."""
+
+    def bind_request_key(
+        self,
+        scope: str,
+        action: str,
+        request_key: str,
+        *,
+        fingerprint: str,
+        operation_id: str,
+        now: float,
+    ) -> tuple[str, str]:
+        """Bind ``request_key`` to ``operation_id`` (just minted) unless it is bound already, in
+        one audited transaction: ``(the bound operation id, its fingerprint)``. A binding with
+        another fingerprint than ``fingerprint`` is audited as ``request_key_conflict``."""
