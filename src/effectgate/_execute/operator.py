@@ -14,12 +14,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from effectgate._core.approver_roles import ApproverRoles
-from effectgate._core.controls import ApprovalOutcome, AuthorityStep, ClassControls, Envelope
+from effectgate._core.authority_evidence import widens
+from effectgate._core.controls import (
+    ApprovalOutcome,
+    AuthorityStep,
+    ClassControls,
+    Envelope,
+    parse_axis_value,
+)
 from effectgate._core.intent import ActionClass, Registry
 from effectgate._core.states import State
 from effectgate._evidence.audit import VerifyResult, export_bundle, verify_store
 from effectgate._execute.alerts import AlertSink
 from effectgate._execute.shadow import ShadowReport, build_report
+from effectgate._execute.step_evidence import measure as measure_evidence
+from effectgate._execute.step_evidence import verify as verify_evidence
 from effectgate.errors import ApprovalError, ApprovalExpired, ControlError, InvalidApprover
 from effectgate.store.base import IDENTITY_PATTERN, SYSTEM_PREFIX, Operation, validate_identity
 from effectgate.store.roles import Store
@@ -170,22 +179,33 @@ class Operator:
         *,
         evidence: Mapping[str, object],
         operator: str,
-        reverse_on: str = "breaker_trip",
+        reverse_on: str | None = None,
     ) -> AuthorityStep:
         """Move one envelope axis, naming the evidence and the condition that reverses it.
 
-        The oversight tier is not an axis: a tier floor is never lowered by evidence.
+        A step that widens the axis names evidence the boundary recomputes now from its own
+        records (:meth:`step_evidence` gives it) and a breaker trip that reverses it
+        (``breaker_trip`` by default; ``manual`` alone is refused). A step that tightens names
+        a note and is reversed only by hand. The oversight tier is not an axis: a tier floor
+        is never lowered by evidence.
         """
         self._class(action)
+        who = self._who(operator)
+        now = self.clock()
+        clean = parse_axis_value(axis, new)
+        current = self.store.controls(action).envelope.axis(axis)
+        if widens(axis, current, clean) or (isinstance(evidence, Mapping) and "kind" in evidence):
+            evidence = verify_evidence(self.store, self.registry, action, axis, evidence, now=now)
         return self.store.apply_authority_step(
-            action,
-            axis,
-            new,
-            evidence=evidence,
-            reverse_on=reverse_on,
-            operator=self._who(operator),
-            now=self.clock(),
+            action, axis, new, evidence=evidence, reverse_on=reverse_on, operator=who, now=now
         )
+
+    def step_evidence(
+        self, action: str, axis: str, *, kind: str, since: float, until: float
+    ) -> dict[str, object]:
+        """The evidence a step widening ``axis`` may name: ``kind`` (``shadow_report`` or
+        ``operations``) of ``action`` over ``[since, until)``, its figures and digest."""
+        return measure_evidence(self.store, self.registry, action, axis, kind, since, until)
 
     def history(self, action: str | None = None) -> list[AuthorityStep]:
         if action is not None:

@@ -306,6 +306,21 @@ class SQLStore(
             )
         ]
 
+    def operations_window(
+        self, action: str, since: float, until: float, *, limit: int = 100_000
+    ) -> list[Operation]:
+        """The rows of ``action`` journalled at ``since <= created_at < until``, oldest first
+        (staged authority's evidence is recomputed from them)."""
+        return [
+            sql.operation_from_row(r)
+            for r in self._rows(
+                f"SELECT {sql.OP_COLUMNS} FROM operations WHERE action = ? AND created_at >= ? "
+                "AND created_at < ? ORDER BY created_at, op_key LIMIT ?",
+                (action, since, until, limit),
+                "operations_window",
+            )
+        ]
+
     def count_by_state(self) -> dict[tuple[str, str], int]:
         return {
             (r[0], r[1]): int(r[2])

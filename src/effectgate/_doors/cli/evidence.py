@@ -23,6 +23,7 @@ from effectgate._doors.cli._common import (
     operator_on,
     print_json,
     timestamp,
+    when_arg,
 )
 from effectgate._doors.cli._tables import print_table
 
@@ -91,25 +92,6 @@ def shadow_feed(
     console.print(f"{correlation_id}: incumbent {'did nothing' if fp is None else fp[:12]}")
 
 
-def _when(text: str | None, what: str) -> float | None:
-    """Epoch seconds, or an ISO 8601 date-time (UTC unless it says otherwise)."""
-    if text is None:
-        return None
-    from datetime import UTC, datetime
-
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise typer.BadParameter(
-            f"{what} {text!r} is neither epoch seconds nor an ISO 8601 date-time"
-        ) from None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
-
-
 @shadow_app.command("report")
 def shadow_report(
     store: StoreOpt,
@@ -129,7 +111,10 @@ def shadow_report(
     harness version (and window), and the disagreeing cases."""
     with operator_on(store) as op:
         report = op.shadow_report(
-            action, window=window, since=_when(since, "--since"), until=_when(until, "--until")
+            action,
+            window=window,
+            since=when_arg(since, "--since"),
+            until=when_arg(until, "--until"),
         )
     data = report.to_dict()
     if as_json:

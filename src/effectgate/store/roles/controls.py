@@ -62,7 +62,7 @@ class Controls(Protocol):
         new: object,
         *,
         evidence: Mapping[str, object],
-        reverse_on: str,
+        reverse_on: str | None,
         operator: str,
         now: float,
     ) -> AuthorityStep: ...
