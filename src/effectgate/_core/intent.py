@@ -250,6 +250,9 @@ class ActionClass:
     #: Seconds a row may stay held by a control before the ``hold-aged`` alert (invariant 11);
     #: None: the settlement window, else the visibility horizon (:attr:`hold_limit`).
     hold_bound: float | None = None
+    #: Seconds within which the class's kill switch must have been rehearsed (a dry run or a
+    #: drill) before the ``rehearsal-overdue`` alert; None: no schedule.
+    rehearsal_period: float | None = None
     #: What the venue promises (key, read view, sandbox): :mod:`effectgate._core.venue`.
     venue: VenueContract = field(default_factory=VenueContract)
     #: Speculative pre-execution (seed 000): :mod:`effectgate._core.speculation`; None: off.
@@ -363,6 +366,14 @@ class ActionClass:
         ):
             # Every hold has a finite bound: a held action goes stale as it waits.
             raise RegistryError(f"{self.name}: hold_bound must be a finite number > 0")
+        period = self.rehearsal_period
+        if period is not None and (
+            isinstance(period, bool)
+            or not isinstance(period, int | float)
+            or not math.isfinite(period)
+            or period <= 0
+        ):
+            raise RegistryError(f"{self.name}: rehearsal_period must be a finite number > 0")
 
     @property
     def hold_limit(self) -> float:

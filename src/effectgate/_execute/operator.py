@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from effectgate._core.approver_roles import ApproverRoles
@@ -23,9 +22,12 @@ from effectgate._core.controls import (
     parse_axis_value,
 )
 from effectgate._core.intent import ActionClass, Registry
+from effectgate._core.rehearsal import Rehearsal
 from effectgate._core.states import State
 from effectgate._evidence.audit import VerifyResult, export_bundle, verify_store
 from effectgate._execute.alerts import AlertSink
+from effectgate._execute.rehearsal import BlastRadius, blast_radius
+from effectgate._execute.rehearsal import drill as run_drill
 from effectgate._execute.shadow import ShadowReport, build_report
 from effectgate._execute.step_evidence import measure as measure_evidence
 from effectgate._execute.step_evidence import verify as verify_evidence
@@ -37,28 +39,6 @@ __all__ = ["BlastRadius", "Operator", "ShadowReport"]
 
 #: Rows held by a control carry a ``detail`` starting with this.
 HELD_PREFIX = "held:"
-
-
-@dataclass(frozen=True)
-class BlastRadius:
-    """What a kill switch on ``action`` would halt right now (nothing is flipped)."""
-
-    action: str
-    killed: bool
-    dispatchable: list[Operation]
-    awaiting_approval: int
-    in_flight: int
-    dispatched_last_hour: int
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "action": self.action,
-            "killed": self.killed,
-            "would_hold": [r.op_key for r in self.dispatchable],
-            "awaiting_approval": self.awaiting_approval,
-            "in_flight": self.in_flight,
-            "dispatched_last_hour": self.dispatched_last_hour,
-        }
 
 
 class Operator:
@@ -119,24 +99,34 @@ class Operator:
         )
 
     def blast_radius(self, action: str, *, limit: int = 1000) -> BlastRadius:
-        """Rehearse a switch: what it would hold now, without flipping it."""
+        """Rehearse a switch: what it would hold now, without flipping it (not recorded; see
+        :meth:`rehearse`)."""
         self._class(action)
-        counts = self.store.count_by_state()
-        dispatchable = self.store.list_operations(state=State.VALIDATED, action=action, limit=limit)
+        return blast_radius(self.store, action, now=self.clock(), limit=limit)
+
+    def rehearse(
+        self, action: str, *, operator: str, drill: bool = False, reason: str | None = None
+    ) -> Rehearsal:
+        """Rehearse ``action``'s kill switch and record it: the blast-radius dry run, or with
+        ``drill`` the switch flipped on, seen held and flipped off (refused while it is on)."""
+        self._class(action)
+        who = self._who(operator)
+        if drill:
+            return run_drill(self.store, action, operator=who, reason=reason, clock=self.clock)
         now = self.clock()
-        recent = [
-            r
-            for r in self.store.list_operations(action=action, limit=10_000)
-            if r.submitted_at is not None and r.submitted_at >= now - 3600
-        ]
-        return BlastRadius(
-            action,
-            self.store.controls(action).killed,
-            dispatchable,
-            counts.get((action, State.AWAITING_APPROVAL.value), 0),
-            counts.get((action, State.SUBMITTED.value), 0),
-            len(recent),
+        radius = blast_radius(self.store, action, now=now)
+        detail: dict[str, object] = radius.summary()
+        if reason:
+            detail["reason"] = reason
+        return self.store.record_rehearsal(
+            action, "blast_radius", operator=who, detail=detail, now=now
         )
+
+    def rehearsals(self, action: str | None = None, *, limit: int = 100) -> list[Rehearsal]:
+        """Recorded rehearsals, newest first."""
+        if action is not None:
+            self._class(action)
+        return self.store.list_rehearsals(action, limit=limit)
 
     def held(self, action: str | None = None, *, limit: int = 1000) -> list[Operation]:
         """``validated`` rows a control is holding back (listed, never failed)."""

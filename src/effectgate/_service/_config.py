@@ -72,7 +72,13 @@ _ENV_NAME = r"[A-Za-z_][A-Za-z0-9_]{0,127}"
 _CALLER_NAME = r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,63}"
 _SECRET_KEYS = ("credential", "api_key", "apikey", "password", "secret", "token", "key")
 ADAPTER_KINDS = ("http", "paper", "python", "stripe", "aws", "email")
-_TIME_KEYS = ("visibility_horizon", "key_retention", "settlement_window", "hold_bound")
+_TIME_KEYS = (
+    "visibility_horizon",
+    "key_retention",
+    "settlement_window",
+    "hold_bound",
+    "rehearsal_period",
+)
 # Facts about the venue, never defaulted: a round number that is wrong for the venue writes
 # rows off too early or lets a retry outlive the venue's memory of the key.
 _HORIZON_WHY = (
@@ -512,6 +518,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     target_field = sec.text("target_field")
     settlement = sec.number("settlement_window", 1.0) if sec.has("settlement_window") else None
     hold_bound = sec.number("hold_bound", 1.0) if sec.has("hold_bound") else None
+    rehearsal = sec.number("rehearsal_period", 1.0) if sec.has("rehearsal_period") else None
     venue = _venue_contract(sec.table("venue"))
     speculation = speculation_section(sec.table("speculation"))
     retries = sec.integer("retries", 0, minimum=0, maximum=7)
@@ -531,6 +538,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             target_field=target_field,
             settlement_window=settlement,
             hold_bound=hold_bound,
+            rehearsal_period=rehearsal,
             venue=venue,
             speculation=speculation,
             retries=retries,

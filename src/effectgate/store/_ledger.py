@@ -35,6 +35,7 @@ from effectgate.store._hooks import Hold, Work, scoped
 from effectgate.store._policies import PolicyRoles
 from effectgate.store._principals import PrincipalRoles
 from effectgate.store._quarantine import QuarantineRoles
+from effectgate.store._rehearsals import RehearsalRoles
 from effectgate.store._releases import ReleaseRoles
 from effectgate.store._retention import RetentionRoles
 from effectgate.store._run_receipts import ProviderReceiptRoles
@@ -89,6 +90,7 @@ class SQLStore(
     GrantRoles,
     PolicyRoles,
     ChannelRoles,
+    RehearsalRoles,
 ):
     """Every store role over the dialect hooks (see the module docstring)."""
 

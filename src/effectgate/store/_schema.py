@@ -30,6 +30,7 @@ __all__ = [
     "migrate",
     "policy_tables",
     "principals_tables",
+    "rehearsal_tables",
     "release_columns",
     "retention_tables",
     "row_audit_columns",
@@ -286,6 +287,7 @@ def shared_migrations(t: Types) -> list[str]:
         announcement_tables(t),  # one announcement per channel and round (store/_channels.py)
         row_audit_columns(t),  # entries an operations row names, outside the per-operation index
         dispatch_log_key(t),  # no key nobody reads on the dispatch record
+        rehearsal_tables(t),  # kill switch rehearsals (store/_rehearsals.py)
     ]
 
 
@@ -571,4 +573,16 @@ CREATE TABLE continuations (
     created_at {real} NOT NULL, PRIMARY KEY (scope, original_id, seq)
 ){clustered};
 CREATE UNIQUE INDEX continuations_by_operation ON continuations (scope, operation_id)
+""".format(**asdict(t))
+
+
+def rehearsal_tables(t: Types) -> str:
+    """The rehearsals role's table (store/_rehearsals.py): one row per kill switch rehearsal,
+    ``kind`` ``blast_radius`` (a dry run) or ``drill`` (flipped on and back), with what it saw."""
+    return """
+CREATE TABLE kill_rehearsals (
+    id {serial}, action {text} NOT NULL, kind {text} NOT NULL, operator {text} NOT NULL,
+    at {real} NOT NULL, detail {text} NOT NULL
+);
+CREATE INDEX kill_rehearsals_by_action ON kill_rehearsals (action, at)
 """.format(**asdict(t))

@@ -32,6 +32,7 @@ from effectgate._doors.cli._common import (
     when_arg,
 )
 from effectgate._doors.cli._tables import print_table
+from effectgate._doors.cli.rehearsals import register_rehearsals
 from effectgate._execute.operator import Operator
 
 __all__ = ["register"]
@@ -57,6 +58,7 @@ def register(app: typer.Typer) -> None:
         (authority_app, "authority"),
     ):
         app.add_typer(sub, name=name)
+    register_rehearsals(kill_app)
     cli_evidence.register(app)
 
 

@@ -19,7 +19,14 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from effectgate.store.roles.controls import Approvals, Controls, Quarantine, Releases, Speculations
+from effectgate.store.roles.controls import (
+    Approvals,
+    Controls,
+    Quarantine,
+    Rehearsals,
+    Releases,
+    Speculations,
+)
 from effectgate.store.roles.evidence import Alerts, AuditLog, Retention
 from effectgate.store.roles.identity import ChannelNonces, Grants, PolicyVersions, Principals
 from effectgate.store.roles.ledger import LedgerReads, LedgerWrites, Sweep
@@ -38,6 +45,7 @@ __all__ = [
     "PolicyVersions",
     "Principals",
     "Quarantine",
+    "Rehearsals",
     "Releases",
     "Retention",
     "RunSnapshots",
@@ -69,6 +77,7 @@ class Store(
     Grants,
     PolicyVersions,
     ChannelNonces,
+    Rehearsals,
     Protocol,
 ):
     """Every role: what :func:`effectgate.store.open_store` returns."""

@@ -19,10 +19,11 @@ if TYPE_CHECKING:
         ClassControls,
         ShadowPair,
     )
+    from effectgate._core.rehearsal import Rehearsal
     from effectgate._core.resolution import Resolution
     from effectgate._core.speculation import SpeculationRecord
 
-__all__ = ["Approvals", "Controls", "Quarantine", "Releases", "Speculations"]
+__all__ = ["Approvals", "Controls", "Quarantine", "Rehearsals", "Releases", "Speculations"]
 
 
 @runtime_checkable
@@ -231,3 +232,18 @@ class Quarantine(Protocol):
         """``(rows in the queue, when the oldest entered it)``."""
 
     def quarantined_from(self, scope: str, operation_id: str) -> State | None: ...
+
+
+@runtime_checkable
+class Rehearsals(Protocol):
+    """Kill switch rehearsals, dry runs and drills (each record one audited transaction)."""
+
+    def record_rehearsal(
+        self, action: str, kind: str, *, operator: str, detail: Mapping[str, object], now: float
+    ) -> Rehearsal: ...
+
+    def list_rehearsals(self, action: str | None = None, *, limit: int = 100) -> list[Rehearsal]:
+        """Newest first."""
+
+    def last_rehearsals(self) -> dict[str, float]:
+        """When each class was last rehearsed, of either kind."""
