@@ -22,6 +22,7 @@ from effectgate._core.controls import (
     parse_axis_value,
 )
 from effectgate._core.intent import ActionClass, Registry
+from effectgate._core.model_window import ModelWindow
 from effectgate._core.rehearsal import Rehearsal
 from effectgate._core.states import State
 from effectgate._evidence.audit import VerifyResult, export_bundle, verify_store
@@ -334,6 +335,16 @@ class Operator:
         return build_report(
             self.store.shadow_pairs(action), action, window=window, since=since, until=until
         )
+
+    def model_windows(self, action: str | None = None) -> list[tuple[ModelWindow, ShadowReport]]:
+        """Each comparison window a new proposer model opened, with the shadow report of that
+        class over it (every case of the window, so the new model's group is in its groups)."""
+        if action is not None:
+            self._class(action)
+        return [
+            (w, self.shadow_report(w.action, since=w.opened_at, until=w.closes_at))
+            for w in self.store.model_windows(action)
+        ]
 
     # --- audit ----------------------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from effectgate.store._continuations import ContinuationRoles
 from effectgate.store._controls import ControlRoles
 from effectgate.store._grants import GrantRoles
 from effectgate.store._hooks import Hold, Work, scoped
+from effectgate.store._model_windows import ModelWindowRoles
 from effectgate.store._policies import PolicyRoles
 from effectgate.store._principals import PrincipalRoles
 from effectgate.store._quarantine import QuarantineRoles
@@ -91,6 +92,7 @@ class SQLStore(
     PolicyRoles,
     ChannelRoles,
     RehearsalRoles,
+    ModelWindowRoles,
 ):
     """Every store role over the dialect hooks (see the module docstring)."""
 

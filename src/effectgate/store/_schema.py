@@ -28,6 +28,7 @@ __all__ = [
     "grants_tables",
     "ledger_tables",
     "migrate",
+    "model_window_tables",
     "policy_tables",
     "principals_tables",
     "rehearsal_tables",
@@ -288,6 +289,7 @@ def shared_migrations(t: Types) -> list[str]:
         row_audit_columns(t),  # entries an operations row names, outside the per-operation index
         dispatch_log_key(t),  # no key nobody reads on the dispatch record
         rehearsal_tables(t),  # kill switch rehearsals (store/_rehearsals.py)
+        model_window_tables(t),  # a comparison window per new proposer model (_model_windows.py)
     ]
 
 
@@ -585,4 +587,16 @@ CREATE TABLE kill_rehearsals (
     at {real} NOT NULL, detail {text} NOT NULL
 );
 CREATE INDEX kill_rehearsals_by_action ON kill_rehearsals (action, at)
+""".format(**asdict(t))
+
+
+def model_window_tables(t: Types) -> str:
+    """The model windows role's table (store/_model_windows.py): one row per class and
+    provenance (``proposed_by``'s model and harness version, '' when absent) it has seen."""
+    return """
+CREATE TABLE model_windows (
+    action {text} NOT NULL, model {text} NOT NULL, harness_version {text} NOT NULL,
+    opened_at {real} NOT NULL, closes_at {real} NOT NULL,
+    PRIMARY KEY (action, model, harness_version)
+){clustered}
 """.format(**asdict(t))

@@ -92,6 +92,27 @@ def shadow_feed(
     console.print(f"{correlation_id}: incumbent {'did nothing' if fp is None else fp[:12]}")
 
 
+@shadow_app.command("windows")
+def shadow_windows(
+    store: StoreOpt,
+    action: Annotated[str | None, typer.Argument()] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The comparison windows a new proposer model or harness version opened, each with the
+    disagreement rate measured in it so far."""
+    with operator_on(store) as op:
+        pairs = op.model_windows(action)
+    if as_json:
+        print_json([{**w.to_dict(), "report": r.to_dict()} for w, r in pairs])
+        return
+    for w, r in pairs:
+        console.print(
+            f"{w.action}: model {w.model} harness {w.harness_version} from "
+            f"{timestamp(w.opened_at)} to {timestamp(w.closes_at)}: compared {r.compared}, "
+            f"disagreement rate {r.disagreement_rate}"
+        )
+
+
 @shadow_app.command("report")
 def shadow_report(
     store: StoreOpt,

@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 from effectgate.store.roles.controls import (
     Approvals,
     Controls,
+    ModelWindows,
     Quarantine,
     Rehearsals,
     Releases,
@@ -42,6 +43,7 @@ __all__ = [
     "Grants",
     "LedgerReads",
     "LedgerWrites",
+    "ModelWindows",
     "PolicyVersions",
     "Principals",
     "Quarantine",
@@ -78,6 +80,7 @@ class Store(
     PolicyVersions,
     ChannelNonces,
     Rehearsals,
+    ModelWindows,
     Protocol,
 ):
     """Every role: what :func:`effectgate.store.open_store` returns."""

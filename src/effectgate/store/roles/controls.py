@@ -19,11 +19,20 @@ if TYPE_CHECKING:
         ClassControls,
         ShadowPair,
     )
+    from effectgate._core.model_window import ModelWindow
     from effectgate._core.rehearsal import Rehearsal
     from effectgate._core.resolution import Resolution
     from effectgate._core.speculation import SpeculationRecord
 
-__all__ = ["Approvals", "Controls", "Quarantine", "Rehearsals", "Releases", "Speculations"]
+__all__ = [
+    "Approvals",
+    "Controls",
+    "ModelWindows",
+    "Quarantine",
+    "Rehearsals",
+    "Releases",
+    "Speculations",
+]
 
 
 @runtime_checkable
@@ -247,3 +256,22 @@ class Rehearsals(Protocol):
 
     def last_rehearsals(self) -> dict[str, float]:
         """When each class was last rehearsed, of either kind."""
+
+
+@runtime_checkable
+class ModelWindows(Protocol):
+    """Shadow comparison windows opened for a class's new proposer model or harness version."""
+
+    def open_model_window(
+        self,
+        action: str,
+        model: str | None,
+        harness_version: str | None,
+        *,
+        now: float,
+        period: float,
+    ) -> ModelWindow | None:
+        """First sight of the provenance: the window, shadow mode on and the alert in one
+        transaction; None when it was seen before."""
+
+    def model_windows(self, action: str | None = None) -> list[ModelWindow]: ...
