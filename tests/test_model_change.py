@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from effectgate import State
 from effectgate._core.intent import Registry
 from effectgate.store.roles import Store
@@ -89,3 +91,19 @@ def test_a_class_without_a_window_is_untouched(store: Store) -> None:
     w = make_world(store)
     assert w.gate.submit("submit_order", "a-1", by("model-a")).state is State.ACKNOWLEDGED
     assert w.alerts == [] and store.model_windows() == []
+
+
+@pytest.mark.parametrize(("value", "ok"), [("604800", True), ("-1", False)])
+def test_the_window_is_read_from_the_class_config(value: str, ok: bool) -> None:
+    from effectgate._service import parse_config
+    from effectgate.errors import ConfigError
+    from servicekit import config_text
+
+    text = config_text(store_url="sqlite:///x.db").replace(
+        "[classes.submit_order]\n", f"[classes.submit_order]\nmodel_window = {value}\n", 1
+    )
+    if ok:
+        assert parse_config(text, "x.toml").registry.get("submit_order").model_window == 604800.0
+    else:
+        with pytest.raises(ConfigError, match="model_window"):
+            parse_config(text, "x.toml")

@@ -117,3 +117,20 @@ def test_the_cli_rehearses_and_lists(tmp_path) -> None:
     listed = json.loads(cli("kill", "rehearsals", "submit_order", "--json").stdout)
     assert [r["kind"] for r in listed] == ["drill", "blast_radius"]
     assert listed[0]["detail"]["reason"] == "q4"
+
+
+@pytest.mark.parametrize(("value", "ok"), [("2592000", True), ("0", False), ('"monthly"', False)])
+def test_the_period_is_read_from_the_class_config(value: str, ok: bool) -> None:
+    from effectgate._service import parse_config
+    from effectgate.errors import ConfigError
+    from servicekit import config_text
+
+    text = config_text(store_url="sqlite:///x.db").replace(
+        "[classes.submit_order]\n", f"[classes.submit_order]\nrehearsal_period = {value}\n", 1
+    )
+    if ok:
+        reg = parse_config(text, "x.toml").registry
+        assert reg.get("submit_order").rehearsal_period == 2592000.0
+    else:
+        with pytest.raises(ConfigError, match="rehearsal_period"):
+            parse_config(text, "x.toml")
