@@ -348,16 +348,15 @@ class TestStagedAuthority:
             operator="alice",
             reverse_on="manual",
         )
-        w.operator.step(
-            "submit_order",
-            "max_value",
-            "2000",
-            evidence={"clean_actions": 500, "max_seen": "990"},
-            operator="bob",
+        start = w.clock()
+        w.gate.submit("submit_order", "clean-1", order("1"))
+        w.gate.submit("submit_order", "clean-2", order("2"))
+        w.clock.advance(10)
+        proof = w.operator.step_evidence(
+            "submit_order", "max_value", kind="operations", since=start, until=w.clock()
         )
-        w.operator.step(
-            "submit_order", "max_value", "4000", evidence={"clean_actions": 900}, operator="bob"
-        )
+        w.operator.step("submit_order", "max_value", "2000", evidence=proof, operator="bob")
+        w.operator.step("submit_order", "max_value", "4000", evidence=proof, operator="bob")
         assert w.operator.envelope("submit_order").max_value == Decimal("4000")
         for i in range(3):  # the same payload under three ids trips `repeats`
             w.gate.submit("submit_order", f"dup-{i}", INTENT)
@@ -370,7 +369,8 @@ class TestStagedAuthority:
             ("reversal", "4000", "2000"),
             ("reversal", "2000", "1000"),
         ]
-        assert history[1].evidence == {"clean_actions": 500, "max_seen": "990"}
+        assert history[1].evidence == {**proof, "verified_at": w.clock()}
+        assert history[1].evidence["max_value_seen"] == "200"
         assert history[3].operator == "system:breaker" and history[3].reverses == 3
         kinds = [e.kind for e in store.iter_audit()]
         assert kinds.count("authority_step") == 3 and kinds.count("authority_reversed") == 2

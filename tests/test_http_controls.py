@@ -322,6 +322,27 @@ class TestBreakerEnvelopeShadow:
             ("max_value", "ops", {"clean": 40})
         ]
 
+    def test_a_widening_step_without_checked_evidence_is_400(
+        self, client: TestClient, service: Service
+    ) -> None:
+        """Issue 39 item 11: widening an axis needs evidence the boundary recomputes; a bare
+        object is `400 evidence_unverified` naming `evidence.kind`, and nothing changes."""
+        path = "/envelope/submit_order/step"
+        first = {"axis": "max_value", "value": "500", "evidence": {"note": "cap"}}
+        assert admin(client, "POST", path, json=first).status_code == 200
+        before = audit_count(service)
+        wider = {"axis": "max_value", "value": "2000", "evidence": {"x": 1}}
+        r = admin(client, "POST", path, json=wider)
+        assert r.status_code == 400, r.text
+        assert (r.json()["code"], r.json()["field"]) == ("evidence_unverified", "evidence.kind")
+        assert service.store.controls("submit_order").envelope.version == 1
+        assert audit_count(service) == before
+        got = admin(
+            client, "GET", "/envelope/submit_order/evidence",
+            params={"axis": "max_value", "kind": "operations", "since": 0, "until": 1},
+        )  # fmt: skip
+        assert got.status_code == 200 and got.json()["cases"] == 0
+
     def test_shadow_mode_never_calls_the_venue_and_reports_disagreement(
         self, client: TestClient, venue: PaperVenue
     ) -> None:

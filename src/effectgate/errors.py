@@ -74,6 +74,8 @@ and MCP doors report), its HTTP ``status`` and the :class:`ModelOutcome` a model
     |   |   +-- PrincipalNotFound     principal_not_found            404
     |   |   +-- GrantWider            grant_wider                    403
     |   |   +-- GrantNotFound         grant_not_found                404
+    |   |   +-- StepEvidenceRefused   evidence_unverified            400
+    |   |       +-- StepEvidenceMismatch evidence_mismatch           409
     |   +-- AuditTampered             audit_tampered                 500
     |   +-- RunSnapshotInvalid        run_snapshot_invalid           500
     |   +-- ReceiptInvalid            receipt_invalid                500
@@ -165,6 +167,8 @@ __all__ = [
     "SettlementOutOfOrder",
     "SpeculationStalled",
     "StaleState",
+    "StepEvidenceMismatch",
+    "StepEvidenceRefused",
     "StoreError",
     "Unauthenticated",
     "UnknownActionClass",
@@ -872,6 +876,21 @@ class ControlError(OperatorError):
 
     def details(self) -> dict[str, object]:
         return {"field": self.field}
+
+
+class StepEvidenceRefused(ControlError):
+    """A step that widens an envelope axis names no evidence the boundary can check from its
+    own records (a shadow report or a window of operations, by digest), or names it wrongly."""
+
+    code = "evidence_unverified"
+
+
+class StepEvidenceMismatch(StepEvidenceRefused):
+    """The evidence a widening step names differs from what the boundary recomputes from its
+    records now (a figure or the digest): it is stale or was never the boundary's."""
+
+    code = "evidence_mismatch"
+    status = 409
 
 
 class PrincipalExists(ControlError):

@@ -47,8 +47,10 @@ _MAX_MICROS: Final = 2**62
 #: The envelope's axes. The oversight tier is deliberately not one: evidence buys a larger
 #: envelope inside the tier, never the tier itself.
 AXES: Final = ("max_value", "exposure", "allowed_targets", "rate")
-#: When a staged step is reversed automatically. ``breaker_trip`` fires on any trip of the
-#: class's breaker; ``breaker_trip:<signal>`` only on that signal; ``manual`` never fires.
+#: What a staged step may record as its reversal condition. ``breaker_trip`` fires on any trip
+#: of the class's breaker; ``breaker_trip:<signal>`` only on that signal; ``manual`` never fires
+#: (only a tightening step records it: a widening one names a trip, see
+#: :mod:`effectgate._core.authority_evidence`).
 REVERSAL_CONDITIONS: Final = (
     "manual",
     "breaker_trip",

@@ -251,6 +251,12 @@ class ActionClass:
     #: Seconds a row may stay held by a control before the ``hold-aged`` alert (invariant 11);
     #: None: the settlement window, else the visibility horizon (:attr:`hold_limit`).
     hold_bound: float | None = None
+    #: Seconds within which the class's kill switch must have been rehearsed (a dry run or a
+    #: drill) before the ``rehearsal-overdue`` alert; None: no schedule.
+    rehearsal_period: float | None = None
+    #: Seconds a shadow comparison window lasts when the class sees a new ``proposed_by``
+    #: model or harness version (shadow mode goes on, ``model-changed`` alerts); None: off.
+    model_window: float | None = None
     #: What the venue promises (key, read view, sandbox): :mod:`effectgate._core.venue`.
     venue: VenueContract = field(default_factory=VenueContract)
     #: Speculative pre-execution (seed 000): :mod:`effectgate._core.speculation`; None: off.
@@ -384,6 +390,22 @@ class ActionClass:
         ):
             # Every hold has a finite bound: a held action goes stale as it waits.
             raise RegistryError(f"{self.name}: hold_bound must be a finite number > 0")
+        period = self.rehearsal_period
+        if period is not None and (
+            isinstance(period, bool)
+            or not isinstance(period, int | float)
+            or not math.isfinite(period)
+            or period <= 0
+        ):
+            raise RegistryError(f"{self.name}: rehearsal_period must be a finite number > 0")
+        window = self.model_window
+        if window is not None and (
+            isinstance(window, bool)
+            or not isinstance(window, int | float)
+            or not math.isfinite(window)
+            or window <= 0
+        ):
+            raise RegistryError(f"{self.name}: model_window must be a finite number > 0")
 
     @property
     def hold_limit(self) -> float:

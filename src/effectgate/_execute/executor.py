@@ -43,6 +43,7 @@ from effectgate._execute.intake import (
     submit_guard,
 )
 from effectgate._execute.minting import operation_id_for
+from effectgate._execute.model_change import Seen, note_provenance
 from effectgate._execute.predispatch import (
     ADAPTER_CALL_CEILING,
     DispatchContext,
@@ -133,6 +134,8 @@ class Gate:
             registry.get(name)
         self.approvals = approvals or ApprovalRules()
         self.alerts = alerts
+        #: Provenances (class, model, harness version) seen: :mod:`.model_change`.
+        self._models_seen: Seen = set()
         self.evaluator = evaluator or Evaluator()  # evaluate's token secret, audit limit
         # Speculation (seed 000): the retry horizon is the dispatch timeout plus this grace.
         self.in_flight_grace = in_flight_grace
@@ -211,6 +214,8 @@ class Gate:
                 decision = decide(self.policy, ac, parsed, admission)
         else:
             decision = decide(self.policy, ac, parsed, admission)
+        if ac.model_window is not None:
+            note_provenance(store, self._models_seen, ac, parsed, clock, self.alerts)
         if evaluation_token is not None:
             run = (operation_id, run_call or current_run_call())
             check_token(self, ac, parsed, decision, evaluation_token, scope, principal, run)

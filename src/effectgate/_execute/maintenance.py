@@ -12,6 +12,8 @@
   decided on goes stale as it waits, and a release would still send it (invariant 11).
 - ``quarantine-aged``: a row waiting in the quarantine queue for longer than its class's hold
   bound: an operator's resolution is overdue (invariants 10 and 11).
+- ``rehearsal-overdue``: a class with a ``rehearsal_period`` whose kill switch was not
+  rehearsed (dry run or drill) within it (:mod:`effectgate._execute.rehearsal`).
 
 Alerts are stored once per subject, so running the checks every pass pages once.
 """
@@ -22,6 +24,7 @@ from effectgate._core.controls import Alert
 from effectgate._core.intent import HORIZON_RETENTION_RATIO, Registry
 from effectgate._core.states import State
 from effectgate._execute.alerts import AlertSink, raise_alert
+from effectgate._execute.rehearsal import overdue_rehearsals
 from effectgate.store.roles import Store
 
 __all__ = ["DIVERGENCE_ALERTS", "check_maintenance", "divergence_alert"]
@@ -148,6 +151,8 @@ def check_maintenance(
                     now,
                 )
             )
+    for alert in overdue_rehearsals(store, registry, now=now):
+        emit(alert)
     # Divergences are recorded once by the reconciler; alerting from the table as well means a
     # reconciler that died between recording and alerting still pages on the next check.
     for d in store.list_divergences(limit=100_000):

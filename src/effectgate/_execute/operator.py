@@ -10,16 +10,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from effectgate._core.approver_roles import ApproverRoles
-from effectgate._core.controls import ApprovalOutcome, AuthorityStep, ClassControls, Envelope
+from effectgate._core.authority_evidence import widens
+from effectgate._core.controls import (
+    ApprovalOutcome,
+    AuthorityStep,
+    ClassControls,
+    Envelope,
+    parse_axis_value,
+)
 from effectgate._core.intent import ActionClass, Registry
+from effectgate._core.model_window import ModelWindow
+from effectgate._core.rehearsal import Rehearsal
 from effectgate._core.states import State
 from effectgate._evidence.audit import VerifyResult, export_bundle, verify_store
 from effectgate._execute.alerts import AlertSink
+from effectgate._execute.rehearsal import BlastRadius, blast_radius
+from effectgate._execute.rehearsal import drill as run_drill
 from effectgate._execute.shadow import ShadowReport, build_report
+from effectgate._execute.step_evidence import measure as measure_evidence
+from effectgate._execute.step_evidence import verify as verify_evidence
 from effectgate.errors import ApprovalError, ApprovalExpired, ControlError, InvalidApprover
 from effectgate.store.base import IDENTITY_PATTERN, SYSTEM_PREFIX, Operation, validate_identity
 from effectgate.store.roles import Store
@@ -28,28 +40,6 @@ __all__ = ["BlastRadius", "Operator", "ShadowReport"]
 
 #: Rows held by a control carry a ``detail`` starting with this.
 HELD_PREFIX = "held:"
-
-
-@dataclass(frozen=True)
-class BlastRadius:
-    """What a kill switch on ``action`` would halt right now (nothing is flipped)."""
-
-    action: str
-    killed: bool
-    dispatchable: list[Operation]
-    awaiting_approval: int
-    in_flight: int
-    dispatched_last_hour: int
-
-    def to_dict(self) -> dict[str, object]:
-        return {
-            "action": self.action,
-            "killed": self.killed,
-            "would_hold": [r.op_key for r in self.dispatchable],
-            "awaiting_approval": self.awaiting_approval,
-            "in_flight": self.in_flight,
-            "dispatched_last_hour": self.dispatched_last_hour,
-        }
 
 
 class Operator:
@@ -110,24 +100,34 @@ class Operator:
         )
 
     def blast_radius(self, action: str, *, limit: int = 1000) -> BlastRadius:
-        """Rehearse a switch: what it would hold now, without flipping it."""
+        """Rehearse a switch: what it would hold now, without flipping it (not recorded; see
+        :meth:`rehearse`)."""
         self._class(action)
-        counts = self.store.count_by_state()
-        dispatchable = self.store.list_operations(state=State.VALIDATED, action=action, limit=limit)
+        return blast_radius(self.store, action, now=self.clock(), limit=limit)
+
+    def rehearse(
+        self, action: str, *, operator: str, drill: bool = False, reason: str | None = None
+    ) -> Rehearsal:
+        """Rehearse ``action``'s kill switch and record it: the blast-radius dry run, or with
+        ``drill`` the switch flipped on, seen held and flipped off (refused while it is on)."""
+        self._class(action)
+        who = self._who(operator)
+        if drill:
+            return run_drill(self.store, action, operator=who, reason=reason, clock=self.clock)
         now = self.clock()
-        recent = [
-            r
-            for r in self.store.list_operations(action=action, limit=10_000)
-            if r.submitted_at is not None and r.submitted_at >= now - 3600
-        ]
-        return BlastRadius(
-            action,
-            self.store.controls(action).killed,
-            dispatchable,
-            counts.get((action, State.AWAITING_APPROVAL.value), 0),
-            counts.get((action, State.SUBMITTED.value), 0),
-            len(recent),
+        radius = blast_radius(self.store, action, now=now)
+        detail: dict[str, object] = radius.summary()
+        if reason:
+            detail["reason"] = reason
+        return self.store.record_rehearsal(
+            action, "blast_radius", operator=who, detail=detail, now=now
         )
+
+    def rehearsals(self, action: str | None = None, *, limit: int = 100) -> list[Rehearsal]:
+        """Recorded rehearsals, newest first."""
+        if action is not None:
+            self._class(action)
+        return self.store.list_rehearsals(action, limit=limit)
 
     def held(self, action: str | None = None, *, limit: int = 1000) -> list[Operation]:
         """``validated`` rows a control is holding back (listed, never failed)."""
@@ -170,22 +170,33 @@ class Operator:
         *,
         evidence: Mapping[str, object],
         operator: str,
-        reverse_on: str = "breaker_trip",
+        reverse_on: str | None = None,
     ) -> AuthorityStep:
         """Move one envelope axis, naming the evidence and the condition that reverses it.
 
-        The oversight tier is not an axis: a tier floor is never lowered by evidence.
+        A step that widens the axis names evidence the boundary recomputes now from its own
+        records (:meth:`step_evidence` gives it) and a breaker trip that reverses it
+        (``breaker_trip`` by default; ``manual`` alone is refused). A step that tightens names
+        a note and is reversed only by hand. The oversight tier is not an axis: a tier floor
+        is never lowered by evidence.
         """
         self._class(action)
+        who = self._who(operator)
+        now = self.clock()
+        clean = parse_axis_value(axis, new)
+        current = self.store.controls(action).envelope.axis(axis)
+        if widens(axis, current, clean) or (isinstance(evidence, Mapping) and "kind" in evidence):
+            evidence = verify_evidence(self.store, self.registry, action, axis, evidence, now=now)
         return self.store.apply_authority_step(
-            action,
-            axis,
-            new,
-            evidence=evidence,
-            reverse_on=reverse_on,
-            operator=self._who(operator),
-            now=self.clock(),
+            action, axis, new, evidence=evidence, reverse_on=reverse_on, operator=who, now=now
         )
+
+    def step_evidence(
+        self, action: str, axis: str, *, kind: str, since: float, until: float
+    ) -> dict[str, object]:
+        """The evidence a step widening ``axis`` may name: ``kind`` (``shadow_report`` or
+        ``operations``) of ``action`` over ``[since, until)``, its figures and digest."""
+        return measure_evidence(self.store, self.registry, action, axis, kind, since, until)
 
     def history(self, action: str | None = None) -> list[AuthorityStep]:
         if action is not None:
@@ -324,6 +335,16 @@ class Operator:
         return build_report(
             self.store.shadow_pairs(action), action, window=window, since=since, until=until
         )
+
+    def model_windows(self, action: str | None = None) -> list[tuple[ModelWindow, ShadowReport]]:
+        """Each comparison window a new proposer model opened, with the shadow report of that
+        class over it (every case of the window, so the new model's group is in its groups)."""
+        if action is not None:
+            self._class(action)
+        return [
+            (w, self.shadow_report(w.action, since=w.opened_at, until=w.closes_at))
+            for w in self.store.model_windows(action)
+        ]
 
     # --- audit ----------------------------------------------------------------------------
 

@@ -83,6 +83,8 @@ _LOCATED_KEYS = (
     "hold_bound",
     "repeat_key",
     "new_target_fields",
+    "rehearsal_period",
+    "model_window",
 )
 # Facts about the venue, never defaulted: a round number that is wrong for the venue writes
 # rows off too early or lets a retry outlive the venue's memory of the key.
@@ -540,6 +542,8 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     target_field = sec.text("target_field")
     settlement = sec.number("settlement_window", 1.0) if sec.has("settlement_window") else None
     hold_bound = sec.number("hold_bound", 1.0) if sec.has("hold_bound") else None
+    rehearsal = sec.number("rehearsal_period", 1.0) if sec.has("rehearsal_period") else None
+    model_window = sec.number("model_window", 1.0) if sec.has("model_window") else None
     venue = _venue_contract(sec.table("venue"))
     speculation = speculation_section(sec.table("speculation"))
     retries = sec.integer("retries", 0, minimum=0, maximum=7)
@@ -562,6 +566,8 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             target_field=target_field,
             settlement_window=settlement,
             hold_bound=hold_bound,
+            rehearsal_period=rehearsal,
+            model_window=model_window,
             venue=venue,
             speculation=speculation,
             retries=retries,

@@ -166,7 +166,7 @@ class ControlRoles(StoreHooks):
         new: object,
         *,
         evidence: Mapping[str, object],
-        reverse_on: str,
+        reverse_on: str | None,
         operator: str,
         now: float,
     ) -> AuthorityStep:

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from decimal import Decimal
 
+from effectgate._core.authority_evidence import narrowest, parse_claim, reversal_for, widens
 from effectgate._core.controls import (
-    REVERSAL_CONDITIONS,
     VALUE_SCALE,
     AuthorityStep,
     ClassControls,
@@ -29,7 +29,7 @@ from effectgate._core.controls import (
     parse_axis_value,
     to_micros,
 )
-from effectgate.errors import ControlError
+from effectgate.errors import ControlError, StepEvidenceRefused
 from effectgate.store._sql import MARK_HELD
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import credential_marker
@@ -148,7 +148,10 @@ def trip_breaker(
             cond.startswith("breaker_trip:") and cond.split(":", 1)[1] in names
         ):
             current = envelope.axis(step.axis)
-            envelope = envelope.with_axis(step.axis, step.old)
+            # Back to where the step found the axis, but never wider than it is now: a
+            # tightening made since stays (a trip must not loosen anything).
+            back = narrowest(step.axis, current, step.old)
+            envelope = envelope.with_axis(step.axis, back)
             envelope = Envelope.from_json(envelope.to_json(), version=envelope.version + 1)
             tx.deactivate_step(step.id)
             rid = tx.insert_step(
@@ -157,7 +160,7 @@ def trip_breaker(
                     action=ctl.action,
                     axis=step.axis,
                     old=current,
-                    new=step.old,
+                    new=back,
                     evidence={"breaker": reason},
                     reverse_on="manual",
                     operator="system:breaker",
@@ -174,7 +177,7 @@ def trip_breaker(
                     "action": ctl.action,
                     "axis": step.axis,
                     "old": current,
-                    "new": step.old,
+                    "new": back,
                     "reverses": step.id,
                     "step": rid,
                     "condition": cond,
@@ -281,21 +284,29 @@ def apply_step(
     new: object,
     *,
     evidence: Mapping[str, object],
-    reverse_on: str,
+    reverse_on: str | None,
     operator: str,
     now: float,
 ) -> AuthorityStep:
-    """Change one envelope axis as a recorded step (operator action, audited)."""
+    """Change one envelope axis as a recorded step (operator action, audited).
+
+    A step that widens the axis needs evidence the boundary verified (``verified_at``, set by
+    ``effectgate._execute.step_evidence``) and an automatic reversal condition; a step that
+    tightens it needs a non-empty note and is never reversed automatically."""
     clean = parse_axis_value(axis, new)
-    if reverse_on not in REVERSAL_CONDITIONS:
-        raise ControlError(
-            f"unknown reversal condition {reverse_on!r}; one of: {', '.join(REVERSAL_CONDITIONS)}",
-            field="reverse_on",
-        )
     if not isinstance(evidence, Mapping) or not evidence:
         raise ControlError("a step must name the evidence that justified it", field="evidence")
     ctl = tx.controls(action)
     old = ctl.envelope.axis(axis)
+    widening = widens(axis, old, clean)
+    cond = reversal_for(widening, reverse_on)
+    if widening:
+        parse_claim(axis, evidence, now=now)
+        if not isinstance(evidence.get("verified_at"), int | float):
+            raise StepEvidenceRefused(
+                "evidence the boundary has not recomputed (Operator.step verifies it)",
+                field="evidence.verified_at",
+            )
     envelope = ctl.envelope.with_axis(axis, clean)
     envelope = Envelope.from_json(envelope.to_json(), version=ctl.envelope.version + 1)
     step = AuthorityStep(
@@ -305,11 +316,11 @@ def apply_step(
         old=old,
         new=clean,
         evidence=dict(evidence),
-        reverse_on=reverse_on,
+        reverse_on=cond,
         operator=operator,
         at=now,
         kind="step",
-        active=reverse_on != "manual",
+        active=widening,
     )
     step_id = tx.insert_step(step)
     tx.save_controls(replace(ctl, envelope=envelope, updated_by=operator, updated_at=now), at=now)
@@ -322,7 +333,8 @@ def apply_step(
             "old": old,
             "new": clean,
             "evidence": dict(evidence),
-            "reverse_on": reverse_on,
+            "reverse_on": cond,
+            "widens": widening,
             "operator": operator,
             "step": step_id,
             "envelope_version": envelope.version,

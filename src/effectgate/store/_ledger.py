@@ -32,9 +32,11 @@ from effectgate.store._continuations import ContinuationRoles
 from effectgate.store._controls import ControlRoles
 from effectgate.store._grants import GrantRoles
 from effectgate.store._hooks import Hold, Work, scoped
+from effectgate.store._model_windows import ModelWindowRoles
 from effectgate.store._policies import PolicyRoles
 from effectgate.store._principals import PrincipalRoles
 from effectgate.store._quarantine import QuarantineRoles
+from effectgate.store._rehearsals import RehearsalRoles
 from effectgate.store._releases import ReleaseRoles
 from effectgate.store._request_keys import RequestKeyRoles
 from effectgate.store._retention import RetentionRoles
@@ -91,6 +93,8 @@ class SQLStore(
     PolicyRoles,
     ChannelRoles,
     RequestKeyRoles,
+    RehearsalRoles,
+    ModelWindowRoles,
 ):
     """Every store role over the dialect hooks (see the module docstring)."""
 
@@ -305,6 +309,21 @@ class SQLStore(
                 "ORDER BY updated_at DESC, op_key LIMIT ?",
                 (*args, limit),
                 "list_operations",
+            )
+        ]
+
+    def operations_window(
+        self, action: str, since: float, until: float, *, limit: int = 100_000
+    ) -> list[Operation]:
+        """The rows of ``action`` journalled at ``since <= created_at < until``, oldest first
+        (staged authority's evidence is recomputed from them)."""
+        return [
+            sql.operation_from_row(r)
+            for r in self._rows(
+                f"SELECT {sql.OP_COLUMNS} FROM operations WHERE action = ? AND created_at >= ? "
+                "AND created_at < ? ORDER BY created_at, op_key LIMIT ?",
+                (action, since, until, limit),
+                "operations_window",
             )
         ]
 

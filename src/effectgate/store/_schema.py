@@ -28,8 +28,10 @@ __all__ = [
     "grants_tables",
     "ledger_tables",
     "migrate",
+    "model_window_tables",
     "policy_tables",
     "principals_tables",
+    "rehearsal_tables",
     "release_columns",
     "request_key_tables",
     "retention_tables",
@@ -288,6 +290,8 @@ def shared_migrations(t: Types) -> list[str]:
         row_audit_columns(t),  # entries an operations row names, outside the per-operation index
         dispatch_log_key(t),  # no key nobody reads on the dispatch record
         request_key_tables(t),  # request keys bound to minted operation ids (_request_keys.py)
+        rehearsal_tables(t),  # kill switch rehearsals (store/_rehearsals.py)
+        model_window_tables(t),  # a comparison window per new proposer model (_model_windows.py)
     ]
 
 
@@ -585,5 +589,29 @@ CREATE TABLE request_keys (
     scope {text} NOT NULL, action {text} NOT NULL, request_key {text} NOT NULL,
     fingerprint {text} NOT NULL, operation_id {text} NOT NULL, created_at {real} NOT NULL,
     PRIMARY KEY (scope, action, request_key)
+){clustered}
+""".format(**asdict(t))
+
+
+def rehearsal_tables(t: Types) -> str:
+    """The rehearsals role's table (store/_rehearsals.py): one row per kill switch rehearsal,
+    ``kind`` ``blast_radius`` (a dry run) or ``drill`` (flipped on and back), with what it saw."""
+    return """
+CREATE TABLE kill_rehearsals (
+    id {serial}, action {text} NOT NULL, kind {text} NOT NULL, operator {text} NOT NULL,
+    at {real} NOT NULL, detail {text} NOT NULL
+);
+CREATE INDEX kill_rehearsals_by_action ON kill_rehearsals (action, at)
+""".format(**asdict(t))
+
+
+def model_window_tables(t: Types) -> str:
+    """The model windows role's table (store/_model_windows.py): one row per class and
+    provenance (``proposed_by``'s model and harness version, '' when absent) it has seen."""
+    return """
+CREATE TABLE model_windows (
+    action {text} NOT NULL, model {text} NOT NULL, harness_version {text} NOT NULL,
+    opened_at {real} NOT NULL, closes_at {real} NOT NULL,
+    PRIMARY KEY (action, model, harness_version)
 ){clustered}
 """.format(**asdict(t))

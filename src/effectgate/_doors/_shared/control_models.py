@@ -48,9 +48,15 @@ class StepIn(StrictIn):
         description='New value: "2000", {"limit": "5000", "window": 3600}, '
         '["XYZ-PERP"], {"limit": 10, "interval": 60}, or null to lift the axis'
     )
-    evidence: dict[str, Any] = Field(description="What justified the step (audited)")
-    reverse_on: str = Field(
-        "breaker_trip", max_length=64, description="manual, breaker_trip or breaker_trip:<signal>"
+    evidence: dict[str, Any] = Field(
+        description="What justified the step (audited). Widening an axis: the evidence "
+        "`GET /envelope/{action}/evidence` gives, checked again at the step; tightening: a note"
+    )
+    reverse_on: str | None = Field(
+        None,
+        max_length=64,
+        description="Widening: breaker_trip (default) or breaker_trip:<signal>; "
+        "tightening: manual (default)",
     )
 
 

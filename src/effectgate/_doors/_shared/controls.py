@@ -311,6 +311,21 @@ def controls_router(
         return out.to_dict()
 
     @router.get(
+        "/envelope/{action}/evidence",
+        summary="The evidence a step widening AXIS may name: figures and digest of a window",
+    )
+    async def step_evidence(
+        who: operator,
+        action: str,
+        axis: Annotated[str, Query(max_length=32)],
+        kind: Annotated[str, Query(max_length=32, description="shadow_report or operations")],
+        since: Annotated[float, Query(ge=0, le=1e11, description="From (epoch seconds)")],
+        until: Annotated[float, Query(ge=0, le=1e11, description="Before (epoch seconds)")],
+    ) -> dict[str, Any]:
+        _global(who, "a class's evidence")
+        return await call(op.step_evidence, action, axis, kind=kind, since=since, until=until)
+
+    @router.get(
         "/envelope/{action}/history",
         response_model=list[StepOut],
         summary="Every recorded step of the class, reversals included",

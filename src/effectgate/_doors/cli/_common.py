@@ -28,6 +28,7 @@ __all__ = [
     "operator_on",
     "print_json",
     "timestamp",
+    "when_arg",
 ]
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
@@ -103,3 +104,22 @@ def print_json(data: object) -> None:
 
 def timestamp(at: float | None) -> str:
     return "-" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(at))
+
+
+def when_arg(text: str | None, what: str) -> float | None:
+    """Epoch seconds, or an ISO 8601 date-time (UTC unless it says otherwise)."""
+    if text is None:
+        return None
+    from datetime import UTC, datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"{what} {text!r} is neither epoch seconds nor an ISO 8601 date-time"
+        ) from None
+    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()

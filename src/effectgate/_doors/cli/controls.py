@@ -29,8 +29,10 @@ from effectgate._doors.cli._common import (
     operator_on,
     print_json,
     timestamp,
+    when_arg,
 )
 from effectgate._doors.cli._tables import print_table
+from effectgate._doors.cli.rehearsals import register_rehearsals
 from effectgate._execute.operator import Operator
 
 __all__ = ["register"]
@@ -56,6 +58,7 @@ def register(app: typer.Typer) -> None:
         (authority_app, "authority"),
     ):
         app.add_typer(sub, name=name)
+    register_rehearsals(kill_app)
     cli_evidence.register(app)
 
 
@@ -325,6 +328,25 @@ def authority_history(
     print_table(console, table)
 
 
+@authority_app.command("evidence")
+def authority_evidence(
+    action: str,
+    axis: str,
+    store: StoreOpt,
+    since: Annotated[str, typer.Option(help="From: epoch seconds or ISO 8601 (UTC).")],
+    until: Annotated[str, typer.Option(help="Before: epoch seconds or ISO 8601 (UTC).")],
+    kind: Annotated[
+        str, typer.Option(help="shadow_report, or operations (the class's rows).")
+    ] = "shadow_report",
+) -> None:
+    """The evidence a step widening AXIS of ACTION may name: a closed window's figures and
+    digest, recomputed when the step is taken (`authority step ... --evidence '<this>'`)."""
+    start, end = when_arg(since, "--since"), when_arg(until, "--until")
+    with operator_on(store) as op:
+        out = op.step_evidence(action, axis, kind=kind, since=start or 0.0, until=end or 0.0)
+    print_json(out)
+
+
 @authority_app.command("step")
 def authority_step(
     action: str,
@@ -338,10 +360,20 @@ def authority_step(
         ),
     ],
     store: StoreOpt,
-    evidence: Annotated[str, typer.Option(help="JSON object: what justified it.")],
+    evidence: Annotated[
+        str,
+        typer.Option(
+            help="JSON object. Widening: what `authority evidence` printed (checked again "
+            "now); tightening: a note."
+        ),
+    ],
     reverse_on: Annotated[
-        str, typer.Option(help="manual, breaker_trip or breaker_trip:<signal>.")
-    ] = "breaker_trip",
+        str | None,
+        typer.Option(
+            help="Widening: breaker_trip (default) or breaker_trip:<signal>; "
+            "tightening: manual (default)."
+        ),
+    ] = None,
     token_env: TokenEnvOpt = TOKEN_ENV,
 ) -> None:
     """Move one envelope AXIS of ACTION to VALUE, as a recorded step."""

@@ -23,6 +23,7 @@ from effectgate._doors.cli._common import (
     operator_on,
     print_json,
     timestamp,
+    when_arg,
 )
 from effectgate._doors.cli._tables import print_table
 
@@ -91,23 +92,25 @@ def shadow_feed(
     console.print(f"{correlation_id}: incumbent {'did nothing' if fp is None else fp[:12]}")
 
 
-def _when(text: str | None, what: str) -> float | None:
-    """Epoch seconds, or an ISO 8601 date-time (UTC unless it says otherwise)."""
-    if text is None:
-        return None
-    from datetime import UTC, datetime
-
-    try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise typer.BadParameter(
-            f"{what} {text!r} is neither epoch seconds nor an ISO 8601 date-time"
-        ) from None
-    return (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()
+@shadow_app.command("windows")
+def shadow_windows(
+    store: StoreOpt,
+    action: Annotated[str | None, typer.Argument()] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The comparison windows a new proposer model or harness version opened, each with the
+    disagreement rate measured in it so far."""
+    with operator_on(store) as op:
+        pairs = op.model_windows(action)
+    if as_json:
+        print_json([{**w.to_dict(), "report": r.to_dict()} for w, r in pairs])
+        return
+    for w, r in pairs:
+        console.print(
+            f"{w.action}: model {w.model} harness {w.harness_version} from "
+            f"{timestamp(w.opened_at)} to {timestamp(w.closes_at)}: compared {r.compared}, "
+            f"disagreement rate {r.disagreement_rate}"
+        )
 
 
 @shadow_app.command("report")
@@ -129,7 +132,10 @@ def shadow_report(
     harness version (and window), and the disagreeing cases."""
     with operator_on(store) as op:
         report = op.shadow_report(
-            action, window=window, since=_when(since, "--since"), until=_when(until, "--until")
+            action,
+            window=window,
+            since=when_arg(since, "--since"),
+            until=when_arg(until, "--until"),
         )
     data = report.to_dict()
     if as_json:

@@ -20,7 +20,15 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-from effectgate.store.roles.controls import Approvals, Controls, Quarantine, Releases, Speculations
+from effectgate.store.roles.controls import (
+    Approvals,
+    Controls,
+    ModelWindows,
+    Quarantine,
+    Rehearsals,
+    Releases,
+    Speculations,
+)
 from effectgate.store.roles.evidence import Alerts, AuditLog, Retention
 from effectgate.store.roles.identity import ChannelNonces, Grants, PolicyVersions, Principals
 from effectgate.store.roles.ledger import LedgerReads, LedgerWrites, RequestKeys, Sweep
@@ -36,9 +44,11 @@ __all__ = [
     "Grants",
     "LedgerReads",
     "LedgerWrites",
+    "ModelWindows",
     "PolicyVersions",
     "Principals",
     "Quarantine",
+    "Rehearsals",
     "Releases",
     "RequestKeys",
     "Retention",
@@ -72,6 +82,8 @@ class Store(
     PolicyVersions,
     ChannelNonces,
     RequestKeys,
+    Rehearsals,
+    ModelWindows,
     Protocol,
 ):
     """Every role: what :func:`effectgate.store.open_store` returns."""

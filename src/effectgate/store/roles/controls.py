@@ -19,10 +19,20 @@ if TYPE_CHECKING:
         ClassControls,
         ShadowPair,
     )
+    from effectgate._core.model_window import ModelWindow
+    from effectgate._core.rehearsal import Rehearsal
     from effectgate._core.resolution import Resolution
     from effectgate._core.speculation import SpeculationRecord
 
-__all__ = ["Approvals", "Controls", "Quarantine", "Releases", "Speculations"]
+__all__ = [
+    "Approvals",
+    "Controls",
+    "ModelWindows",
+    "Quarantine",
+    "Rehearsals",
+    "Releases",
+    "Speculations",
+]
 
 
 @runtime_checkable
@@ -62,7 +72,7 @@ class Controls(Protocol):
         new: object,
         *,
         evidence: Mapping[str, object],
-        reverse_on: str,
+        reverse_on: str | None,
         operator: str,
         now: float,
     ) -> AuthorityStep: ...
@@ -231,3 +241,37 @@ class Quarantine(Protocol):
         """``(rows in the queue, when the oldest entered it)``."""
 
     def quarantined_from(self, scope: str, operation_id: str) -> State | None: ...
+
+
+@runtime_checkable
+class Rehearsals(Protocol):
+    """Kill switch rehearsals, dry runs and drills (each record one audited transaction)."""
+
+    def record_rehearsal(
+        self, action: str, kind: str, *, operator: str, detail: Mapping[str, object], now: float
+    ) -> Rehearsal: ...
+
+    def list_rehearsals(self, action: str | None = None, *, limit: int = 100) -> list[Rehearsal]:
+        """Newest first."""
+
+    def last_rehearsals(self) -> dict[str, float]:
+        """When each class was last rehearsed, of either kind."""
+
+
+@runtime_checkable
+class ModelWindows(Protocol):
+    """Shadow comparison windows opened for a class's new proposer model or harness version."""
+
+    def open_model_window(
+        self,
+        action: str,
+        model: str | None,
+        harness_version: str | None,
+        *,
+        now: float,
+        period: float,
+    ) -> ModelWindow | None:
+        """First sight of the provenance: the window, shadow mode on and the alert in one
+        transaction; None when it was seen before."""
+
+    def model_windows(self, action: str | None = None) -> list[ModelWindow]: ...

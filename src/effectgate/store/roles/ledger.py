@@ -124,6 +124,11 @@ class LedgerReads(Protocol):
         limit: int = 100,
     ) -> list[Operation]: ...
 
+    def operations_window(
+        self, action: str, since: float, until: float, *, limit: int = 100_000
+    ) -> list[Operation]:
+        """The rows of ``action`` journalled at ``since <= created_at < until``, oldest first."""
+
     def count_by_state(self) -> dict[tuple[str, str], int]:
         """``{(action, state): n}`` for metrics and the demo."""
 
