@@ -62,12 +62,17 @@ def _invalid(*messages: str) -> NoReturn:
 
 
 def load_service_config(config: str) -> ServiceConfig:
+    from effectgate._doors._shared.config_kind import is_gateway_config
     from effectgate._service import load_config
 
+    gateway = is_gateway_config(config)  # operator commands on a gateway's classes
+    if gateway:
+        # Only here: the gateway's package needs the MCP SDK; a service config loads without.
+        require_extra("server")
     try:
-        from effectgate._doors.gateway._config import is_gateway_config, service_config_of
+        if gateway:
+            from effectgate._doors.gateway._config import service_config_of
 
-        if is_gateway_config(config):  # operator commands on a gateway's classes
             return service_config_of(config)
         return load_config(config)
     except ConfigError as exc:
@@ -260,15 +265,16 @@ def check(
     print_table(console, table)
     print_class_details(console, summary["classes"])
     for note in checked.notes:
-        console.print(note, highlight=False)
+        console.print(note, highlight=False, markup=False)
 
 
 def _gateway_check(config: str, *, as_json: bool, connect: bool) -> bool:
     """``check`` of a gateway's config (True: it was one, and it was checked)."""
-    from effectgate._doors.gateway._config import is_gateway_config
+    from effectgate._doors._shared.config_kind import is_gateway_config
 
     if not is_gateway_config(config):
         return False
+    require_extra("server")
     from effectgate._doors._shared.check_view import print_class_details
     from effectgate._doors.gateway._check import gateway_check
 
@@ -306,7 +312,7 @@ def _gateway_check(config: str, *, as_json: bool, connect: bool) -> bool:
             highlight=False,
         )
     for note in summary["checked"]:
-        console.print(note, highlight=False)
+        console.print(note, highlight=False, markup=False)
     return True
 
 
