@@ -82,3 +82,27 @@ def test_serve_help_shows_the_section_names() -> None:
     done = runner.invoke(app, ["serve", "--help"], env={"COLUMNS": "200"})
     assert "Override [service] host." in done.output
     assert "Override  host" not in done.output
+
+
+def test_every_command_is_in_a_help_panel() -> None:
+    """Item 6: --help groups the commands in panels; none is left in a catch-all box."""
+    import typer
+
+    from effectgate._doors.cli.main import PANELS
+
+    group = typer.main.get_group(app)
+    named = [n for names in PANELS.values() for n in names]
+    assert sorted(named) == sorted(group.commands)  # each in exactly one panel
+    panels = {c.name: getattr(c, "rich_help_panel", None) for c in group.commands.values()}
+    assert {p for p in panels.values()} == set(PANELS)
+    shown = runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).output
+    assert "─ Commands ─" not in shown
+    assert [p for p in PANELS if f"─ {p} ─" in shown] == list(PANELS)
+
+
+def test_dash_capital_v_prints_the_version() -> None:
+    from effectgate import __version__
+
+    for flag in ("-V", "--version"):
+        done = runner.invoke(app, [flag])
+        assert (done.exit_code, done.output) == (0, f"effectgate {__version__}\n")

@@ -65,6 +65,41 @@ cli_grants.register(app)
 cli_policy.register(app)
 cli_operator_mcp.register(app)
 
+#: The help's panels, in the order they are shown; every top-level command is in one
+#: (tests/test_cli_starter.py checks it).
+PANELS = {
+    "Getting started": ("init", "check", "serve", "demo"),
+    "Operating": (
+        "reconcile", "dispatch", "ops", "approvals", "kill", "breaker", "quarantine",
+        "continue", "token", "grants", "policy", "authority", "shadow", "plans",
+    ),
+    "Evidence": ("divergences", "alerts", "audit", "runs", "verify"),
+    "Venues and gateway": (
+        "venue", "mcp", "gateway", "gateway-schemas", "gateway-accept", "operator-mcp",
+    ),
+    "Development": ("bench", "simulate", "scan"),
+}  # fmt: skip
+
+
+def _command_name(info: typer.models.CommandInfo) -> str:
+    if info.name:
+        return info.name
+    callback = info.callback.__name__ if info.callback else ""
+    return callback.strip("_").replace("_", "-")
+
+
+def _place_in_panels() -> None:
+    """Order the top-level commands by panel and give each its panel."""
+    panel_of = {name: panel for panel, names in PANELS.items() for name in names}
+    order = {name: i for i, name in enumerate(panel_of)}
+    for info in app.registered_commands:
+        info.rich_help_panel = panel_of.get(_command_name(info))
+    for group in app.registered_groups:
+        group.rich_help_panel = panel_of.get(group.name or "")
+    app.registered_commands.sort(key=lambda c: order.get(_command_name(c), len(order)))
+    app.registered_groups.sort(key=lambda g: order.get(g.name or "", len(order)))
+
+
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
@@ -96,7 +131,7 @@ def _root(
     version: Annotated[
         bool,
         typer.Option(
-            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+            "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."
         ),
     ] = False,
 ) -> None:
@@ -480,6 +515,7 @@ def venue_serve(
 
 
 cli_service.register(app)
+_place_in_panels()
 
 
 def _ledger_and_venue(
