@@ -19,7 +19,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WAIT = "for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; sleep 0.1; done"
+WAIT = (
+    "for _ in $(seq 1 100); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && break; "
+    "sleep 0.1; done"
+)
 
 
 def pasted_block() -> str:
