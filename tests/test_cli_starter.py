@@ -6,14 +6,18 @@ PostgreSQL plays no part here.
 
 from __future__ import annotations
 
+import inspect
+import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import effectgate
 from effectgate._doors.cli.main import app
 from effectgate.store import open_store
 
@@ -92,8 +96,8 @@ def test_every_command_is_in_a_help_panel() -> None:
 
     group = typer.main.get_group(app)
     named = [n for names in PANELS.values() for n in names]
-    assert sorted(named) == sorted(group.commands)  # each in exactly one panel
-    panels = {c.name: getattr(c, "rich_help_panel", None) for c in group.commands.values()}
+    assert named == group.list_commands(None)  # each in exactly one panel, in panel order
+    panels = {n: getattr(group.get_command(None, n), "rich_help_panel", None) for n in named}
     assert {p for p in panels.values()} == set(PANELS)
     shown = runner.invoke(app, ["--help"], env={"COLUMNS": "200"}).output
     assert "─ Commands ─" not in shown
@@ -106,3 +110,55 @@ def test_dash_capital_v_prints_the_version() -> None:
     for flag in ("-V", "--version"):
         done = runner.invoke(app, [flag])
         assert (done.exit_code, done.output) == (0, f"effectgate {__version__}\n")
+
+
+_HELP_IMPORTS = """
+import sys
+from typer.testing import CliRunner
+from effectgate._doors.cli._lazy import LAZY
+from effectgate._doors.cli.main import app
+CliRunner().invoke(app, ["--help"])
+print(sorted({m for m, _ in LAZY.values()} & set(sys.modules)))
+"""
+
+
+def test_help_imports_no_lazy_command_module() -> None:
+    """Item 6: --help (and a Tab, which lists the same way) imports no command's module."""
+    done = subprocess.run(
+        [sys.executable, "-c", _HELP_IMPORTS],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(Path(effectgate.__file__).parents[1])},
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_lazy_list_is_the_loaded_list(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stand-ins --help shows (name, help, panel) are what the loaded commands say."""
+    import typer
+    from typer.core import TyperGroup
+
+    from effectgate._doors.cli._lazy import LAZY, LazyGroup
+
+    monkeypatch.setenv("COLUMNS", "120")
+    group = typer.main.get_group(app)
+    assert isinstance(group, LazyGroup)
+
+    def shown() -> str:
+        with group.make_context("effectgate", [], resilient_parsing=True) as ctx:
+            group.format_help(ctx, None)
+        return capsys.readouterr().out
+
+    listed = shown()
+    for name, (module, help_text) in LAZY.items():
+        command = group.get_command(None, name)
+        assert command.callback is not None or isinstance(command, TyperGroup), name
+        assert module in sys.modules
+        first = inspect.cleandoc(command.short_help or command.help or "").split("\n\n")[0]
+        assert first == help_text, name
+    assert set(LAZY) <= set(group.commands)  # now loaded: the list is drawn from them
+    assert shown() == listed and "Getting started" in listed

@@ -271,8 +271,9 @@ class TestBusyPort:
 
 def every_command(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
     yield path
-    for name, sub in getattr(command, "commands", {}).items():
-        yield from every_command(sub, (*path, name))
+    # list_commands/get_command, not .commands: the CLI loads most commands lazily.
+    for name in command.list_commands(None) if hasattr(command, "list_commands") else []:
+        yield from every_command(command.get_command(None, name), (*path, name))
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
