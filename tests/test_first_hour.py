@@ -271,8 +271,9 @@ class TestBusyPort:
 
 def every_command(command: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
     yield path
-    for name, sub in getattr(command, "commands", {}).items():
-        yield from every_command(sub, (*path, name))
+    # list_commands/get_command, not .commands: the CLI loads most commands lazily.
+    for name in command.list_commands(None) if hasattr(command, "list_commands") else []:
+        yield from every_command(command.get_command(None, name), (*path, name))
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -556,10 +557,13 @@ README = (Path(__file__).parent.parent / "README.md").read_text()
 class TestReadmeServiceSection:
     def test_init_shell_sets_the_tokens(self, tmp_path: Path) -> None:
         out = bash(
-            'eval "$(effectgate init --shell)" && echo "$AGENT_TOKEN $OPERATOR_TOKEN"', tmp_path
+            'eval "$(effectgate init --shell)" && echo "$AGENT_TOKEN $OPERATOR_TOKEN '
+            '$EFFECTGATE_URL"',
+            tmp_path,
         )
         assert out.returncode == 0, out.stderr
-        agent, operator = out.stdout.split()
+        agent, operator, url = out.stdout.split()
+        assert url == "http://127.0.0.1:8787"  # the starter's [service] host and port
         config = load_config(tmp_path / "effectgate.toml")
         # The tokens are in the ledger (issue 11, item 5), not in the config file.
         assert config.tokens == ()
@@ -593,10 +597,12 @@ class TestReadmeServiceSection:
                 "set -e",
                 "trap 'kill $(jobs -p) 2>/dev/null || true' EXIT",
                 lines[1],
+                # As the README says for serve --port N: EFFECTGATE_URL follows the port.
+                f"export EFFECTGATE_URL=http://127.0.0.1:{port}",
                 serve,
                 f"for _ in $(seq 100); do curl -sf http://127.0.0.1:{port}/healthz >/dev/null "
                 "&& break; sleep 0.1; done",
-                propose.replace("127.0.0.1:8787", f"127.0.0.1:{port}"),
+                propose,
                 "kill %1",
             ]
         )

@@ -59,13 +59,19 @@ def preflight(cfg: ServiceConfig, *, connect: bool = False) -> Preflight:
         line = locate(source, path) if source else None
         return f"{cfg.path}:{line}: {'.'.join(path)}" if line else f"{cfg.path}: {'.'.join(path)}"
 
-    for extra in EXTRAS:
-        missing = missing_modules(extra)
-        # serve needs the server extra; the postgres one only for a PostgreSQL URL.
-        if missing and (extra == "server" or parse_store_url(cfg.store.url)[0] == "postgresql"):
-            problems.append(
-                f"{cfg.path}: {', '.join(missing)} not installed: pip install 'effectgate[{extra}]'"
-            )
+    missing = missing_modules("postgres")
+    if missing and parse_store_url(cfg.store.url)[0] == "postgresql":
+        problems.append(
+            f"{cfg.path}: {', '.join(missing)} not installed: pip install 'effectgate[postgres]'"
+        )
+    missing = missing_modules("server")
+    if missing:
+        # Only the doors need it (serve and mcp refuse without it, naming it); reconcile, the
+        # operator commands and check itself run on the bare install.
+        notes.append(
+            f"serve and mcp need the server extra ({', '.join(missing)} not installed): "
+            "pip install 'effectgate[server]'"
+        )
     store_problem, store_note = _store(cfg, connect)
     if store_problem:
         problems.append(f"{where('store', 'url')}: {store_problem}")

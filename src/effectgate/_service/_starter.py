@@ -19,11 +19,14 @@ from urllib.parse import urlsplit
 from effectgate._service._starter_venues import VENUE_STARTERS
 from effectgate.errors import ConfigError, PrincipalExists
 
-__all__ = ["CLASSES_FILE", "CONFIG_FILE", "Starter", "write_starter"]
+__all__ = ["CLASSES_FILE", "CONFIG_FILE", "IGNORED", "Starter", "write_starter"]
 
 CONFIG_FILE = "effectgate.toml"
 CLASSES_FILE = "effectgate_classes.py"
 LEDGER_FILE = "effectgate.db"
+#: What init and serve write that is state, not source: kept out of git by the starter's
+#: .gitignore (the config and the classes are the user's to commit).
+IGNORED = (LEDGER_FILE, f"{LEDGER_FILE}-wal", f"{LEDGER_FILE}-shm", "__pycache__/")
 
 _CLASSES = '''"""Example action classes for the paper venue (from `effectgate init`; edit freely).
 
@@ -171,6 +174,10 @@ def write_starter(
     adapter reading its key from the environment variable ``venue_key_env``.
     """
     config, classes = directory / CONFIG_FILE, directory / CLASSES_FILE
+    try:
+        directory.mkdir(parents=True, exist_ok=True)  # like mkdir -p
+    except OSError as exc:
+        raise ConfigError(f"cannot create {directory}: {exc.strerror or exc}") from None
     existing = [p.name for p in (config, classes) if p.exists()]
     if existing and not force:
         raise ConfigError(
@@ -194,7 +201,21 @@ def write_starter(
     agent, operator = _principals(directory / LEDGER_FILE, replace=force)
     classes.write_text(_CLASSES, encoding="utf-8")
     config.write_text(text, encoding="utf-8")
+    _ignore_state(directory / ".gitignore")
     return Starter(config, classes, agent, operator)
+
+
+def _ignore_state(gitignore: Path) -> None:
+    """Add the ledger's files to ``.gitignore``: created if missing, else only the lines it
+    lacks are appended (as ``cargo init`` does), so a checkout that ignores them is untouched."""
+    text = gitignore.read_text(encoding="utf-8") if gitignore.exists() else ""
+    have = {line.strip() for line in text.splitlines()}
+    missing = [entry for entry in IGNORED if entry not in have]
+    if not missing:
+        return
+    lead = "" if not text or text.endswith("\n") else "\n"
+    block = "# effectgate's ledger and its WAL files (effectgate init)\n" + "\n".join(missing)
+    gitignore.write_text(f"{text}{lead}{block}\n", encoding="utf-8")
 
 
 def _principals(ledger: Path, *, replace: bool) -> tuple[str, str]:

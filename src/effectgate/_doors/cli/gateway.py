@@ -185,7 +185,7 @@ def _schema_rows(config: str) -> list[dict[str, str]]:
 def scan(
     paths: Annotated[list[str], typer.Argument(help="Files or directories to scan.")],
     rules: Annotated[
-        str | None, typer.Option(help="TOML with [scan] consequential/gated pattern lists.")
+        str | None, typer.Option(help="TOML with \\[scan] consequential/gated pattern lists.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
 ) -> None:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import replace
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -19,33 +19,25 @@ from rich.markup import escape
 from rich.table import Table
 
 from effectgate._core.states import State
-from effectgate._doors.cli import budgets as cli_budgets
-from effectgate._doors.cli import continuations as cli_continue
-from effectgate._doors.cli import controls as cli_controls
-from effectgate._doors.cli import gateway as cli_gateway
-from effectgate._doors.cli import grants as cli_grants
-from effectgate._doors.cli import operator_mcp as cli_operator_mcp
-from effectgate._doors.cli import policy as cli_policy
-from effectgate._doors.cli import quarantine as cli_quarantine
-from effectgate._doors.cli import receipts as cli_receipts
-from effectgate._doors.cli import runs as cli_runs
 from effectgate._doors.cli import service as cli_service
-from effectgate._doors.cli import tokens as cli_tokens
+from effectgate._doors.cli._lazy import LazyGroup
 from effectgate._doors.cli._tables import print_table
 from effectgate._doors.cli.service import ConfigOpt, LogFormat, LogFormatOpt, open_ledger
-from effectgate._execute.reconciler import Reconciler, ReconcileReport
-from effectgate._sim.cli import register as register_simulate
-from effectgate.adapters.http import HttpVenueAdapter
-from effectgate.bench.cli import register as register_bench
 from effectgate.errors import ConfigError, EffectgateError
-from effectgate.store.roles import Store
 
-# -h as well as --help; sub-commands inherit it from this context.
+if TYPE_CHECKING:
+    from effectgate._execute.reconciler import Reconciler, ReconcileReport
+    from effectgate.adapters.http import HttpVenueAdapter
+    from effectgate.store.roles import Store
+
+# -h as well as --help; sub-commands inherit it from this context. LazyGroup: the commands
+# in _lazy.LAZY are imported when they run, not for --help or a Tab.
 app = typer.Typer(
     help="effectgate: the boundary between an agent's proposal and its effect.",
     no_args_is_help=True,
     add_completion=True,
     context_settings={"help_option_names": ["-h", "--help"]},
+    cls=LazyGroup,
 )
 venue_app = typer.Typer(
     help="The paper venue: a reference system of record for rehearsals.", no_args_is_help=True
@@ -53,19 +45,42 @@ venue_app = typer.Typer(
 ops_app = typer.Typer(help="Inspect ledger operations.", no_args_is_help=True)
 app.add_typer(venue_app, name="venue")
 app.add_typer(ops_app, name="ops")
-register_bench(app)
-register_simulate(app)
-cli_controls.register(app)
-cli_tokens.register(app)
-cli_gateway.register(app)
-cli_quarantine.register(app)
-cli_runs.register(app)
-cli_continue.register(app)
-cli_budgets.register(app)
-cli_grants.register(app)
-cli_policy.register(app)
-cli_operator_mcp.register(app)
-cli_receipts.register(app)
+
+#: The help's panels, in the order they are shown; every top-level command is in one
+#: (tests/test_cli_starter.py checks it).
+PANELS = {
+    "Getting started": ("init", "check", "serve", "demo"),
+    "Operating": (
+        "reconcile", "dispatch", "ops", "approvals", "kill", "breaker", "quarantine",
+        "continue", "token", "grants", "policy", "authority", "shadow", "plans",
+    ),
+    "Evidence": ("divergences", "alerts", "audit", "receipt", "runs", "verify"),
+    "Venues and gateway": (
+        "venue", "mcp", "gateway", "gateway-schemas", "gateway-accept", "operator-mcp",
+    ),
+    "Development": ("bench", "simulate", "scan"),
+}  # fmt: skip
+
+
+def _command_name(info: typer.models.CommandInfo) -> str:
+    if info.name:
+        return info.name
+    callback = info.callback.__name__ if info.callback else ""
+    return callback.strip("_").replace("_", "-")
+
+
+def _place_in_panels() -> None:
+    """Order the top-level commands by panel and give each its panel."""
+    panel_of = {name: panel for panel, names in PANELS.items() for name in names}
+    LazyGroup.panels, LazyGroup.order = panel_of, tuple(panel_of)
+    order = {name: i for i, name in enumerate(panel_of)}
+    for info in app.registered_commands:
+        info.rich_help_panel = panel_of.get(_command_name(info))
+    for group in app.registered_groups:
+        group.rich_help_panel = panel_of.get(group.name or "")
+    app.registered_commands.sort(key=lambda c: order.get(_command_name(c), len(order)))
+    app.registered_groups.sort(key=lambda g: order.get(g.name or "", len(order)))
+
 
 # soft_wrap: a message is one line however narrow the terminal or pipe (tables still fit).
 console = Console(soft_wrap=True)
@@ -98,7 +113,7 @@ def _root(
     version: Annotated[
         bool,
         typer.Option(
-            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+            "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."
         ),
     ] = False,
 ) -> None:
@@ -158,6 +173,7 @@ def reconcile(
 ) -> None:
     """Settle uncertain rows against the venue and report divergences."""
     from effectgate._execute.alerts import default_sink
+    from effectgate._execute.reconciler import Reconciler
     from effectgate.examples import default_registry
 
     closers: list[Callable[[], None]] = []
@@ -482,6 +498,7 @@ def venue_serve(
 
 
 cli_service.register(app)
+_place_in_panels()
 
 
 def _ledger_and_venue(
@@ -493,6 +510,7 @@ def _ledger_and_venue(
 ) -> tuple[Store, HttpVenueAdapter]:
     """The ledger and the HTTP venue of ``--store URL --venue URL`` (closed by ``closers``)."""
     from effectgate._service import configure_logging
+    from effectgate.adapters.http import HttpVenueAdapter
 
     if store is None or venue is None:
         err.print("give --config FILE, or --store URL and --venue URL")

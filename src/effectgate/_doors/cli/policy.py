@@ -45,7 +45,7 @@ policy_app = typer.Typer(
     no_args_is_help=True,
 )
 ConfigReq = Annotated[str, typer.Option("--config", "-c", help="The service config file.")]
-FileOpt = Annotated[str, typer.Option("--file", help="A policy file ([policies.NAME] tables).")]
+FileOpt = Annotated[str, typer.Option("--file", help="A policy file (\\[policies.NAME] tables).")]
 
 
 def register(app: typer.Typer) -> None:

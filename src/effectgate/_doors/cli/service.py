@@ -62,12 +62,17 @@ def _invalid(*messages: str) -> NoReturn:
 
 
 def load_service_config(config: str) -> ServiceConfig:
+    from effectgate._doors._shared.config_kind import is_gateway_config
     from effectgate._service import load_config
 
+    gateway = is_gateway_config(config)  # operator commands on a gateway's classes
+    if gateway:
+        # Only here: the gateway's package needs the MCP SDK; a service config loads without.
+        require_extra("server")
     try:
-        from effectgate._doors.gateway._config import is_gateway_config, service_config_of
+        if gateway:
+            from effectgate._doors.gateway._config import service_config_of
 
-        if is_gateway_config(config):  # operator commands on a gateway's classes
             return service_config_of(config)
         return load_config(config)
     except ConfigError as exc:
@@ -114,7 +119,7 @@ class LogLevel(StrEnum):
 LogFormatOpt = Annotated[
     LogFormat | None,
     typer.Option(
-        help="Log lines as text or JSON, timestamped (default: [service] log_format, else text)."
+        help="Log lines as text or JSON, timestamped (default: \\[service] log_format, else text)."
     ),
 ]
 
@@ -157,7 +162,8 @@ def init(
         typer.Option(
             "--shell",
             help="Print the tokens as export lines for eval "
-            '(eval "$(effectgate init --shell)" sets AGENT_TOKEN and OPERATOR_TOKEN).',
+            '(eval "$(effectgate init --shell)" sets AGENT_TOKEN, OPERATOR_TOKEN and '
+            "EFFECTGATE_URL, where serve listens).",
         ),
     ] = False,
     venue: Annotated[
@@ -181,7 +187,8 @@ def init(
     except ConfigError as exc:
         err.print(escape(exc.message), highlight=False)
         raise typer.Exit(EXIT_FAILED) from None
-    load_config(starter.config)  # the starter must always be valid
+    cfg = load_config(starter.config)  # the starter must always be valid
+    url = f"http://{cfg.service.host}:{cfg.service.port}"  # where serve will listen
     if shell:
         # stdout is for eval: export lines, and comments a shell ignores.
         print(
@@ -190,9 +197,10 @@ def init(
         )
         print(f"export AGENT_TOKEN={shlex.quote(starter.agent_token)}")
         print(f"export OPERATOR_TOKEN={shlex.quote(starter.operator_token)}")
+        print(f"export EFFECTGATE_URL={shlex.quote(url)}")
         err.print(
-            f"wrote {starter.config}; AGENT_TOKEN and OPERATOR_TOKEN are set if this ran "
-            f"under eval. next: effectgate serve --config {starter.config}",
+            f"wrote {starter.config}; AGENT_TOKEN, OPERATOR_TOKEN and EFFECTGATE_URL ({url}) "
+            f"are set if this ran under eval. next: effectgate serve --config {starter.config}",
             highlight=False,
         )
         return
@@ -200,7 +208,9 @@ def init(
     console.print("[bold]tokens (shown once; only their SHA-256 is stored, in the ledger):[/bold]")
     console.print(f"  agent:    {starter.agent_token}", highlight=False)
     console.print(f"  operator: {starter.operator_token}", highlight=False)
-    console.print(f"next: effectgate serve --config {starter.config}", highlight=False)
+    console.print(
+        f"next: effectgate serve --config {starter.config} (it listens on {url})", highlight=False
+    )
 
 
 def check(
@@ -260,15 +270,16 @@ def check(
     print_table(console, table)
     print_class_details(console, summary["classes"])
     for note in checked.notes:
-        console.print(note, highlight=False)
+        console.print(note, highlight=False, markup=False)
 
 
 def _gateway_check(config: str, *, as_json: bool, connect: bool) -> bool:
     """``check`` of a gateway's config (True: it was one, and it was checked)."""
-    from effectgate._doors.gateway._config import is_gateway_config
+    from effectgate._doors._shared.config_kind import is_gateway_config
 
     if not is_gateway_config(config):
         return False
+    require_extra("server")
     from effectgate._doors._shared.check_view import print_class_details
     from effectgate._doors.gateway._check import gateway_check
 
@@ -306,14 +317,14 @@ def _gateway_check(config: str, *, as_json: bool, connect: bool) -> bool:
             highlight=False,
         )
     for note in summary["checked"]:
-        console.print(note, highlight=False)
+        console.print(note, highlight=False, markup=False)
     return True
 
 
 def serve(
     config: Annotated[str, typer.Option("--config", "-c", envvar="EFFECTGATE_CONFIG")],
-    host: Annotated[str | None, typer.Option(help="Override [service] host.")] = None,
-    port: Annotated[int | None, typer.Option(help="Override [service] port.")] = None,
+    host: Annotated[str | None, typer.Option(help="Override \\[service] host.")] = None,
+    port: Annotated[int | None, typer.Option(help="Override \\[service] port.")] = None,
     log_level: Annotated[LogLevel, typer.Option(help="Log level (uvicorn's too).")] = LogLevel.info,
     log_format: LogFormatOpt = None,
     access_log: Annotated[

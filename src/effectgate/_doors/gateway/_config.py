@@ -27,6 +27,7 @@ import mcp_types as types
 
 from effectgate._core.intent import ActionClass, EffectClass, Registry, Tier
 from effectgate._core.policy import PolicySet
+from effectgate._doors._shared.config_kind import is_gateway_config
 from effectgate._doors.gateway._adapter import ReadTools, ToolBinding
 from effectgate._doors.gateway._upstream import UpstreamSpec
 from effectgate._execute.adapter import ADAPTER_CALL_CEILING
@@ -48,6 +49,7 @@ __all__ = [
     "GatewayConfig",
     "GovernedTool",
     "bind",
+    "is_gateway_config",
     "load_gateway",
     "parse_gateway",
     "schema_digest",
@@ -106,14 +108,6 @@ class Bound:
     bindings: Mapping[str, ToolBinding]
     #: Passthrough tools as the upstream lists them.
     passthrough: Mapping[str, types.Tool] = field(default_factory=dict)
-
-
-def is_gateway_config(path: str | Path) -> bool:
-    """Whether the TOML file at ``path`` is a gateway's (it has ``[upstreams]``)."""
-    try:
-        return "upstreams" in tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
-        return False  # the service config loader reports it
 
 
 def service_config_of(path: str | Path) -> svc.ServiceConfig:
