@@ -20,6 +20,7 @@ import logging
 import random
 import shutil
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -44,14 +45,15 @@ from effectgate._execute.crashpoints import CRASH_POINTS, SimulatedCrash, disarm
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import Operator
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
+from effectgate._sim import checks
 from effectgate._sim.faults import LOSABLE, LossyStore
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.errors import EffectgateError
+from effectgate.errors import ApprovalFingerprintMismatch, EffectgateError, IdempotencyConflict
 from effectgate.examples import default_registry
 from effectgate.store import open_store
 from effectgate.store.base import Operation
 from effectgate.store.roles import Store
-from effectgate.testing import CountingAdapter, ManualClock, crash_at
+from effectgate.testing import ManualClock, crash_at
 
 __all__ = ["DEFAULT_STEPS", "SeedResult", "run_seed"]
 
@@ -65,9 +67,11 @@ LISTED = frozenset(INSTRUMENTS[:2])
 APPROVAL_TTL = 300.0
 #: Notional = quantity (1-9) * price: some under the approval line, some above, some refused.
 PRICES = ("20.00", "60.00", "150.00")
+LIMIT, APPROVE_ABOVE = Decimal("1000"), Decimal("500")
 #: Read lag stays well inside the 60 s horizon of the example classes, as a venue must.
 READ_LAGS = (0.0, 5.0, 20.0)
-FINAL_JUMP = 60.0 + max(READ_LAGS) + 1.0
+#: Past every horizon and read lag, and past the approval TTL: every bounded wait has ended.
+FINAL_JUMP = max(60.0 + max(READ_LAGS), APPROVAL_TTL) + 1.0
 AUDIT_EVERY = 10  # the chain check reads the whole log: every step would be quadratic
 
 #: (step kind, weight). Order matters for determinism: never build this from a set.
@@ -77,6 +81,7 @@ STEPS: tuple[tuple[str, int], ...] = (
     ("twin", 4),
     ("conflict", 3),
     ("approve", 5),
+    ("approve-stale", 1),
     ("refuse", 2),
     ("expire", 1),
     ("dispatch-held", 4),
@@ -129,7 +134,7 @@ def _policy() -> PolicySet:
     return PolicySet(
         {
             # Above 500 needs an approver, above 1000 is refused: all three paths occur.
-            "submit_order": LimitPolicy(Decimal("1000"), approve_above=Decimal("500")),
+            "submit_order": LimitPolicy(LIMIT, approve_above=APPROVE_ABOVE),
             "cancel_order": LimitPolicy(),
         }
     )
@@ -147,7 +152,8 @@ class _World:
         self.path = folder / "ledger.db"
         self.clock = ManualClock()
         self.venue = PaperVenue(clock=self.clock, instruments=LISTED)
-        self.adapter = CountingAdapter(PaperAdapter(self.venue))
+        # What reached the venue, and the state its row was in when it did (invariant 3).
+        self.adapter = checks.Witness(PaperAdapter(self.venue), lambda: self.store)
         self.registry: Registry = default_registry()
         self.policy = _policy()
         self.store: Store = self._open(create=True)
@@ -203,7 +209,10 @@ class _Run:
         self.ops: list[tuple[str, str, dict[str, object]]] = []  # (id, action, intent)
         self.serial = 0
         self.injected = 0
+        self.injected_at: Counter[str] = Counter()  # records made outside the boundary, by key
+        self.approved: set[str] = set()  # operation keys an operator approved
         self.seen_terminal: dict[str, tuple[str, str | None]] = {}
+        self.step_violations: list[Violation] = []  # what a step saw itself (its answer)
 
     # --- the workload -------------------------------------------------------------------
 
@@ -267,9 +276,10 @@ class _Run:
                 op_id = self._new_id()
                 self.ops.append((op_id, action, intent))
             elif kind == "conflict":
-                changed = "order_ref" if action == "cancel_order" else "quantity"
-                intent = dict(intent, **{changed: "ref-99" if changed == "order_ref" else "11"})
+                return self._conflict(op_id, action, intent)
             return f"{op_id} -> {self._submit(op_id, action, intent)}"
+        if kind == "approve-stale":
+            return self._approve_stale()
         if kind in ("approve", "refuse"):
             pending = self._rows(State.AWAITING_APPROVAL)
             if not pending:
@@ -280,6 +290,8 @@ class _Run:
                 out = decide(row.operation_id, fingerprint=row.fingerprint, approver=OPERATOR)
             except EffectgateError as exc:
                 return f"{row.operation_id} -> error {exc.code}"
+            if kind == "approve":
+                self.approved.add(row.op_key)
             if kind == "refuse":
                 return f"{row.operation_id} -> {out.operation.state.value}"
             return f"{row.operation_id} -> {out.operation.state.value}, dispatch -> " + self._gate(
@@ -306,7 +318,9 @@ class _Run:
                 c = w.operator.set_shadow(action, kind == "shadow-on", operator=OPERATOR)
             return f"{action} killed={c.killed} breaker_open={c.breaker_open} shadow={c.shadow}"
         if kind == "reconcile":
-            return _report(w.reconciler.run_once())
+            report = w.reconciler.run_once()
+            self._tripped(report)
+            return _report(report)
         if kind in ("tick", "jump"):
             seconds = rng.randint(1, 15) if kind == "tick" else rng.randint(40, 150)
             w.clock.advance(seconds)
@@ -348,7 +362,56 @@ class _Run:
             key = f"default:{self.ops[rng.randrange(len(self.ops))][0]}"
         times = rng.choice((1, 1, 2))
         ids = [self.w.venue.inject_record(key) for _ in range(times)]
+        self.injected_at[key] += times
         return f"{key} x{times} ({', '.join(ids)})"
+
+    def _conflict(self, op_id: str, action: str, intent: dict[str, object]) -> str:
+        """Invariant 2: a changed payload under a journalled id is refused."""
+        changed = "order_ref" if action == "cancel_order" else "quantity"
+        intent = dict(intent, **{changed: "ref-99" if changed == "order_ref" else "11"})
+        known = self.w.store.get("default", op_id) is not None and self.w.lossy.armed is None
+        try:
+            row = self.w.gate.submit(action, op_id, intent)
+        except IdempotencyConflict as exc:
+            return f"{op_id} -> error {exc.code}"
+        except SimulatedCrash as crash:  # pragma: no cover - nothing is armed on this path
+            self.w.crash()
+            return f"crashed at {crash.point}"
+        except EffectgateError as exc:
+            out = f"error {exc.code}"
+        else:
+            out = _outcome(row)
+        if known:
+            self.step_violations.append(
+                Violation(2, f"{op_id}: a changed payload under a used id answered {out}")
+            )
+        return f"{op_id} -> {out}"
+
+    def _approve_stale(self) -> str:
+        """An approval naming another payload than the row carries must be refused."""
+        pending = self._rows(State.AWAITING_APPROVAL)
+        if not pending:
+            return "nothing pending"
+        row = pending[self.rng.randrange(len(pending))]
+        try:
+            out = self.w.operator.approve(row.operation_id, fingerprint="0" * 64, approver=OPERATOR)
+        except ApprovalFingerprintMismatch as exc:
+            return f"{row.operation_id} -> error {exc.code}"
+        self.step_violations.append(
+            Violation(2, f"{row.op_key}: an approval of another payload was accepted")
+        )
+        return f"{row.operation_id} -> {out.operation.state.value}"
+
+    def _tripped(self, report: ReconcileReport) -> None:
+        """Invariant 7: a duplicate effect opens its class's breaker in the same pass."""
+        for kind, key, _, _ in report.new_divergences:
+            if kind != "duplicate-effect":
+                continue
+            row = self.w.store.get(*key.split(":", 1))
+            if row is not None and not self.w.store.controls(row.action).breaker_open:
+                self.step_violations.append(
+                    Violation(7, f"duplicate effect under {key} left {row.action}'s breaker shut")
+                )
 
     # --- the checks ---------------------------------------------------------------------
 
@@ -356,18 +419,28 @@ class _Run:
         self, *, index: int, held: frozenset[str], before: int, swept: bool, final: bool
     ) -> list[Violation]:
         w = self.w
-        found = at_most_one_dispatch(w.adapter.requests)
-        found += no_dispatch_while_held(w.adapter.requests[before:], held)
+        found, self.step_violations = self.step_violations, []
+        found += at_most_one_dispatch(w.adapter.requests)
+        new = w.adapter.requests[before:]
+        found += no_dispatch_while_held(new, held)
+        found += checks.journalled_before_dispatch(new, w.adapter.states[before:])
+        found += checks.dispatched_as_authorised(
+            new, self.approved, limit=LIMIT, approve_above=APPROVE_ABOVE
+        )
         found += no_write_off_inside_horizon(w.store, w.registry)
         found += terminal_rows_unchanged(w.store, self.seen_terminal)
         if swept:
             # Only right after a pass, on the read view it saw (the clock has not moved).
-            keys = [r.operation_key for r in w.venue.visible_records()]
-            found += duplicates_reported(w.store, keys)
+            seen = [(r.operation_key, r.venue_id) for r in w.venue.visible_records()]
+            found += duplicates_reported(w.store, [k for k, _ in seen])
+            found += checks.venue_records_accounted(w.store, seen)
         if final:
             found += uncertain_rows_settled(w.store, w.registry, w.clock())
+            found += checks.approvals_expire(w.store, w.clock(), APPROVAL_TTL)
         if final or index % AUDIT_EVERY == 0:
             found += audit_chain_verifies(w.store)
+            found += checks.failed_only_with_proof(w.store, w.venue, self.injected_at)
+            found += checks.acknowledged_at_the_venue(w.store, w.venue)
         return found
 
     def _held(self) -> frozenset[str]:
@@ -409,7 +482,10 @@ class _Run:
         w.clock.advance(FINAL_JUMP)
         before = len(w.adapter.requests)
         try:
-            line = _report(w.reconciler.run_once())
+            expired = len(w.operator.expire_approvals())
+            report = w.reconciler.run_once()
+            self._tripped(report)
+            line = f"{_report(report)} expired={expired}"
         except EffectgateError as exc:
             line = f"aborted: {type(exc).__name__} {exc.code}"
             res.violations.append(Violation(11, f"final reconcile {line}"))
