@@ -144,14 +144,12 @@ def test_cli_hunts_mutations_one_line_each_and_counts_them() -> None:
 
 
 def test_cli_exits_nonzero_when_a_mutation_is_not_caught() -> None:
-    # abort_pass_on_refused_move first fails at seed 6: one seed is not enough.
-    out = CliRunner().invoke(
-        app,
-        ["simulate", "--mutations", "--budget", "1", "--mutation", "abort_pass_on_refused_move"],
-    )
+    # With no steps nothing is ever killed: ignoring the kill switch cannot show.
+    one = ["simulate", "--mutations", "--budget", "1", "--steps", "0"]
+    out = CliRunner().invoke(app, [*one, "--mutation", "kill_switch_ignored"])
     assert out.exit_code == 1
     assert out.output.splitlines() == [
-        "abort_pass_on_refused_move: NOT CAUGHT in 1 seed(s)",
+        "kill_switch_ignored: NOT CAUGHT in 1 seed(s)",
         "mutations=1 caught=0",
     ]
     bad = CliRunner().invoke(app, ["simulate", "--mutations", "--mutation", "nope"])

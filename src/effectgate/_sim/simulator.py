@@ -21,11 +21,11 @@ import random
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from effectgate._core.controls import ApprovalRules, BreakerConfig
 from effectgate._core.intent import Registry
@@ -46,6 +46,7 @@ from effectgate._execute.executor import Gate
 from effectgate._execute.operator import Operator
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._sim import checks
+from effectgate._sim.actor import Actor
 from effectgate._sim.faults import LOSABLE, LossyStore
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import ApprovalFingerprintMismatch, EffectgateError, IdempotencyConflict
@@ -130,14 +131,23 @@ class SeedResult:
         return f"effectgate simulate --seeds 1 --seed {self.seed} --steps {self.steps}"
 
 
-def _policy() -> PolicySet:
-    return PolicySet(
-        {
-            # Above 500 needs an approver, above 1000 is refused: all three paths occur.
-            "submit_order": LimitPolicy(LIMIT, approve_above=APPROVE_ABOVE),
-            "cancel_order": LimitPolicy(),
-        }
-    )
+def _policies() -> dict[str, Any]:
+    return {
+        # Above 500 needs an approver, above 1000 is refused: all three paths occur.
+        "submit_order": LimitPolicy(LIMIT, approve_above=APPROVE_ABOVE),
+        "cancel_order": LimitPolicy(),
+    }
+
+
+@dataclass
+class _Spec:
+    """A :class:`~effectgate._sim.actor.ProcessSpec`: what each process is built from."""
+
+    registry: Registry
+    policies: dict[str, Any]
+    adapters: dict[str, Any]
+    gate_kwargs: dict[str, Any] = field(default_factory=dict)
+    reconciler_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def _quiet(_: object) -> None:
@@ -146,16 +156,18 @@ def _quiet(_: object) -> None:
 
 class _World:
     """What lives across a crash (the ledger file, the venue, the clock, what reached the
-    adapter) and what a crash abandons (the gate, reconciler and operator objects)."""
+    adapter, what the simulator knows as ground truth) and what a crash abandons (the gates,
+    reconciler and operator objects)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, actors: Sequence[Actor] = ()) -> None:
         self.path = folder / "ledger.db"
+        self.actors = tuple(actors)
         self.clock = ManualClock()
         self.venue = PaperVenue(clock=self.clock, instruments=LISTED)
         # What reached the venue, and the state its row was in when it did (invariant 3).
         self.adapter = checks.Witness(PaperAdapter(self.venue), lambda: self.store)
-        self.registry: Registry = default_registry()
-        self.policy = _policy()
+        self.injected_at: Counter[str] = Counter()  # records made outside the boundary, by key
+        self.approved: set[str] = set()  # operation keys an operator approved
         self.store: Store = self._open(create=True)
         self._build()
 
@@ -164,19 +176,33 @@ class _World:
         return open_store(f"sqlite:///{self.path}", create=create, synchronous="OFF")
 
     def _build(self) -> None:
+        """Build one process from the ledger alone: each actor adds to its spec first."""
+        spec = _Spec(default_registry(), _policies(), {"paper": self.adapter})
+        for actor in self.actors:
+            actor.configure(spec)
+        self.registry, self.policy = spec.registry, PolicySet(spec.policies)
         self.lossy = LossyStore(self.store)
-        adapters = {"paper": self.adapter}
-        self.gate = Gate(
-            store=cast(Store, self.lossy),
-            registry=self.registry,
-            adapters=adapters,
-            policy=self.policy,
-            clock=self.clock,
-            # One payload under many ids trips the breaker: the twin steps exercise it.
-            breakers={"submit_order": BreakerConfig(max_repeats=3)},
-            approvals=ApprovalRules(ttl=APPROVAL_TTL),
-            alerts=_quiet,
-        )
+        adapters = spec.adapters
+
+        def gate(store: Store, process_id: str) -> Gate:
+            return Gate(
+                store=store,
+                registry=self.registry,
+                adapters=adapters,
+                policy=self.policy,
+                clock=self.clock,
+                # One payload under many ids trips the breaker: the twin steps exercise it.
+                breakers={"submit_order": BreakerConfig(max_repeats=3)},
+                approvals=ApprovalRules(ttl=APPROVAL_TTL),
+                alerts=_quiet,
+                process_id=process_id,  # the default names the host and pid
+                **spec.gate_kwargs,
+            )
+
+        self.gate = gate(cast(Store, self.lossy), "sim-process-1")
+        # A second executor on the same ledger (continuations need a dispatcher that did not
+        # work on the original).
+        self.peer = gate(self.store, "sim-process-2")
         self.reconciler = Reconciler(
             store=self.store,
             registry=self.registry,
@@ -185,6 +211,7 @@ class _World:
             page_size=7,  # small pages: the merge-join crosses page boundaries often
             owner="sim-reconciler",  # the default names the host and pid
             alerts=_quiet,
+            **spec.reconciler_kwargs,
         )
         self.operator = Operator(
             store=self.store, registry=self.registry, alerts=_quiet, clock=self.clock
@@ -209,10 +236,14 @@ class _Run:
         self.ops: list[tuple[str, str, dict[str, object]]] = []  # (id, action, intent)
         self.serial = 0
         self.injected = 0
-        self.injected_at: Counter[str] = Counter()  # records made outside the boundary, by key
-        self.approved: set[str] = set()  # operation keys an operator approved
         self.seen_terminal: dict[str, tuple[str, str | None]] = {}
         self.step_violations: list[Violation] = []  # what a step saw itself (its answer)
+        self.by_kind = {kind: a for a in world.actors for kind, _ in a.steps()}
+        kinds = [*_KINDS, *(k for a in world.actors for k, _ in a.steps())]
+        if len(set(kinds)) != len(kinds):
+            raise ValueError("step kinds must be unique across the actors")
+        self.kinds = tuple(kinds)
+        self.weights = (*_WEIGHTS, *(w for a in world.actors for _, w in a.steps()))
 
     # --- the workload -------------------------------------------------------------------
 
@@ -291,7 +322,7 @@ class _Run:
             except EffectgateError as exc:
                 return f"{row.operation_id} -> error {exc.code}"
             if kind == "approve":
-                self.approved.add(row.op_key)
+                w.approved.add(row.op_key)
             if kind == "refuse":
                 return f"{row.operation_id} -> {out.operation.state.value}"
             return f"{row.operation_id} -> {out.operation.state.value}, dispatch -> " + self._gate(
@@ -350,6 +381,12 @@ class _Run:
             return f"honour={honour}"
         if kind == "inject":
             return self._inject()
+        if kind in self.by_kind:
+            try:
+                return self.by_kind[kind].step(kind, w, rng)
+            except SimulatedCrash as crash:  # the process died mid-step: restart it
+                w.crash()
+                return f"crashed at {crash.point}"
         raise ValueError(f"unknown step kind {kind!r}")
 
     def _inject(self) -> str:
@@ -362,7 +399,7 @@ class _Run:
             key = f"default:{self.ops[rng.randrange(len(self.ops))][0]}"
         times = rng.choice((1, 1, 2))
         ids = [self.w.venue.inject_record(key) for _ in range(times)]
-        self.injected_at[key] += times
+        self.w.injected_at[key] += times
         return f"{key} x{times} ({', '.join(ids)})"
 
     def _conflict(self, op_id: str, action: str, intent: dict[str, object]) -> str:
@@ -425,7 +462,7 @@ class _Run:
         found += no_dispatch_while_held(new, held)
         found += checks.journalled_before_dispatch(new, w.adapter.states[before:])
         found += checks.dispatched_as_authorised(
-            new, self.approved, limit=LIMIT, approve_above=APPROVE_ABOVE
+            new, w.approved, limit=LIMIT, approve_above=APPROVE_ABOVE
         )
         found += no_write_off_inside_horizon(w.store, w.registry)
         found += terminal_rows_unchanged(w.store, self.seen_terminal)
@@ -439,8 +476,10 @@ class _Run:
             found += checks.approvals_expire(w.store, w.clock(), APPROVAL_TTL)
         if final or index % AUDIT_EVERY == 0:
             found += audit_chain_verifies(w.store)
-            found += checks.failed_only_with_proof(w.store, w.venue, self.injected_at)
+            found += checks.failed_only_with_proof(w.store, w.venue, w.injected_at)
             found += checks.acknowledged_at_the_venue(w.store, w.venue)
+        for actor in w.actors:
+            found += actor.check(w, final=final)
         return found
 
     def _held(self) -> frozenset[str]:
@@ -454,7 +493,7 @@ class _Run:
     def run(self) -> SeedResult:
         res = self.result
         for index in range(1, res.steps + 1):
-            kind = self.rng.choices(_KINDS, _WEIGHTS)[0]
+            kind = self.rng.choices(self.kinds, self.weights)[0]
             held = frozenset() if kind in _LIFTS else self._held()
             before = len(self.w.adapter.requests)
             try:
@@ -525,8 +564,15 @@ def _report(r: ReconcileReport) -> str:
     )
 
 
-def run_seed(seed: int, steps: int = DEFAULT_STEPS) -> SeedResult:
-    """Run one seed for ``steps`` steps and the final phase, in a temporary folder."""
+def run_seed(
+    seed: int, steps: int = DEFAULT_STEPS, actors: Sequence[Actor] | None = None
+) -> SeedResult:
+    """Run one seed for ``steps`` steps and the final phase, in a temporary folder, with
+    ``actors`` (default: :func:`effectgate._sim.actors.default_actors`, fresh for the seed)."""
+    if actors is None:
+        from effectgate._sim.actors import default_actors
+
+        actors = default_actors()
     if steps < 0:
         raise ValueError("steps must be non-negative")
     folder = Path(tempfile.mkdtemp(prefix="effectgate-sim-"))
@@ -535,7 +581,7 @@ def run_seed(seed: int, steps: int = DEFAULT_STEPS) -> SeedResult:
     level = logger.level
     logger.setLevel(logging.CRITICAL)
     try:
-        world = _World(folder)
+        world = _World(folder, actors)
         try:
             return _Run(seed, steps, world).run()
         finally:

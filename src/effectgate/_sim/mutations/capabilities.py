@@ -1,9 +1,76 @@
-"""Mutations of the capabilities the simulator's actors drive (:mod:`effectgate._sim.actors`)."""
+"""Mutations of the capabilities the simulator's actors drive (:mod:`effectgate._sim.actors`).
+Each replaces one named production function or method for a run."""
 
 from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
 
 from effectgate._sim.actor import Mutation
 
 __all__ = ["CAPABILITIES"]
 
-CAPABILITIES: tuple[Mutation, ...] = ()
+F = Callable[..., Any]
+
+
+def _admit_anything(original: F) -> F:
+    # A continuation is admitted whatever its proof and whatever its original's state.
+    def check_admission(kind: Any, **kw: Any) -> Any:
+        return None
+
+    return check_admission
+
+
+def _retries_uncounted(original: F) -> F:
+    # The class's declared number of retries is not enforced.
+    def check_admission(kind: Any, **kw: Any) -> Any:
+        return original(kind, **{**kw, "retries_declared": 7})
+
+    return check_admission
+
+
+def _expiry_ignored(original: F) -> F:
+    # A proof is accepted after it expired.
+    def check_admission(kind: Any, **kw: Any) -> Any:
+        return original(kind, **{**kw, "now": float("-inf")})
+
+    return check_admission
+
+
+def _write_off_as_refusal(original: F) -> F:
+    # A write-off as absent past the horizon is read as the venue's refusal.
+    def _check_retry(predecessor: Any, *args: Any) -> Any:
+        return original(dataclasses.replace(predecessor, detail=None), *args)
+
+    return _check_retry
+
+
+_C = "effectgate._execute.continuations"
+
+CAPABILITIES: tuple[Mutation, ...] = (
+    Mutation(
+        "continue_without_proof",
+        "9 continued_only_with_proof",
+        f"{_C}:check_admission",
+        _admit_anything,
+    ),
+    Mutation(
+        "continuation_retries_uncounted",
+        "9 continued_only_with_proof",
+        f"{_C}:check_admission",
+        _retries_uncounted,
+    ),
+    Mutation(
+        "expired_proof_accepted",
+        "9 continued_only_with_proof",
+        f"{_C}:check_admission",
+        _expiry_ignored,
+    ),
+    Mutation(
+        "write_off_taken_as_proof",
+        "9 continued_only_with_proof",
+        "effectgate._core.continuation:_check_retry",
+        _write_off_as_refusal,
+    ),
+)
