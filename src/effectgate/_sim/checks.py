@@ -64,16 +64,17 @@ def journalled_before_dispatch(
 
 
 def failed_only_with_proof(
-    store: Store, venue: PaperVenue, injected: Mapping[str, int]
+    store: Store, venue: PaperVenue, injected: Mapping[str, int], actions: Collection[str]
 ) -> list[Violation]:
     """Invariant 3: a row is ``failed`` on the venue's refusal (or written off, judged by
     invariant 4), never while the venue holds an effect the boundary sent under its key.
 
-    ``injected``: records made outside the boundary, per key (they prove nothing either way).
+    ``injected``: records made outside the boundary, per key (they prove nothing either way);
+    ``actions``: the classes ``venue`` serves.
     """
     out: list[Violation] = []
     for row in store.list_operations(state=State.FAILED, limit=1_000_000):
-        if (row.detail or "").startswith(WRITE_OFF):
+        if row.action not in actions or (row.detail or "").startswith(WRITE_OFF):
             continue
         sent = venue.effects_for(row.op_key) - injected.get(row.op_key, 0)
         if sent > 0:
@@ -81,13 +82,16 @@ def failed_only_with_proof(
     return out
 
 
-def acknowledged_at_the_venue(store: Store, venue: PaperVenue) -> list[Violation]:
-    """Invariant 4: absence never becomes an outcome: an ``acknowledged`` row has a record at
-    the venue under its key (ground truth, whatever the read view shows)."""
+def acknowledged_at_the_venue(
+    store: Store, venue: PaperVenue, actions: Collection[str]
+) -> list[Violation]:
+    """Invariant 4: absence never becomes an outcome: an ``acknowledged`` row of the classes
+    ``venue`` serves has a record there under its key (ground truth, whatever the read view
+    shows)."""
     return [
         Violation(4, f"{row.op_key} is acknowledged with no record at the venue")
         for row in store.list_operations(state=State.ACKNOWLEDGED, limit=1_000_000)
-        if venue.effects_for(row.op_key) == 0
+        if row.action in actions and venue.effects_for(row.op_key) == 0
     ]
 
 

@@ -82,7 +82,7 @@ STEPS: tuple[tuple[str, int], ...] = (
     ("twin", 4),
     ("conflict", 3),
     ("approve", 5),
-    ("approve-stale", 1),
+    ("approve-stale", 2),
     ("refuse", 2),
     ("expire", 1),
     ("dispatch-held", 4),
@@ -146,6 +146,8 @@ class _Spec:
     registry: Registry
     policies: dict[str, Any]
     adapters: dict[str, Any]
+    clock: Callable[[], float]
+    store: Store
     gate_kwargs: dict[str, Any] = field(default_factory=dict)
     reconciler_kwargs: dict[str, Any] = field(default_factory=dict)
 
@@ -177,7 +179,9 @@ class _World:
 
     def _build(self) -> None:
         """Build one process from the ledger alone: each actor adds to its spec first."""
-        spec = _Spec(default_registry(), _policies(), {"paper": self.adapter})
+        spec = _Spec(
+            default_registry(), _policies(), {"paper": self.adapter}, self.clock, self.store
+        )
         for actor in self.actors:
             actor.configure(spec)
         self.registry, self.policy = spec.registry, PolicySet(spec.policies)
@@ -476,8 +480,8 @@ class _Run:
             found += checks.approvals_expire(w.store, w.clock(), APPROVAL_TTL)
         if final or index % AUDIT_EVERY == 0:
             found += audit_chain_verifies(w.store)
-            found += checks.failed_only_with_proof(w.store, w.venue, w.injected_at)
-            found += checks.acknowledged_at_the_venue(w.store, w.venue)
+            found += checks.failed_only_with_proof(w.store, w.venue, w.injected_at, ACTIONS)
+            found += checks.acknowledged_at_the_venue(w.store, w.venue, ACTIONS)
         for actor in w.actors:
             found += actor.check(w, final=final)
         return found

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from effectgate._sim.actor import Actor
 from effectgate._sim.actors.continuations import Continuations
+from effectgate._sim.actors.speculation import Speculating
 
 __all__ = ["default_actors"]
 
 
 def default_actors() -> list[Actor]:
     """Fresh actors for one seed (they keep per-seed state)."""
-    return [Continuations()]
+    return [Continuations(), Speculating()]

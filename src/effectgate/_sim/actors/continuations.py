@@ -32,8 +32,9 @@ from effectgate.errors import ContinuationRefused, EffectgateError
 
 __all__ = ["RETRIES", "Continuations"]
 
-#: Retries the simulated ``submit_order`` class declares.
+#: Retries the simulated order classes declare.
 RETRIES = 1
+RETRYABLE = frozenset({"submit_order", "cancel_order"})
 BY = "sim-continuer"
 
 
@@ -50,12 +51,12 @@ class Continuations:
         self.step_violations: list[Violation] = []
 
     def steps(self) -> Steps:
-        return (("continue", 4),)
+        return (("continue", 8),)
 
     def configure(self, spec: ProcessSpec) -> None:
         classes = [spec.registry.get(n) for n in spec.registry.names()]
         spec.registry = Registry(
-            [dataclasses.replace(c, retries=RETRIES) if c.name == "submit_order" else c
+            [dataclasses.replace(c, retries=RETRIES) if c.name in RETRYABLE else c
              for c in classes]
         )  # fmt: skip
 
@@ -67,12 +68,18 @@ class Continuations:
         )  # fmt: skip
         if not rows:
             return "nothing to continue"
-        refused = [r for r in rows if r.state is State.FAILED and not _written_off(r.detail)]
+        failed = [r for r in rows if r.state is State.FAILED]
+        refused = [r for r in failed if not _written_off(r.detail)]
+        written_off = [r for r in failed if _written_off(r.detail)]
         pick = rng.random()
-        if self.continued and pick < 0.3:
+        if self.continued and pick < 0.25:
             # Again: the same original once more (its retries are bounded).
             row = world.store.get("default", self.continued[rng.randrange(len(self.continued))])
-        elif refused and pick < 0.6:
+        elif written_off and pick < 0.5:
+            # Absence past the horizon is no proof at a venue whose read view is not
+            # authoritative: this must be refused.
+            row = written_off[rng.randrange(len(written_off))]
+        elif refused and pick < 0.75:
             row = refused[rng.randrange(len(refused))]  # the one case a retry is allowed
         else:
             row = rows[rng.randrange(len(rows))]
@@ -101,6 +108,11 @@ class Continuations:
             self.continued.append(row.operation_id)
         if expired:
             self.step_violations.append(Violation(9, f"{cont.op_key} admitted on an expired proof"))
+        if row.state is not State.FAILED or _written_off(row.detail):
+            self.step_violations.append(
+                Violation(9, f"{cont.op_key} admitted for {row.op_key} ({row.state.value}) "
+                          f"on no proof: {row.detail or 'no detail'}")
+            )  # fmt: skip
         if len(world.adapter.requests) > before:
             self.step_violations.append(
                 Violation(9, f"{cont.op_key} was sent by the process that sent its original")

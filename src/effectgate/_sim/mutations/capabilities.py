@@ -46,9 +46,35 @@ def _write_off_as_refusal(original: F) -> F:
     return _check_retry
 
 
+class _SendsForReal:
+    """A speculator whose dry run also sends the request to the venue."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def speculate(self, request: Any, *, attempt: int, timeout: float) -> Any:
+        self.inner.execute(request, timeout=timeout)
+        return self.inner.speculate(request, attempt=attempt, timeout=timeout)
+
+
+def _speculation_executes(original: F) -> F:
+    # The speculative phase calls the venue for real, not its sandbox.
+    def speculator(adapter: Any) -> Any:
+        found = original(adapter)
+        return None if found is None else _SendsForReal(found)
+
+    return speculator
+
+
 _C = "effectgate._execute.continuations"
 
 CAPABILITIES: tuple[Mutation, ...] = (
+    Mutation(
+        "speculation_reaches_venue",
+        "3 speculation_leaves_no_effect",
+        "effectgate._execute.speculation:speculator",
+        _speculation_executes,
+    ),
     Mutation(
         "continue_without_proof",
         "9 continued_only_with_proof",
