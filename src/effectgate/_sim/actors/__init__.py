@@ -5,6 +5,7 @@ through the real components and checks the invariant it promises (the contract i
 from __future__ import annotations
 
 from effectgate._sim.actor import Actor
+from effectgate._sim.actors.budgets import Budgets
 from effectgate._sim.actors.continuations import Continuations
 from effectgate._sim.actors.speculation import Speculating
 
@@ -13,4 +14,4 @@ __all__ = ["default_actors"]
 
 def default_actors() -> list[Actor]:
     """Fresh actors for one seed (they keep per-seed state)."""
-    return [Continuations(), Speculating()]
+    return [Continuations(), Speculating(), Budgets()]

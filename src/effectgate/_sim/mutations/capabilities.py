@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from effectgate._core.budgets import Resources
 from effectgate._sim.actor import Mutation
 
 __all__ = ["CAPABILITIES"]
@@ -66,6 +67,33 @@ def _speculation_executes(original: F) -> F:
     return speculator
 
 
+def _charge_the_request(original: F) -> F:
+    # A leaf is charged what it asked for, not what its settlement reports it used.
+    def settle_charge(request: Any, s: Any) -> Any:
+        return request.allocation.with_fan_out()
+
+    return settle_charge
+
+
+def _settlement_not_final(original: F) -> F:
+    # A settled reservation reads as open again, so it can be settled (refunded) twice.
+    def reservation_from_row(r: Any) -> Any:
+        return dataclasses.replace(original(r), charge=None)
+
+    return reservation_from_row
+
+
+_UNBOUNDED = Resources(steps=10**9, tokens=10**9, tool_calls=10**9, fan_out=10**9, replans=10**9)
+
+
+def _admit_over_limit(original: F) -> F:
+    # A reservation is admitted against the plan's limits without counting what is held.
+    def admit(policy: Any, snapshot: Any, request: Any, now: float) -> Any:
+        return original(dataclasses.replace(policy, limits=_UNBOUNDED), snapshot, request, now)
+
+    return admit
+
+
 _C = "effectgate._execute.continuations"
 
 CAPABILITIES: tuple[Mutation, ...] = (
@@ -74,6 +102,24 @@ CAPABILITIES: tuple[Mutation, ...] = (
         "3 speculation_leaves_no_effect",
         "effectgate._execute.speculation:speculator",
         _speculation_executes,
+    ),
+    Mutation(
+        "settle_on_request",
+        "12 plan_account_exact",
+        "effectgate._core.reservations:settle_charge",
+        _charge_the_request,
+    ),
+    Mutation(
+        "reservation_settled_twice",
+        "12 plan_account_exact",
+        "effectgate.store._plan_rows:reservation_from_row",
+        _settlement_not_final,
+    ),
+    Mutation(
+        "reservation_over_limit",
+        "12 plan_account_exact",
+        "effectgate.store._budgets:admit",
+        _admit_over_limit,
     ),
     Mutation(
         "continue_without_proof",
