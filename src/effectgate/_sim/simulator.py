@@ -186,7 +186,7 @@ class _World:
             actor.configure(spec)
         self.registry, self.policy = spec.registry, PolicySet(spec.policies)
         self.lossy = LossyStore(self.store)
-        adapters = spec.adapters
+        self.adapters = adapters = spec.adapters
 
         def gate(store: Store, process_id: str) -> Gate:
             return Gate(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from effectgate._sim.actor import Actor
 from effectgate._sim.actors.budgets import Budgets
 from effectgate._sim.actors.continuations import Continuations
+from effectgate._sim.actors.grants import Grants
 from effectgate._sim.actors.speculation import Speculating
 
 __all__ = ["default_actors"]
@@ -14,4 +15,4 @@ __all__ = ["default_actors"]
 
 def default_actors() -> list[Actor]:
     """Fresh actors for one seed (they keep per-seed state)."""
-    return [Continuations(), Speculating(), Budgets()]
+    return [Continuations(), Speculating(), Budgets(), Grants()]

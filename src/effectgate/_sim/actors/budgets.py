@@ -51,7 +51,7 @@ class Budgets:
         self.step_violations: list[Violation] = []
 
     def steps(self) -> Steps:
-        return (("reserve", 4), ("settle", 2), ("resettle", 1))
+        return (("reserve", 3), ("settle", 2), ("resettle", 1))
 
     def configure(self, spec: ProcessSpec) -> None:
         return None  # the plan account is a store role: nothing to add to a process

@@ -51,7 +51,7 @@ class Continuations:
         self.step_violations: list[Violation] = []
 
     def steps(self) -> Steps:
-        return (("continue", 8),)
+        return (("continue", 6),)
 
     def configure(self, spec: ProcessSpec) -> None:
         classes = [spec.registry.get(n) for n in spec.registry.names()]
@@ -63,7 +63,7 @@ class Continuations:
     def step(self, kind: str, world: Any, rng: random.Random) -> str:
         rows = sorted(
             (r for r in world.store.list_operations(limit=100_000)
-             if not is_continuation_id(r.operation_id)),
+             if r.scope == "default" and not is_continuation_id(r.operation_id)),
             key=lambda r: r.op_key,
         )  # fmt: skip
         if not rows:

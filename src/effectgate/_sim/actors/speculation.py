@@ -70,7 +70,7 @@ class Speculating:
         self.store: Any = None
 
     def steps(self) -> Steps:
-        return (("speculate", 4),)
+        return (("speculate", 3),)
 
     def configure(self, spec: ProcessSpec) -> None:
         self.store = spec.store  # this process's, for the witness's reads

@@ -39,9 +39,10 @@ def by_name(name: str) -> Mutation:
     raise ValueError(f"unknown mutation {name!r}; known: {', '.join(_NAMES)}")
 
 
-def expected_invariant(m: Mutation) -> int:
-    """The number of the invariant whose checker must catch ``m`` (``invariant``'s first word)."""
-    return int(m.invariant.split()[0])
+def expected_invariant(m: Mutation) -> frozenset[int]:
+    """The numbers of the invariants whose checkers may catch ``m`` (``invariant``'s first
+    word, comma-separated: ``"1,7 at_most_one_dispatch"``)."""
+    return frozenset(int(n) for n in m.invariant.split()[0].split(","))
 
 
 def resolve(target: str) -> tuple[Any, str]:

@@ -94,6 +94,15 @@ def _admit_over_limit(original: F) -> F:
     return admit
 
 
+def _revocation_unread(original: F) -> F:
+    # The grants read ignores revocation: a revoked grant still authorises.
+    def list_grants(self: Any, *, holder: Any = None, include_revoked: bool = False) -> Any:
+        found = original(self, holder=holder, include_revoked=True)
+        return [dataclasses.replace(g, revoked_at=None, revoked_by=None) for g in found]
+
+    return list_grants
+
+
 _C = "effectgate._execute.continuations"
 
 CAPABILITIES: tuple[Mutation, ...] = (
@@ -120,6 +129,12 @@ CAPABILITIES: tuple[Mutation, ...] = (
         "12 plan_account_exact",
         "effectgate.store._budgets:admit",
         _admit_over_limit,
+    ),
+    Mutation(
+        "revoked_grant_accepted",
+        "6 dispatched_under_a_live_grant",
+        "effectgate.store._grants:GrantRoles.list_grants",
+        _revocation_unread,
     ),
     Mutation(
         "continue_without_proof",

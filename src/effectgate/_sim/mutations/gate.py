@@ -143,7 +143,7 @@ GATE: tuple[Mutation, ...] = (
     ),
     Mutation(
         "redispatch_failed",
-        "1 at_most_one_dispatch",
+        "1,7 at_most_one_dispatch",
         f"{_EX}:Gate._replay_redispatches",
         _replay_sends(State.FAILED),
     ),
