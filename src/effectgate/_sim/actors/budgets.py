@@ -49,6 +49,7 @@ class Budgets:
         self.open: list[str] = []
         self.settled: list[str] = []
         self.step_violations: list[Violation] = []
+        self.dirty = False
 
     def steps(self) -> Steps:
         return (("reserve", 3), ("settle", 2), ("resettle", 1))
@@ -60,6 +61,7 @@ class Budgets:
         return {d: sum(getattr(h, d) for h in self.holds.values()) for d in JUDGED}
 
     def step(self, kind: str, world: Any, rng: random.Random) -> str:
+        self.dirty = True  # only this actor's steps change the account: check after them
         store, now = world.store, world.clock()
         if not self.opened:
             policy = PlanPolicy(PLAN, DIGEST, LIMITS, deadline=now + 1e9, token_only=True)
@@ -120,8 +122,9 @@ class Budgets:
 
     def check(self, world: Any, *, final: bool) -> list[Violation]:
         found, self.step_violations = self.step_violations, []
-        if not self.opened:
+        if not self.opened or not (self.dirty or final):
             return found
+        self.dirty = False
         shown = world.store.plan_account("default", PLAN).used
         expected = self._used()
         for d in JUDGED:

@@ -68,6 +68,7 @@ class Speculating:
         self.checked = 0
         self.keys: list[str] = []
         self.store: Any = None
+        self.dirty = False  # its own step ran since the last check
 
     def steps(self) -> Steps:
         return (("speculate", 3),)
@@ -87,6 +88,7 @@ class Speculating:
         spec.adapters[ADAPTER] = self.adapter
 
     def step(self, kind: str, world: Any, rng: random.Random) -> str:
+        self.dirty = True
         self.serial += 1
         op_id = f"sp-{self.serial:04d}"
         instrument = "DELISTED" if rng.random() < 0.15 else rng.choice(("ABC", "XYZ-PERP"))
@@ -108,6 +110,9 @@ class Speculating:
         if self.adapter is None or self.venue is None:
             return []
         requests = self.adapter.requests
+        if len(requests) == self.checked and not (self.dirty or final):
+            return []  # nothing reached its venue or sandbox since the last check
+        self.dirty = False
         found = at_most_one_dispatch(requests)
         found += checks.journalled_before_dispatch(
             requests[self.checked :], self.adapter.states[self.checked :]
