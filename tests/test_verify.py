@@ -431,11 +431,11 @@ class TestLedgerCasesOnYourOwnClasses:
         assert bad.status == "fail" and "ACCEPTED: replicas: let through" in bad.why
 
     def test_a_reintroduced_bug_fails_the_crash_case(self, custom: Path) -> None:
-        # Invariants 1 and 3: with the test-only switch on, a retry of an uncertain row is
-        # dispatched again; verify must say so for the user's own classes.
-        from effectgate._sim._bugs import reintroduced
+        # Invariants 1 and 3: with the catalogue's mutation applied, a retry of an uncertain
+        # row is dispatched again; verify must say so for the user's own classes.
+        from effectgate._sim.mutations import applied, by_name
 
-        with reintroduced("redispatch_uncertain"):
+        with applied(by_name("redispatch_uncertain")):
             found = own(custom)
         crash = "a crash after the journal stays uncertain, then settles"
         for name in ("refund_payment", "scale_service"):

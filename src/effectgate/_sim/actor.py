@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from effectgate._core.intent import Registry
 from effectgate._evidence.invariants import Violation
 
 __all__ = ["Actor", "Mutation", "ProcessSpec", "Steps"]
@@ -35,15 +36,24 @@ Steps = Sequence[tuple[str, int]]
 class ProcessSpec(Protocol):
     """What an actor may add to before each simulated process's Gate is built.
 
-    ``gate_kwargs`` and ``reconciler_kwargs`` are passed to :class:`Gate` and :class:`Reconciler`;
-    ``policies`` maps an action class to its policy; ``adapters`` maps an adapter name to the
-    adapter instance (usually a venue model wrapped to count what reached it).
+    ``registry`` holds the action classes (an actor may replace it with one holding its own
+    classes, or the same classes declaring more, e.g. retries); ``gate_kwargs`` and
+    ``reconciler_kwargs`` are passed to :class:`Gate` and :class:`Reconciler`; ``policies`` maps
+    an action class to its policy; ``adapters`` maps an adapter name to the adapter instance
+    (usually a venue model wrapped to count what reached it). ``clock`` is the world's clock
+    and ``store`` the process's ledger connection. Called on every process build, so it must
+    give the same answer each time (a venue model it adds lives across builds).
     """
 
+    registry: Registry
+    store: Any
     gate_kwargs: dict[str, Any]
     reconciler_kwargs: dict[str, Any]
     policies: dict[str, Any]
     adapters: dict[str, Any]
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
 
 
 class Actor(Protocol):

@@ -21,12 +21,29 @@ def register(app: typer.Typer) -> None:
             int, typer.Option("--steps", min=0, help="Steps per seed.")
         ] = DEFAULT_STEPS,
         as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+        mutations: Annotated[
+            bool,
+            typer.Option(
+                "--mutations", help="Hunt each planted bug of the catalogue instead (see docs)."
+            ),
+        ] = False,
+        budget: Annotated[
+            int, typer.Option("--budget", min=1, help="With --mutations: seeds per mutation.")
+        ] = 30,
+        only: Annotated[
+            list[str] | None,
+            typer.Option("--mutation", help="With --mutations: hunt only this one (repeatable)."),
+        ] = None,
     ) -> None:
         """Run the boundary against a faulty paper venue, seed by seed; check every invariant.
 
         Exit 1 if any invariant broke: each failing seed is printed with its shortest failing
-        prefix of steps and the command that replays it.
+        prefix of steps and the command that replays it. With ``--mutations``: exit 1 if any
+        planted bug went uncaught within its seed budget.
         """
+        if mutations:
+            _hunt(budget=budget, first_seed=seed, steps=steps, only=only or [])
+            return
         from effectgate._sim.runner import simulate as run
 
         summary = run(seeds, first_seed=seed, steps=steps)
@@ -43,3 +60,23 @@ def register(app: typer.Typer) -> None:
             print(summary.line())
         if summary.failures:
             raise typer.Exit(1)
+
+
+def _hunt(*, budget: int, first_seed: int, steps: int, only: list[str]) -> None:
+    """One line per mutation as it is hunted, then ``mutations=N caught=M``."""
+    from effectgate._sim.mutations import CATALOGUE, by_name
+    from effectgate._sim.mutations.hunt import Hunt, hunt_all
+
+    try:
+        chosen = [by_name(n) for n in only] if only else list(CATALOGUE)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--mutation") from None
+
+    def show(h: Hunt) -> None:
+        print(h.line(), flush=True)
+
+    found = hunt_all(chosen, budget=budget, first_seed=first_seed, steps=steps, progress=show)
+    caught = sum(h.caught for h in found)
+    print(f"mutations={len(found)} caught={caught}")
+    if caught < len(found):
+        raise typer.Exit(1)

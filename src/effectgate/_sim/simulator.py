@@ -20,11 +20,12 @@ import logging
 import random
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from effectgate._core.controls import ApprovalRules, BreakerConfig
 from effectgate._core.intent import Registry
@@ -44,14 +45,16 @@ from effectgate._execute.crashpoints import CRASH_POINTS, SimulatedCrash, disarm
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import Operator
 from effectgate._execute.reconciler import Reconciler, ReconcileReport
+from effectgate._sim import checks
+from effectgate._sim.actor import Actor
 from effectgate._sim.faults import LOSABLE, LossyStore
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.errors import EffectgateError
+from effectgate.errors import ApprovalFingerprintMismatch, EffectgateError, IdempotencyConflict
 from effectgate.examples import default_registry
 from effectgate.store import open_store
 from effectgate.store.base import Operation
 from effectgate.store.roles import Store
-from effectgate.testing import CountingAdapter, ManualClock, crash_at
+from effectgate.testing import ManualClock, crash_at
 
 __all__ = ["DEFAULT_STEPS", "SeedResult", "run_seed"]
 
@@ -65,9 +68,11 @@ LISTED = frozenset(INSTRUMENTS[:2])
 APPROVAL_TTL = 300.0
 #: Notional = quantity (1-9) * price: some under the approval line, some above, some refused.
 PRICES = ("20.00", "60.00", "150.00")
+LIMIT, APPROVE_ABOVE = Decimal("1000"), Decimal("500")
 #: Read lag stays well inside the 60 s horizon of the example classes, as a venue must.
 READ_LAGS = (0.0, 5.0, 20.0)
-FINAL_JUMP = 60.0 + max(READ_LAGS) + 1.0
+#: Past every horizon and read lag, and past the approval TTL: every bounded wait has ended.
+FINAL_JUMP = max(60.0 + max(READ_LAGS), APPROVAL_TTL) + 1.0
 AUDIT_EVERY = 10  # the chain check reads the whole log: every step would be quadratic
 
 #: (step kind, weight). Order matters for determinism: never build this from a set.
@@ -77,6 +82,7 @@ STEPS: tuple[tuple[str, int], ...] = (
     ("twin", 4),
     ("conflict", 3),
     ("approve", 5),
+    ("approve-stale", 2),
     ("refuse", 2),
     ("expire", 1),
     ("dispatch-held", 4),
@@ -125,14 +131,25 @@ class SeedResult:
         return f"effectgate simulate --seeds 1 --seed {self.seed} --steps {self.steps}"
 
 
-def _policy() -> PolicySet:
-    return PolicySet(
-        {
-            # Above 500 needs an approver, above 1000 is refused: all three paths occur.
-            "submit_order": LimitPolicy(Decimal("1000"), approve_above=Decimal("500")),
-            "cancel_order": LimitPolicy(),
-        }
-    )
+def _policies() -> dict[str, Any]:
+    return {
+        # Above 500 needs an approver, above 1000 is refused: all three paths occur.
+        "submit_order": LimitPolicy(LIMIT, approve_above=APPROVE_ABOVE),
+        "cancel_order": LimitPolicy(),
+    }
+
+
+@dataclass
+class _Spec:
+    """A :class:`~effectgate._sim.actor.ProcessSpec`: what each process is built from."""
+
+    registry: Registry
+    policies: dict[str, Any]
+    adapters: dict[str, Any]
+    clock: Callable[[], float]
+    store: Store
+    gate_kwargs: dict[str, Any] = field(default_factory=dict)
+    reconciler_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 def _quiet(_: object) -> None:
@@ -141,15 +158,18 @@ def _quiet(_: object) -> None:
 
 class _World:
     """What lives across a crash (the ledger file, the venue, the clock, what reached the
-    adapter) and what a crash abandons (the gate, reconciler and operator objects)."""
+    adapter, what the simulator knows as ground truth) and what a crash abandons (the gates,
+    reconciler and operator objects)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, actors: Sequence[Actor] = ()) -> None:
         self.path = folder / "ledger.db"
+        self.actors = tuple(actors)
         self.clock = ManualClock()
         self.venue = PaperVenue(clock=self.clock, instruments=LISTED)
-        self.adapter = CountingAdapter(PaperAdapter(self.venue))
-        self.registry: Registry = default_registry()
-        self.policy = _policy()
+        # What reached the venue, and the state its row was in when it did (invariant 3).
+        self.adapter = checks.Witness(PaperAdapter(self.venue), lambda: self.store)
+        self.injected_at: Counter[str] = Counter()  # records made outside the boundary, by key
+        self.approved: set[str] = set()  # operation keys an operator approved
         self.store: Store = self._open(create=True)
         self._build()
 
@@ -158,19 +178,35 @@ class _World:
         return open_store(f"sqlite:///{self.path}", create=create, synchronous="OFF")
 
     def _build(self) -> None:
-        self.lossy = LossyStore(self.store)
-        adapters = {"paper": self.adapter}
-        self.gate = Gate(
-            store=cast(Store, self.lossy),
-            registry=self.registry,
-            adapters=adapters,
-            policy=self.policy,
-            clock=self.clock,
-            # One payload under many ids trips the breaker: the twin steps exercise it.
-            breakers={"submit_order": BreakerConfig(max_repeats=3)},
-            approvals=ApprovalRules(ttl=APPROVAL_TTL),
-            alerts=_quiet,
+        """Build one process from the ledger alone: each actor adds to its spec first."""
+        spec = _Spec(
+            default_registry(), _policies(), {"paper": self.adapter}, self.clock, self.store
         )
+        for actor in self.actors:
+            actor.configure(spec)
+        self.registry, self.policy = spec.registry, PolicySet(spec.policies)
+        self.lossy = LossyStore(self.store)
+        self.adapters = adapters = spec.adapters
+
+        def gate(store: Store, process_id: str) -> Gate:
+            return Gate(
+                store=store,
+                registry=self.registry,
+                adapters=adapters,
+                policy=self.policy,
+                clock=self.clock,
+                # One payload under many ids trips the breaker: the twin steps exercise it.
+                breakers={"submit_order": BreakerConfig(max_repeats=3)},
+                approvals=ApprovalRules(ttl=APPROVAL_TTL),
+                alerts=_quiet,
+                process_id=process_id,  # the default names the host and pid
+                **spec.gate_kwargs,
+            )
+
+        self.gate = gate(cast(Store, self.lossy), "sim-process-1")
+        # A second executor on the same ledger (continuations need a dispatcher that did not
+        # work on the original).
+        self.peer = gate(self.store, "sim-process-2")
         self.reconciler = Reconciler(
             store=self.store,
             registry=self.registry,
@@ -179,6 +215,7 @@ class _World:
             page_size=7,  # small pages: the merge-join crosses page boundaries often
             owner="sim-reconciler",  # the default names the host and pid
             alerts=_quiet,
+            **spec.reconciler_kwargs,
         )
         self.operator = Operator(
             store=self.store, registry=self.registry, alerts=_quiet, clock=self.clock
@@ -204,6 +241,13 @@ class _Run:
         self.serial = 0
         self.injected = 0
         self.seen_terminal: dict[str, tuple[str, str | None]] = {}
+        self.step_violations: list[Violation] = []  # what a step saw itself (its answer)
+        self.by_kind = {kind: a for a in world.actors for kind, _ in a.steps()}
+        kinds = [*_KINDS, *(k for a in world.actors for k, _ in a.steps())]
+        if len(set(kinds)) != len(kinds):
+            raise ValueError("step kinds must be unique across the actors")
+        self.kinds = tuple(kinds)
+        self.weights = (*_WEIGHTS, *(w for a in world.actors for _, w in a.steps()))
 
     # --- the workload -------------------------------------------------------------------
 
@@ -267,9 +311,10 @@ class _Run:
                 op_id = self._new_id()
                 self.ops.append((op_id, action, intent))
             elif kind == "conflict":
-                changed = "order_ref" if action == "cancel_order" else "quantity"
-                intent = dict(intent, **{changed: "ref-99" if changed == "order_ref" else "11"})
+                return self._conflict(op_id, action, intent)
             return f"{op_id} -> {self._submit(op_id, action, intent)}"
+        if kind == "approve-stale":
+            return self._approve_stale()
         if kind in ("approve", "refuse"):
             pending = self._rows(State.AWAITING_APPROVAL)
             if not pending:
@@ -280,6 +325,8 @@ class _Run:
                 out = decide(row.operation_id, fingerprint=row.fingerprint, approver=OPERATOR)
             except EffectgateError as exc:
                 return f"{row.operation_id} -> error {exc.code}"
+            if kind == "approve":
+                w.approved.add(row.op_key)
             if kind == "refuse":
                 return f"{row.operation_id} -> {out.operation.state.value}"
             return f"{row.operation_id} -> {out.operation.state.value}, dispatch -> " + self._gate(
@@ -306,7 +353,9 @@ class _Run:
                 c = w.operator.set_shadow(action, kind == "shadow-on", operator=OPERATOR)
             return f"{action} killed={c.killed} breaker_open={c.breaker_open} shadow={c.shadow}"
         if kind == "reconcile":
-            return _report(w.reconciler.run_once())
+            report = w.reconciler.run_once()
+            self._tripped(report)
+            return _report(report)
         if kind in ("tick", "jump"):
             seconds = rng.randint(1, 15) if kind == "tick" else rng.randint(40, 150)
             w.clock.advance(seconds)
@@ -336,6 +385,12 @@ class _Run:
             return f"honour={honour}"
         if kind == "inject":
             return self._inject()
+        if kind in self.by_kind:
+            try:
+                return self.by_kind[kind].step(kind, w, rng)
+            except SimulatedCrash as crash:  # the process died mid-step: restart it
+                w.crash()
+                return f"crashed at {crash.point}"
         raise ValueError(f"unknown step kind {kind!r}")
 
     def _inject(self) -> str:
@@ -348,7 +403,56 @@ class _Run:
             key = f"default:{self.ops[rng.randrange(len(self.ops))][0]}"
         times = rng.choice((1, 1, 2))
         ids = [self.w.venue.inject_record(key) for _ in range(times)]
+        self.w.injected_at[key] += times
         return f"{key} x{times} ({', '.join(ids)})"
+
+    def _conflict(self, op_id: str, action: str, intent: dict[str, object]) -> str:
+        """Invariant 2: a changed payload under a journalled id is refused."""
+        changed = "order_ref" if action == "cancel_order" else "quantity"
+        intent = dict(intent, **{changed: "ref-99" if changed == "order_ref" else "11"})
+        known = self.w.store.get("default", op_id) is not None and self.w.lossy.armed is None
+        try:
+            row = self.w.gate.submit(action, op_id, intent)
+        except IdempotencyConflict as exc:
+            return f"{op_id} -> error {exc.code}"
+        except SimulatedCrash as crash:  # pragma: no cover - nothing is armed on this path
+            self.w.crash()
+            return f"crashed at {crash.point}"
+        except EffectgateError as exc:
+            out = f"error {exc.code}"
+        else:
+            out = _outcome(row)
+        if known:
+            self.step_violations.append(
+                Violation(2, f"{op_id}: a changed payload under a used id answered {out}")
+            )
+        return f"{op_id} -> {out}"
+
+    def _approve_stale(self) -> str:
+        """An approval naming another payload than the row carries must be refused."""
+        pending = self._rows(State.AWAITING_APPROVAL)
+        if not pending:
+            return "nothing pending"
+        row = pending[self.rng.randrange(len(pending))]
+        try:
+            out = self.w.operator.approve(row.operation_id, fingerprint="0" * 64, approver=OPERATOR)
+        except ApprovalFingerprintMismatch as exc:
+            return f"{row.operation_id} -> error {exc.code}"
+        self.step_violations.append(
+            Violation(2, f"{row.op_key}: an approval of another payload was accepted")
+        )
+        return f"{row.operation_id} -> {out.operation.state.value}"
+
+    def _tripped(self, report: ReconcileReport) -> None:
+        """Invariant 7: a duplicate effect opens its class's breaker in the same pass."""
+        for kind, key, _, _ in report.new_divergences:
+            if kind != "duplicate-effect":
+                continue
+            row = self.w.store.get(*key.split(":", 1))
+            if row is not None and not self.w.store.controls(row.action).breaker_open:
+                self.step_violations.append(
+                    Violation(7, f"duplicate effect under {key} left {row.action}'s breaker shut")
+                )
 
     # --- the checks ---------------------------------------------------------------------
 
@@ -356,18 +460,30 @@ class _Run:
         self, *, index: int, held: frozenset[str], before: int, swept: bool, final: bool
     ) -> list[Violation]:
         w = self.w
-        found = at_most_one_dispatch(w.adapter.requests)
-        found += no_dispatch_while_held(w.adapter.requests[before:], held)
+        found, self.step_violations = self.step_violations, []
+        found += at_most_one_dispatch(w.adapter.requests)
+        new = w.adapter.requests[before:]
+        found += no_dispatch_while_held(new, held)
+        found += checks.journalled_before_dispatch(new, w.adapter.states[before:])
+        found += checks.dispatched_as_authorised(
+            new, w.approved, limit=LIMIT, approve_above=APPROVE_ABOVE
+        )
         found += no_write_off_inside_horizon(w.store, w.registry)
         found += terminal_rows_unchanged(w.store, self.seen_terminal)
         if swept:
             # Only right after a pass, on the read view it saw (the clock has not moved).
-            keys = [r.operation_key for r in w.venue.visible_records()]
-            found += duplicates_reported(w.store, keys)
+            seen = [(r.operation_key, r.venue_id) for r in w.venue.visible_records()]
+            found += duplicates_reported(w.store, [k for k, _ in seen])
+            found += checks.venue_records_accounted(w.store, seen)
         if final:
             found += uncertain_rows_settled(w.store, w.registry, w.clock())
+            found += checks.approvals_expire(w.store, w.clock(), APPROVAL_TTL)
         if final or index % AUDIT_EVERY == 0:
             found += audit_chain_verifies(w.store)
+            found += checks.failed_only_with_proof(w.store, w.venue, w.injected_at, ACTIONS)
+            found += checks.acknowledged_at_the_venue(w.store, w.venue, ACTIONS)
+        for actor in w.actors:
+            found += actor.check(w, final=final)
         return found
 
     def _held(self) -> frozenset[str]:
@@ -381,7 +497,7 @@ class _Run:
     def run(self) -> SeedResult:
         res = self.result
         for index in range(1, res.steps + 1):
-            kind = self.rng.choices(_KINDS, _WEIGHTS)[0]
+            kind = self.rng.choices(self.kinds, self.weights)[0]
             held = frozenset() if kind in _LIFTS else self._held()
             before = len(self.w.adapter.requests)
             try:
@@ -409,7 +525,10 @@ class _Run:
         w.clock.advance(FINAL_JUMP)
         before = len(w.adapter.requests)
         try:
-            line = _report(w.reconciler.run_once())
+            expired = len(w.operator.expire_approvals())
+            report = w.reconciler.run_once()
+            self._tripped(report)
+            line = f"{_report(report)} expired={expired}"
         except EffectgateError as exc:
             line = f"aborted: {type(exc).__name__} {exc.code}"
             res.violations.append(Violation(11, f"final reconcile {line}"))
@@ -449,8 +568,15 @@ def _report(r: ReconcileReport) -> str:
     )
 
 
-def run_seed(seed: int, steps: int = DEFAULT_STEPS) -> SeedResult:
-    """Run one seed for ``steps`` steps and the final phase, in a temporary folder."""
+def run_seed(
+    seed: int, steps: int = DEFAULT_STEPS, actors: Sequence[Actor] | None = None
+) -> SeedResult:
+    """Run one seed for ``steps`` steps and the final phase, in a temporary folder, with
+    ``actors`` (default: :func:`effectgate._sim.actors.default_actors`, fresh for the seed)."""
+    if actors is None:
+        from effectgate._sim.actors import default_actors
+
+        actors = default_actors()
     if steps < 0:
         raise ValueError("steps must be non-negative")
     folder = Path(tempfile.mkdtemp(prefix="effectgate-sim-"))
@@ -459,7 +585,7 @@ def run_seed(seed: int, steps: int = DEFAULT_STEPS) -> SeedResult:
     level = logger.level
     logger.setLevel(logging.CRITICAL)
     try:
-        world = _World(folder)
+        world = _World(folder, actors)
         try:
             return _Run(seed, steps, world).run()
         finally:

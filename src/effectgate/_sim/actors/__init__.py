@@ -1,0 +1,18 @@
+"""The actors of the simulated world beyond the core workload: each drives one capability
+through the real components and checks the invariant it promises (the contract is
+:mod:`effectgate._sim.actor`). The mutation catalogue's capability bugs are caught here."""
+
+from __future__ import annotations
+
+from effectgate._sim.actor import Actor
+from effectgate._sim.actors.budgets import Budgets
+from effectgate._sim.actors.continuations import Continuations
+from effectgate._sim.actors.grants import Grants
+from effectgate._sim.actors.speculation import Speculating
+
+__all__ = ["default_actors"]
+
+
+def default_actors() -> list[Actor]:
+    """Fresh actors for one seed (they keep per-seed state)."""
+    return [Continuations(), Speculating(), Budgets(), Grants()]
