@@ -116,6 +116,21 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m effectgate ARGS`` in a subprocess, wide output, ``env`` over this one's."""
+    return subprocess.run(
+        [sys.executable, "-m", "effectgate", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+        cwd=cwd,
+    )
+
+
 def effectgate_cmd() -> list[str]:
     return [sys.executable, "-c", "from effectgate._doors.cli.main import main; main()"]
 

@@ -8,6 +8,7 @@ count as new targets once the class watches the account field.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from decimal import Decimal
 
@@ -23,12 +24,11 @@ from effectgate import (
     RepeatKey,
     State,
 )
-from effectgate._core.intent import EffectClass
 from effectgate._core.signals import normalise_text
 from effectgate._service import parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import ConfigError, RegistryError
-from effectgate.examples import EXAMPLE_ORDER, SubmitOrder, notional
+from effectgate.examples import EXAMPLE_ORDER, submit_order_class
 from effectgate.store.roles import Store
 from effectgate.testing import CountingAdapter, ManualClock
 from servicekit import config_text
@@ -39,17 +39,8 @@ BURST = ["4", "4.01", "4.02", "4.03", "4.04"]
 
 
 def submit_class(**extra: object) -> ActionClass:
-    return ActionClass(
-        name="submit_order",
-        model=SubmitOrder,
-        adapter="paper",
-        effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
-        visibility_horizon=60.0,
-        key_retention=86400.0,
-        value_of=notional,
-        target_field="instrument",
-        **extra,  # type: ignore[arg-type]
-    )
+    """The reference ``submit_order`` class with ``extra`` fields (validated again)."""
+    return dataclasses.replace(submit_order_class(), **extra)  # type: ignore[arg-type]
 
 
 def gate(store: Store, ac: ActionClass, **breaker: object) -> tuple[Gate, CountingAdapter]:

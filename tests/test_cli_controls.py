@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 from decimal import Decimal
 
 import pytest
@@ -15,17 +13,11 @@ from effectgate import Gate, LimitPolicy, PolicySet, SQLiteStore, State
 from effectgate._service import os_actor
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.examples import EXAMPLE_ORDER, default_registry
+from servicekit import run_cli
 
 
 def cli(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "effectgate", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, "EFFECTGATE_STORE": url, "COLUMNS": "200"},
-    )
+    return run_cli(*args, env={"EFFECTGATE_STORE": url})
 
 
 @pytest.fixture
@@ -170,18 +162,9 @@ def test_controls_read_the_service_config(tmp_path) -> None:
 
     starter = write_starter(tmp_path)
     config = str(starter.config)
-    env = {**os.environ, "COLUMNS": "200"}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "effectgate", *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-            env=env,
-            cwd=str(tmp_path),
-        )
+        return run_cli(*args, cwd=tmp_path)
 
     assert run("kill", "on", "cancel_order", "--config", config).returncode == 0
     status = json.loads(run("kill", "status", "cancel_order", "--config", config, "--json").stdout)

@@ -5,9 +5,7 @@ verifies from the checkpoint (invariant 8). On both stores."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from effectgate.errors import ConfigError, ControlError, OperationNotFound
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store.roles import Store
 from effectgate.testing import ManualClock
+from servicekit import run_cli
 from test_audit_chain import sql
 
 N = 40
@@ -170,14 +169,7 @@ class TestRetentionCLI:
         url = f"sqlite:///{path}"
 
         def cli(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [sys.executable, "-m", "effectgate", *args],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-                env={**os.environ, "COLUMNS": "200"},
-            )
+            return run_cli(*args)
 
         placed = cli("audit", "hold", "place", "--store", url, "--reason", "matter 9")
         assert placed.returncode == 0, placed.stderr

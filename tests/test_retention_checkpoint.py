@@ -23,6 +23,7 @@ from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.store.roles import Store
 from effectgate.testing import ManualClock
+from servicekit import run_cli
 from test_audit_chain import _is_sqlite, sql
 
 KEY = b"anchor-key-for-tests"
@@ -477,9 +478,7 @@ class TestTheCLIOnAnInitLedger:
     def test_init_then_prune_then_verify(
         self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        import os
         import subprocess
-        import sys
         import time
         import types
         from datetime import UTC, datetime
@@ -507,17 +506,10 @@ class TestTheCLIOnAnInitLedger:
         finally:
             store.close()
         url = f"sqlite:///{tmp_path / _starter.LEDGER_FILE}"
-        env = {**os.environ, "COLUMNS": "200", "EFFECTGATE_OPERATOR_TOKEN": starter.operator_token}
+        env = {"EFFECTGATE_OPERATOR_TOKEN": starter.operator_token}
 
         def cli(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
-                [sys.executable, "-m", "effectgate", *args],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-                env=env,
-            )
+            return run_cli(*args, env=env)
 
         cutoff = datetime.fromtimestamp(time.time() - 2 * 86400, UTC).strftime("%Y-%m-%d")
         anchors = str(tmp_path / "anchors.jsonl")
