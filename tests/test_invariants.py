@@ -61,3 +61,34 @@ def test_no_dispatch_while_held_names_the_held_class() -> None:
     ]
     (found,) = no_dispatch_while_held(requests, frozenset({"cancel_order"}))
     assert found.invariant == 7 and "default:b" in found.message
+
+
+def test_the_simulators_ledger_watch_judges_each_step_and_changed_rows_once(store: Store) -> None:
+    """Invariants 1, 10 and 4, as the simulator checks them after every step (_sim/watch.py):
+    a terminal row's change is flagged on the next check; a write-off inside the horizon is
+    flagged on the check after it happened, once; the whole-ledger checker still sees it."""
+    from effectgate._execute.reconciler import Reconciler
+    from effectgate._sim.mutations import applied, by_name
+    from effectgate._sim.watch import LedgerWatch
+    from effectgate.testing import no_write_off_inside_horizon
+
+    clock = ManualClock()
+    gate = _gate(store, clock)
+    watch = LedgerWatch()
+    done = gate.submit("submit_order", "op-1", dict(EXAMPLE_ORDER))
+    assert watch.check(store, gate.registry) == [] and done.op_key in watch.seen_terminal
+    gate.adapters["paper"].venue.fail_next(1, after_apply=False)  # type: ignore[attr-defined]
+    lost = gate.submit("submit_order", "op-2", dict(EXAMPLE_ORDER, quantity="2"))
+    assert lost.state is State.SUBMITTED and watch.check(store, gate.registry) == []
+    reconciler = Reconciler(
+        store=store, registry=gate.registry, adapters=gate.adapters, clock=clock
+    )
+    with applied(by_name("write_off_inside_horizon")):
+        reconciler.run_once()
+    (found,) = watch.check(store, gate.registry)
+    assert found.invariant == 4 and lost.op_key in found.message
+    assert watch.check(store, gate.registry) == []  # unchanged since: judged once
+    assert [v.invariant for v in no_write_off_inside_horizon(store, gate.registry)] == [4]
+    watch.seen_terminal[done.op_key] = ("acknowledged", "V-elsewhere")  # as if it had changed
+    (changed,) = watch.check(store, gate.registry)
+    assert changed.invariant == 1 and "V-elsewhere" in changed.message

@@ -106,17 +106,71 @@ def test_no_production_module_reads_a_switch_or_names_the_catalogue() -> None:
         assert "_sim.mutations" not in text and "_bugs" not in text, path
 
 
-def test_cli_prints_the_summary_line() -> None:
-    out = CliRunner().invoke(app, ["simulate", "--seeds", "2", "--steps", "15"])
+def test_cli_prints_what_it_drove_the_faults_then_the_summary_line() -> None:
+    out = CliRunner().invoke(app, ["simulate", "--seeds", "2", "--steps", "15", "--jobs", "1"])
     assert out.exit_code == 0, out.output
+    drove, faults, last = out.output.splitlines()
+    assert re.fullmatch(r"drove( [a-z_]+=\d+)+", drove) and " gate=" in drove
+    assert re.fullmatch(r"faults( [a-z_]+=\d+)+", faults)
     assert re.fullmatch(
-        r"seeds=2 violations=0 history_digest=[0-9a-f]{64} seeds_per_s=[0-9.]+\n", out.output
+        r"seeds=2 violations=0 history_digest=[0-9a-f]{64} seeds_per_s=[0-9.]+ jobs=1", last
     )
 
 
+def test_the_summary_names_every_actor_and_core_fault_and_an_actors_own_counters() -> None:
+    """Item 8: counts are generic: each actor's steps count under its name, and what its
+    ``counters()`` reports counts beside it (``fault:`` keys as faults), with no table to edit."""
+    from effectgate._sim.actors import default_actors
+
+    class Door:
+        name = "http"
+
+        def steps(self) -> tuple[tuple[str, int], ...]:
+            return (("http-call", 5),)
+
+        def configure(self, spec: object) -> None:
+            return None
+
+        def step(self, kind: str, world: object, rng: object) -> str:
+            return "called"
+
+        def check(self, world: object, *, final: bool) -> list[object]:
+            return []
+
+        def counters(self) -> dict[str, int]:
+            return {"mcp": 2, "fault:venue_timeout": 1}
+
+    actors = default_actors()
+    result = run_seed(4, 120, actors=[*actors, Door()])  # type: ignore[list-item]
+    assert not result.violations, result.violations
+    assert result.drove["http"] == sum(1 for h in result.history if " http-call: " in h) > 0
+    assert result.drove["mcp"] == 2 and result.faults["venue_timeout"] == 1
+    summary = simulate(6, jobs=1)
+    for name in [a.name for a in actors] + ["gate", "approvals", "reconcile", "kill"]:
+        assert summary.drove[name] > 0, name
+    for fault in ("crash", "lost_reply", "lost_commit", "injected_record", "clock_jump"):
+        assert summary.faults[fault] > 0, fault
+    # The counts come from the schedule: the same seeds count the same.
+    again = simulate(6, jobs=1)
+    assert (again.drove, again.faults) == (summary.drove, summary.faults)
+
+
+def test_the_digest_is_the_same_for_one_worker_and_two() -> None:
+    """Replay: seeds run in worker processes sum to the same history digest, in seed order,
+    as in this process, with the same counts."""
+    here = simulate(6, first_seed=20, steps=40, jobs=1)
+    pooled = simulate(6, first_seed=20, steps=40, jobs=2)
+    assert pooled.jobs == 2 and here.jobs == 1
+    assert pooled.digest == here.digest
+    assert (pooled.drove, pooled.faults) == (here.drove, here.faults)
+    assert simulate(6, first_seed=21, steps=40, jobs=2).digest != here.digest
+
+
 def test_cli_prints_a_failing_seed_with_its_replay_command() -> None:
+    # --jobs 1: the mutation is patched in this process; worker processes start clean.
     with applied(by_name("write_off_inside_horizon")):
-        out = CliRunner().invoke(app, ["simulate", "--seeds", "3", "--json"])
+        out = CliRunner().invoke(app, ["simulate", "--seeds", "3", "--json", "--jobs", "1"])
+        text = CliRunner().invoke(app, ["simulate", "--seeds", "3", "--jobs", "1"])
     assert out.exit_code == 1
     report = json.loads(out.output)
     assert report["violations"] >= 1
@@ -125,6 +179,16 @@ def test_cli_prints_a_failing_seed_with_its_replay_command() -> None:
         f"effectgate simulate --seeds 1 --seed {failure['seed']} --steps {failure['steps']}"
     )
     assert failure["violations"][0]["invariant"] == 4
+    assert failure["first_violation"] == failure["violations"][0]
+    assert re.fullmatch(r"[0-9a-f]{64}", failure["history_digest"])
+    # The text form names the digest, the first violated invariant and the replay command.
+    assert text.exit_code == 1
+    assert (
+        f"seed {failure['seed']} failed after {failure['steps']} step(s), "
+        f"history_digest={failure['history_digest']}:"
+    ) in text.output
+    assert "  first violation: invariant 4: " in text.output
+    assert f"  replay: {failure['replay']}" in text.output
 
 
 def test_cli_hunts_mutations_one_line_each_and_counts_them() -> None:

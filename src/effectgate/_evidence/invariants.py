@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from effectgate._core.intent import Registry
 from effectgate._core.states import TERMINAL, State
 from effectgate._execute.adapter import OutboundRequest
+from effectgate.store.base import LedgerEntry, Operation
 from effectgate.store.roles import Store
 
 __all__ = [
@@ -27,8 +28,10 @@ __all__ = [
     "duplicates_reported",
     "no_dispatch_while_held",
     "no_write_off_inside_horizon",
+    "terminal_entries_unchanged",
     "terminal_rows_unchanged",
     "uncertain_rows_settled",
+    "write_offs_inside_horizon",
 ]
 
 
@@ -84,9 +87,19 @@ def no_write_off_inside_horizon(
     store: Store, registry: Registry, limit: int = 1_000_000
 ) -> list[Violation]:
     """Invariant 4: no row was written off as failed before its class's visibility horizon."""
+    return write_offs_inside_horizon(
+        store.list_operations(state=State.FAILED, limit=limit), registry
+    )
+
+
+def write_offs_inside_horizon(rows: Iterable[Operation], registry: Registry) -> list[Violation]:
+    """:func:`no_write_off_inside_horizon` on given ``rows`` (others than ``failed`` are
+    skipped): for a caller that already knows which rows changed."""
     out: list[Violation] = []
-    for row in store.list_operations(state=State.FAILED, limit=limit):
-        if not (row.detail or "").startswith("absent at the venue"):
+    for row in rows:
+        if row.state is not State.FAILED or not (row.detail or "").startswith(
+            "absent at the venue"
+        ):
             continue  # failed on the venue's own proof, not written off
         horizon = registry.get(row.action).visibility_horizon
         since = row.submitted_at if row.submitted_at is not None else row.created_at
@@ -118,10 +131,19 @@ def terminal_rows_unchanged(
     """Invariants 1 and 10: a terminal row never changes state or venue id.
 
     ``seen``: ``{op_key: (state, venue_id)}`` of terminal rows seen by earlier calls; the
-    caller keeps it between calls and this adds every terminal row it sees now.
+    caller keeps it between calls and this adds every terminal row it sees now. Reads the
+    sweep's slim projection of every row (no intent or effect to decode).
     """
+    return terminal_entries_unchanged(store.page_entries(None, limit), seen)
+
+
+def terminal_entries_unchanged(
+    entries: Iterable[LedgerEntry], seen: MutableMapping[str, tuple[str, str | None]]
+) -> list[Violation]:
+    """:func:`terminal_rows_unchanged` on ``entries``, which must be every row of the ledger
+    (a row of ``seen`` missing from them is reported gone)."""
     out: list[Violation] = []
-    now = {row.op_key: row for row in store.list_operations(limit=limit)}
+    now = {e.op_key: e for e in entries}
     for key, (state, venue_id) in sorted(seen.items()):
         row = now.get(key)
         if row is None or (row.state.value, row.venue_id) != (state, venue_id):

@@ -21,6 +21,12 @@ def register(app: typer.Typer) -> None:
             int, typer.Option("--steps", min=0, help="Steps per seed.")
         ] = DEFAULT_STEPS,
         as_json: Annotated[bool, typer.Option("--json", help="Machine-readable output.")] = False,
+        jobs: Annotated[
+            int | None,
+            typer.Option(
+                "--jobs", min=1, help="Worker processes (default: one per core); 1 runs here."
+            ),
+        ] = None,
         mutations: Annotated[
             bool,
             typer.Option(
@@ -44,20 +50,25 @@ def register(app: typer.Typer) -> None:
         if mutations:
             _hunt(budget=budget, first_seed=seed, steps=steps, only=only or [])
             return
+        from effectgate._sim.runner import default_jobs
         from effectgate._sim.runner import simulate as run
 
-        summary = run(seeds, first_seed=seed, steps=steps)
+        summary = run(seeds, first_seed=seed, steps=steps, jobs=jobs or default_jobs())
         if as_json:
             print(json.dumps(summary.to_dict(), indent=2))
         else:
             for failure in summary.failures:
-                print(f"seed {failure.seed} failed after {failure.steps} step(s):")
+                print(
+                    f"seed {failure.seed} failed after {failure.steps} step(s), "
+                    f"history_digest={failure.digest}:"
+                )
                 for line in failure.history:
                     print(f"  {line}")
-                for violation in failure.violations:
-                    print(f"  VIOLATION {violation}")
+                print(f"  first violation: {failure.violations[0]}")
+                for violation in failure.violations[1:]:
+                    print(f"  also: {violation}")
                 print(f"  replay: {failure.replay}")
-            print(summary.line())
+            print("\n".join(summary.lines()))
         if summary.failures:
             raise typer.Exit(1)
 

@@ -1,0 +1,51 @@
+"""The per-step whole-ledger checks, made cheap: one slim read of every row per step.
+
+Invariants 1 and 10 (a terminal row never changes) are judged on every row, every step, from
+the sweep's slim projection (:meth:`~effectgate.store.roles.Sweep.page_entries`: key, state,
+venue id and times, no intent or effect to decode). The same read tells which rows changed
+since the last step (their entry differs), and invariant 4 (no write-off inside the horizon)
+is judged on the full rows of those only. The scheduler still runs the whole-ledger checker
+of invariant 4 at the end of each seed, so a change the slim entry cannot show (a ``detail``
+rewritten with no new ``updated_at``) is still caught, one phase later.
+"""
+
+from __future__ import annotations
+
+from effectgate._core.intent import Registry
+from effectgate._core.states import State
+from effectgate._evidence.invariants import (
+    Violation,
+    terminal_entries_unchanged,
+    write_offs_inside_horizon,
+)
+from effectgate.store.base import LedgerEntry
+from effectgate.store.roles import Store
+
+__all__ = ["LedgerWatch"]
+
+#: Far above any seed's row count: the read is of the whole ledger.
+EVERY_ROW = 1_000_000
+
+
+class LedgerWatch:
+    """What the per-step ledger checks remember between steps (one per seed)."""
+
+    def __init__(self) -> None:
+        self.seen_terminal: dict[str, tuple[str, str | None]] = {}
+        self._last: dict[str, LedgerEntry] = {}
+
+    def check(self, store: Store, registry: Registry) -> list[Violation]:
+        """Invariants 1 and 10 on every row; invariant 4 on the ``failed`` rows that changed."""
+        entries = store.page_entries(None, EVERY_ROW)
+        found = terminal_entries_unchanged(entries, self.seen_terminal)
+        last = self._last
+        changed = [e.op_key for e in entries if e.state is State.FAILED and last.get(e.op_key) != e]
+        self._last = {e.op_key: e for e in entries}
+        rows = []
+        for key in changed:
+            scope, _, operation_id = key.partition(":")
+            row = store.get(scope, operation_id)
+            if row is not None:
+                rows.append(row)
+        found += write_offs_inside_horizon(rows, registry)
+        return found
