@@ -495,12 +495,12 @@ class _Run:
         return found
 
     def _held(self) -> frozenset[str]:
-        out = []
-        for action in ACTIONS:
-            c = self.w.store.controls(action)
-            if c.killed or c.breaker_open or c.shadow:
-                out.append(action)
-        return frozenset(out)
+        # One read of every class's controls (a class with no row has the defaults: not held).
+        return frozenset(
+            c.action
+            for c in self.w.store.list_controls()
+            if c.action in ACTIONS and (c.killed or c.breaker_open or c.shadow)
+        )
 
     def run(self) -> SeedResult:
         res = self.result
