@@ -218,3 +218,16 @@ def test_cli_exits_nonzero_when_a_mutation_is_not_caught() -> None:
     ]
     bad = CliRunner().invoke(app, ["simulate", "--mutations", "--mutation", "nope"])
     assert bad.exit_code != 0 and "unknown mutation" in bad.output
+
+
+def test_cli_reports_progress_on_stderr_for_a_long_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A long run (overnight) says how far it got, and which seeds failed so far, as it goes.
+    from effectgate._sim import cli
+
+    monkeypatch.setattr(cli, "PROGRESS_EVERY", 2)
+    args = ["simulate", "--seeds", "4", "--steps", "5", "--jobs", "1"]
+    out = CliRunner().invoke(app, args)
+    assert out.exit_code == 0, out.output
+    assert re.search(r"^progress: 2 seeds in \d+ s; failing: none$", out.stderr, re.M)
+    assert re.search(r"^progress: 4 seeds in \d+ s; failing: none$", out.stderr, re.M)
+    assert "progress" not in out.stdout

@@ -3,13 +3,43 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+import sys
+import time
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from effectgate._sim.simulator import DEFAULT_STEPS
 
+if TYPE_CHECKING:
+    from effectgate._sim.simulator import SeedResult
+
 __all__ = ["register"]
+
+#: A long run (overnight) says how far it got, on stderr, every this many seeds.
+PROGRESS_EVERY = 1000
+
+
+class _Progress:
+    """Every :data:`PROGRESS_EVERY` seeds, one stderr line: how many ran, which failed so far."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.failing: list[int] = []
+        self.started = time.perf_counter()
+
+    def __call__(self, result: SeedResult) -> None:
+        self.done += 1
+        if result.violations:
+            self.failing.append(result.seed)
+        if self.done % PROGRESS_EVERY == 0:
+            failing = ", ".join(map(str, self.failing[:20])) or "none"
+            print(
+                f"progress: {self.done} seeds in {time.perf_counter() - self.started:.0f} s; "
+                f"failing: {failing}",
+                file=sys.stderr,
+                flush=True,
+            )
 
 
 def register(app: typer.Typer) -> None:
@@ -53,7 +83,9 @@ def register(app: typer.Typer) -> None:
         from effectgate._sim.runner import default_jobs
         from effectgate._sim.runner import simulate as run
 
-        summary = run(seeds, first_seed=seed, steps=steps, jobs=jobs or default_jobs())
+        summary = run(
+            seeds, first_seed=seed, steps=steps, jobs=jobs or default_jobs(), progress=_Progress()
+        )
         if as_json:
             print(json.dumps(summary.to_dict(), indent=2))
         else:
