@@ -97,9 +97,9 @@ def write_offs_inside_horizon(rows: Iterable[Operation], registry: Registry) -> 
     skipped): for a caller that already knows which rows changed."""
     out: list[Violation] = []
     for row in rows:
-        if row.state is not State.FAILED or not (row.detail or "").startswith(
-            "absent at the venue"
-        ):
+        if row.state is not State.FAILED:
+            continue
+        if not (row.detail or "").startswith("absent at the venue"):
             continue  # failed on the venue's own proof, not written off
         horizon = registry.get(row.action).visibility_horizon
         since = row.submitted_at if row.submitted_at is not None else row.created_at
