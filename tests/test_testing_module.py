@@ -92,8 +92,17 @@ class TestInvariantCheckers:
         venue.inject_record("default:op-1")
         keys = [r.operation_key for r in venue.visible_records()]
         assert [v.invariant for v in duplicates_reported(store, keys)] == [5]
+        # The same judgement on the ledger's keys read once by the caller (the simulator's),
+        # and an orphan when the key is not among them.
+        ledger = {e.op_key for e in store.page_entries(None, 1000)}
+        assert duplicates_reported(store, keys, ledger_keys=ledger) == duplicates_reported(
+            store, keys
+        )
+        (orphan,) = duplicates_reported(store, keys, ledger_keys=set())
+        assert orphan.invariant == 5 and "orphan" in orphan.message
         rec.sweep()
         assert duplicates_reported(store, keys) == []
+        assert duplicates_reported(store, keys, ledger_keys=ledger) == []
 
     def test_a_write_off_inside_the_horizon_breaks_invariant_4(self, store: Store) -> None:
         gate, venue, _, _, clock = rig(store)

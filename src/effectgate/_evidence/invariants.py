@@ -64,19 +64,27 @@ def at_most_one_dispatch(requests: Iterable[OutboundRequest]) -> list[Violation]
     ]
 
 
-def duplicates_reported(store: Store, venue_keys: Iterable[str]) -> list[Violation]:
+def duplicates_reported(
+    store: Store, venue_keys: Iterable[str], *, ledger_keys: Collection[str] | None = None
+) -> list[Violation]:
     """Invariant 5: every key the venue holds more than once is a recorded divergence.
 
     ``venue_keys``: the operation key of every venue record, one per record (a paper venue's
     ``[r.operation_key for r in venue.visible_records()]``). Keys with no ledger row are
-    orphans; they must be recorded too, as ``orphan``.
+    orphans; they must be recorded too, as ``orphan``. ``ledger_keys``: every operation key
+    of the ledger, when the caller has just read them (else one read per key).
     """
     counts = Counter(venue_keys)
     recorded = {(d.kind, d.op_key) for d in store.list_divergences(limit=1_000_000)}
     out: list[Violation] = []
     for key, n in sorted(counts.items()):
         scope, _, operation_id = key.partition(":")
-        known = store.get(scope, operation_id) is not None if operation_id else False
+        if not operation_id:
+            known = False
+        elif ledger_keys is not None:
+            known = key in ledger_keys
+        else:
+            known = store.get(scope, operation_id) is not None
         kind = "duplicate-effect" if known and n > 1 else "orphan" if not known else None
         if kind is not None and (kind, key) not in recorded:
             out.append(Violation(5, f"{key} has {n} venue record(s) but no {kind} divergence"))

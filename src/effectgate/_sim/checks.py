@@ -17,6 +17,7 @@ from effectgate._evidence.invariants import Violation
 from effectgate._execute.adapter import Adapter, OutboundRequest, Receipt
 from effectgate.adapters._counting import CountingAdapter
 from effectgate.adapters.paper import PaperVenue
+from effectgate.store.base import LedgerEntry
 from effectgate.store.roles import Store
 
 __all__ = [
@@ -95,12 +96,18 @@ def acknowledged_at_the_venue(
     ]
 
 
-def venue_records_accounted(store: Store, records: Iterable[tuple[str, str]]) -> list[Violation]:
+def venue_records_accounted(
+    store: Store,
+    records: Iterable[tuple[str, str]],
+    entries: Mapping[str, LedgerEntry] | None = None,
+) -> list[Violation]:
     """Invariant 5: right after a sweep, each key holding exactly one visible record is either
     the acknowledged row with that venue id or a recorded divergence (duplicates and orphans
     are :func:`~effectgate._evidence.invariants.duplicates_reported`'s).
 
-    ``records``: ``(operation key, venue id)`` of every record the sweep's read view showed.
+    ``records``: ``(operation key, venue id)`` of every record the sweep's read view showed;
+    ``entries``: every row's slim entry by key, when the caller has just read them (else one
+    read per key).
     """
     by_key: dict[str, list[str]] = {}
     for key, venue_id in records:
@@ -111,7 +118,7 @@ def venue_records_accounted(store: Store, records: Iterable[tuple[str, str]]) ->
         if len(ids) != 1 or key in diverged:
             continue
         scope, _, operation_id = key.partition(":")
-        row = store.get(scope, operation_id)
+        row = entries.get(key) if entries is not None else store.get(scope, operation_id)
         if row is None:
             continue  # an orphan: duplicates_reported's to judge
         if row.state is not State.ACKNOWLEDGED or row.venue_id != ids[0]:

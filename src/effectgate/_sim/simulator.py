@@ -479,8 +479,10 @@ class _Run:
         if swept:
             # Only right after a pass, on the read view it saw (the clock has not moved).
             seen = [(r.operation_key, r.venue_id) for r in w.venue.visible_records()]
-            found += duplicates_reported(w.store, [k for k, _ in seen])
-            found += checks.venue_records_accounted(w.store, seen)
+            # The rows as the watch read them just now (nothing ran since): no read per key.
+            rows = self.watch.entries
+            found += duplicates_reported(w.store, [k for k, _ in seen], ledger_keys=rows.keys())
+            found += checks.venue_records_accounted(w.store, seen, rows)
         if final:
             found += no_write_off_inside_horizon(w.store, w.registry)  # every row, once more
             found += uncertain_rows_settled(w.store, w.registry, w.clock())

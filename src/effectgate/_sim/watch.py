@@ -59,6 +59,11 @@ class LedgerWatch:
         found += write_offs_inside_horizon(rows, registry)
         return found
 
+    @property
+    def entries(self) -> dict[str, LedgerEntry]:
+        """Every row's slim entry by key, as the last :meth:`check` read them."""
+        return self._last
+
     def audit(self, store: Store) -> list[Violation]:
         """Invariant 8 on the audit entries appended since the last call."""
         new = store.audit_entries(after_seq=self._audit_seq, limit=EVERY_ROW)
