@@ -30,6 +30,13 @@ def register(app: typer.Typer) -> None:
         budget: Annotated[
             int, typer.Option("--budget", min=1, help="With --mutations: seeds per mutation.")
         ] = 30,
+        store: Annotated[
+            str | None,
+            typer.Option(
+                "--store",
+                help="Run on a fresh schema per seed of this postgresql:// URL (default SQLite).",
+            ),
+        ] = None,
         only: Annotated[
             list[str] | None,
             typer.Option("--mutation", help="With --mutations: hunt only this one (repeatable)."),
@@ -46,7 +53,7 @@ def register(app: typer.Typer) -> None:
             return
         from effectgate._sim.runner import simulate as run
 
-        summary = run(seeds, first_seed=seed, steps=steps)
+        summary = run(seeds, first_seed=seed, steps=steps, store=store)
         if as_json:
             print(json.dumps(summary.to_dict(), indent=2))
         else:
@@ -56,7 +63,9 @@ def register(app: typer.Typer) -> None:
                     print(f"  {line}")
                 for violation in failure.violations:
                     print(f"  VIOLATION {violation}")
-                print(f"  replay: {failure.replay}")
+                print(f"  replay: {failure.replay}" + (f" --store '{store}'" if store else ""))
+            if summary.faults:
+                print("faults " + " ".join(f"{k}={n}" for k, n in sorted(summary.faults.items())))
             print(summary.line())
         if summary.failures:
             raise typer.Exit(1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -12,7 +13,7 @@ from effectgate._sim.simulator import DEFAULT_STEPS, SeedResult, run_seed
 __all__ = ["Summary", "shrink", "simulate"]
 
 
-def shrink(failed: SeedResult) -> SeedResult:
+def shrink(failed: SeedResult, store: str | None = None) -> SeedResult:
     """The shortest prefix of ``failed``'s steps that still fails (bisection).
 
     A run of ``k`` steps is the first ``k`` steps of the longer run, then the final phase; the
@@ -21,13 +22,13 @@ def shrink(failed: SeedResult) -> SeedResult:
     if not failed.violations:
         raise ValueError("nothing to shrink: the seed did not fail")
     hi = min(failed.failed_at or failed.steps, failed.steps)
-    best = failed if hi == failed.steps else run_seed(failed.seed, hi)
+    best = failed if hi == failed.steps else run_seed(failed.seed, hi, store=store)
     if not best.violations:  # not reproducible at that length: keep what we have
         return failed
     lo = 0
     while lo + 1 < hi:
         mid = (lo + hi) // 2
-        attempt = run_seed(failed.seed, mid)
+        attempt = run_seed(failed.seed, mid, store=store)
         if attempt.violations:
             hi, best = mid, attempt
         else:
@@ -45,6 +46,8 @@ class Summary:
     digest: str
     seconds: float
     failures: list[SeedResult] = field(default_factory=list)
+    #: Faults that fired over every seed, by kind (the ledger's: ``ledger-busy``, ...).
+    faults: Counter[str] = field(default_factory=Counter)
 
     @property
     def violations(self) -> int:
@@ -68,6 +71,7 @@ class Summary:
             "violations": self.violations,
             "history_digest": self.digest,
             "seeds_per_s": round(self.seeds_per_s, 2),
+            "faults": dict(sorted(self.faults.items())),
             "failures": [
                 {
                     "seed": f.seed,
@@ -89,24 +93,27 @@ def simulate(
     first_seed: int = 0,
     steps: int = DEFAULT_STEPS,
     progress: Callable[[SeedResult], None] | None = None,
+    store: str | None = None,
 ) -> Summary:
     """Run seeds ``first_seed .. first_seed + seeds - 1``; shrink each that fails.
 
     The digest is sha256 over the seeds' history digests in seed order (of the full runs, so it
-    does not depend on shrinking).
+    does not depend on shrinking). ``store``: a ``postgresql://`` URL runs each seed on a fresh
+    schema there (default: a temporary SQLite file).
     """
     if seeds < 1:
         raise ValueError("seeds must be at least 1")
     total = hashlib.sha256()
     failures: list[SeedResult] = []
+    faults: Counter[str] = Counter()
     started = time.perf_counter()  # for seeds/s only: never part of a history
     for seed in range(first_seed, first_seed + seeds):
-        result = run_seed(seed, steps)
+        result = run_seed(seed, steps, store=store)
         total.update(result.digest.encode())
+        faults.update(result.faults)
         if progress is not None:
             progress(result)
         if result.violations:
-            failures.append(shrink(result))
-    return Summary(
-        seeds, first_seed, steps, total.hexdigest(), time.perf_counter() - started, failures
-    )
+            failures.append(shrink(result, store))
+    seconds = time.perf_counter() - started
+    return Summary(seeds, first_seed, steps, total.hexdigest(), seconds, failures, faults)
