@@ -103,7 +103,7 @@ STEPS: tuple[tuple[str, int], ...] = (
     ("read-lag", 2),
     ("honour-key", 2),
     ("inject", 3),
-    ("ledger-fault", 4),
+    ("ledger-fault", 5),
 )
 _KINDS = tuple(k for k, _ in STEPS)
 _WEIGHTS = tuple(w for _, w in STEPS)
