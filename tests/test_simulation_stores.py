@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from conftest import require_pg
 from effectgate import Gate, LimitPolicy, Operator, PolicySet, Reconciler
 from effectgate._sim.runner import simulate
 from effectgate._sim.simulator import run_seed
@@ -17,7 +18,6 @@ from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import CommitOutcomeUnknown, StoreError
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.testing import CountingAdapter, ManualClock
-from tests.conftest import require_pg
 
 POLICY = PolicySet({"submit_order": LimitPolicy(), "cancel_order": LimitPolicy()})
 
