@@ -194,3 +194,22 @@ class TestSimulateOnBothStores:
         result = run_seed(0)
         fired = sum(1 for line in result.history if "ledger-fault" in line and " fired;" in line)
         assert fired == sum(result.faults.values())
+
+    def test_cli_refuses_a_store_that_is_neither_sqlite_nor_postgresql(self) -> None:
+        from typer.testing import CliRunner
+
+        from effectgate._doors.cli.main import app
+
+        out = CliRunner().invoke(app, ["simulate", "--seeds", "1", "--store", "mysql://x/y"])
+        assert out.exit_code == 2 and "--store" in out.output
+
+    @pytest.mark.postgres
+    def test_cli_on_postgresql_prints_the_faults_and_the_summary(self) -> None:
+        from typer.testing import CliRunner
+
+        from effectgate._doors.cli.main import app
+
+        url = require_pg()
+        out = CliRunner().invoke(app, ["simulate", "--seeds", "2", "--store", url])
+        assert out.exit_code == 0, out.output
+        assert "seeds=2 violations=0" in out.output and "faults ledger-" in out.output

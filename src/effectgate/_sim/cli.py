@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from effectgate._sim.simulator import DEFAULT_STEPS
+from effectgate.errors import StoreError
 
 __all__ = ["register"]
 
@@ -53,7 +54,12 @@ def register(app: typer.Typer) -> None:
             return
         from effectgate._sim.runner import simulate as run
 
-        summary = run(seeds, first_seed=seed, steps=steps, store=store)
+        if store not in (None, "sqlite") and not store.startswith(("postgresql://", "postgres://")):
+            raise typer.BadParameter("'sqlite' or a postgresql:// URL", param_hint="--store")
+        try:
+            summary = run(seeds, first_seed=seed, steps=steps, store=store)
+        except StoreError as exc:  # the server is unreachable or refused the schema
+            raise typer.BadParameter(exc.message, param_hint="--store") from None
         if as_json:
             print(json.dumps(summary.to_dict(), indent=2))
         else:

@@ -86,6 +86,7 @@ class _PostgresLedger(SimLedger):
         self._schema = f"{schema or 'eg_sim'}_{os.getpid()}_{seed}"
         self._url = with_schema(conninfo, self._schema)
         self.faults = LedgerFaults(PG_KINDS)
+        self._drop()  # a schema left by a killed run under the same pid and seed
         self._patch: AbstractContextManager[None] = postgres_connections(self.faults)
         self._patch.__enter__()
         # The driver and the pool warn of every connection a fault dropped: here that is the
@@ -95,7 +96,6 @@ class _PostgresLedger(SimLedger):
         self._logger.setLevel(logging.CRITICAL)
         self._stores: dict[str, Store] = {}
         self._created = False
-        self._drop()  # a schema left by a killed run under the same pid and seed
 
     def connect(self, process: str) -> Store:
         store = self._stores.get(process)
