@@ -213,3 +213,9 @@ class TestSimulateOnBothStores:
         out = CliRunner().invoke(app, ["simulate", "--seeds", "2", "--store", url])
         assert out.exit_code == 0, out.output
         assert "seeds=2 violations=0" in out.output and "faults ledger-" in out.output
+
+    def test_a_replay_line_never_prints_the_store_password(self) -> None:
+        from effectgate._sim.cli import _masked
+
+        assert _masked("postgresql://u:s3cret@h:5432/db") == "postgresql://u:***@h:5432/db"
+        assert _masked("postgresql://postgres@h/db") == "postgresql://postgres@h/db"

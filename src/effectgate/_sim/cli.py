@@ -69,7 +69,10 @@ def register(app: typer.Typer) -> None:
                     print(f"  {line}")
                 for violation in failure.violations:
                     print(f"  VIOLATION {violation}")
-                print(f"  replay: {failure.replay}" + (f" --store '{store}'" if store else ""))
+                print(
+                    f"  replay: {failure.replay}"
+                    + (f" --store '{_masked(store)}'" if store else "")
+                )
             if summary.faults:
                 print("faults " + " ".join(f"{k}={n}" for k, n in sorted(summary.faults.items())))
             print(summary.line())
@@ -95,3 +98,13 @@ def _hunt(*, budget: int, first_seed: int, steps: int, only: list[str]) -> None:
     print(f"mutations={len(found)} caught={caught}")
     if caught < len(found):
         raise typer.Exit(1)
+
+
+def _masked(url: str) -> str:
+    """The store URL for a replay line, its password (if any) masked: output reaches CI logs."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()
