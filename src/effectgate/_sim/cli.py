@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from effectgate._sim.simulator import DEFAULT_STEPS
+from effectgate.errors import StoreError
 
 if TYPE_CHECKING:
     from effectgate._sim.simulator import SeedResult
@@ -66,6 +67,13 @@ def register(app: typer.Typer) -> None:
         budget: Annotated[
             int, typer.Option("--budget", min=1, help="With --mutations: seeds per mutation.")
         ] = 30,
+        store: Annotated[
+            str | None,
+            typer.Option(
+                "--store",
+                help="Run on a fresh schema per seed of this postgresql:// URL (default SQLite).",
+            ),
+        ] = None,
         only: Annotated[
             list[str] | None,
             typer.Option("--mutation", help="With --mutations: hunt only this one (repeatable)."),
@@ -80,12 +88,22 @@ def register(app: typer.Typer) -> None:
         if mutations:
             _hunt(budget=budget, first_seed=seed, steps=steps, only=only or [])
             return
-        from effectgate._sim.runner import default_jobs
+        from effectgate._sim.runner import default_jobs, seed_runner
         from effectgate._sim.runner import simulate as run
 
-        summary = run(
-            seeds, first_seed=seed, steps=steps, jobs=jobs or default_jobs(), progress=_Progress()
-        )
+        if store not in (None, "sqlite") and not store.startswith(("postgresql://", "postgres://")):
+            raise typer.BadParameter("'sqlite' or a postgresql:// URL", param_hint="--store")
+        try:
+            summary = run(
+                seeds,
+                first_seed=seed,
+                steps=steps,
+                jobs=jobs or default_jobs(),
+                run=seed_runner(store),
+                progress=_Progress(),
+            )
+        except StoreError as exc:  # the server is unreachable or refused the schema
+            raise typer.BadParameter(exc.message, param_hint="--store") from None
         if as_json:
             print(json.dumps(summary.to_dict(), indent=2))
         else:
@@ -99,7 +117,10 @@ def register(app: typer.Typer) -> None:
                 print(f"  first violation: {failure.violations[0]}")
                 for violation in failure.violations[1:]:
                     print(f"  also: {violation}")
-                print(f"  replay: {failure.replay}")
+                print(
+                    f"  replay: {failure.replay}"
+                    + (f" --store '{_masked(store)}'" if store else "")
+                )
             print("\n".join(summary.lines()))
         if summary.failures:
             raise typer.Exit(1)
@@ -123,3 +144,13 @@ def _hunt(*, budget: int, first_seed: int, steps: int, only: list[str]) -> None:
     print(f"mutations={len(found)} caught={caught}")
     if caught < len(found):
         raise typer.Exit(1)
+
+
+def _masked(url: str) -> str:
+    """The store URL for a replay line, its password (if any) masked: output reaches CI logs."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1)).geturl()

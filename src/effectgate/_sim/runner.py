@@ -11,14 +11,21 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import repeat
 
 from effectgate._sim.simulator import DEFAULT_STEPS, SeedResult, run_seed
 
-__all__ = ["RunSeed", "Summary", "default_jobs", "shrink", "simulate"]
+__all__ = ["RunSeed", "Summary", "default_jobs", "seed_runner", "shrink", "simulate"]
 
 #: Runs one seed for a number of steps (:func:`run_seed`, or one bound to a store or actors).
 RunSeed = Callable[[int, int], SeedResult]
+
+
+def seed_runner(store: str | None = None) -> RunSeed:
+    """:func:`run_seed` on ``store`` (``None``: a temporary SQLite ledger per seed; a
+    ``postgresql://`` URL: a fresh schema there), picklable for the worker processes."""
+    return run_seed if store in (None, "sqlite") else partial(run_seed, store=store)
 
 
 def shrink(failed: SeedResult, *, run: RunSeed = run_seed) -> SeedResult:
@@ -152,9 +159,9 @@ def simulate(
     one per seed); shrink each that fails, here.
 
     ``run(seed, steps)`` runs one seed (with ``jobs > 1`` it must be picklable: a module-level
-    function or a :func:`functools.partial` of one). The digest is sha256 over the seeds'
-    history digests in seed order (of the full runs, so it does not depend on shrinking, nor
-    on ``jobs``).
+    function or a :func:`functools.partial` of one, as :func:`seed_runner` gives). The digest
+    is sha256 over the seeds' history digests in seed order (of the full runs, so it does not
+    depend on shrinking, nor on ``jobs``).
     """
     if seeds < 1:
         raise ValueError("seeds must be at least 1")

@@ -18,13 +18,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import random
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, cast
 
 from effectgate._core.controls import ApprovalRules, BreakerConfig
@@ -47,12 +44,17 @@ from effectgate._execute.reconciler import Reconciler, ReconcileReport
 from effectgate._sim import checks, tally
 from effectgate._sim.actor import Actor
 from effectgate._sim.faults import LOSABLE, LossyStore
-from effectgate._sim.ledgers import copy_fresh_ledger
+from effectgate._sim.stores import SimLedger, sim_ledger
 from effectgate._sim.watch import LedgerWatch
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.errors import ApprovalFingerprintMismatch, EffectgateError, IdempotencyConflict
+from effectgate.errors import (
+    ApprovalFingerprintMismatch,
+    CommitOutcomeUnknown,
+    EffectgateError,
+    IdempotencyConflict,
+    StoreError,
+)
 from effectgate.examples import default_registry
-from effectgate.store import open_store
 from effectgate.store.base import Operation
 from effectgate.store.roles import Store
 from effectgate.testing import ManualClock, crash_at
@@ -101,6 +103,7 @@ STEPS: tuple[tuple[str, int], ...] = (
     ("read-lag", 2),
     ("honour-key", 2),
     ("inject", 3),
+    ("ledger-fault", 5),
 )
 _KINDS = tuple(k for k, _ in STEPS)
 _WEIGHTS = tuple(w for _, w in STEPS)
@@ -122,7 +125,8 @@ class SeedResult:
     history: list[str] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
     failed_at: int | None = None
-    #: Steps per capability or door, and faults injected per kind (``_sim/tally.py``).
+    #: Steps per capability or door, and faults injected per kind (``_sim/tally.py``); the
+    #: ledger's faults that fired count as ``ledger_busy``, ``ledger_lost``, ...
     drove: Counter[str] = field(default_factory=Counter)
     faults: Counter[str] = field(default_factory=Counter)
 
@@ -165,8 +169,8 @@ class _World:
     adapter, what the simulator knows as ground truth) and what a crash abandons (the gates,
     reconciler and operator objects)."""
 
-    def __init__(self, folder: Path, actors: Sequence[Actor] = ()) -> None:
-        self.path = folder / "ledger.db"
+    def __init__(self, ledger: SimLedger, actors: Sequence[Actor] = ()) -> None:
+        self.ledger = ledger
         self.actors = tuple(actors)
         self.clock = ManualClock()
         self.venue = PaperVenue(clock=self.clock, instruments=LISTED)
@@ -174,14 +178,9 @@ class _World:
         self.adapter = checks.Witness(PaperAdapter(self.venue), lambda: self.store)
         self.injected_at: Counter[str] = Counter()  # records made outside the boundary, by key
         self.approved: set[str] = set()  # operation keys an operator approved
-        self.store: Store = self._open(create=True)
+        # The operator's and the checks' store; each gate and the reconciler open their own.
+        self.store: Store = ledger.connect("sim-operator")
         self._build()
-
-    def _open(self, *, create: bool) -> Store:
-        if create:  # a copy of a migrated template: migrating anew is a tenth of a seed
-            copy_fresh_ledger(self.path)
-        # synchronous=OFF: a simulated crash is in-process, so the OS keeps every write anyway.
-        return open_store(f"sqlite:///{self.path}", synchronous="OFF")
 
     def _build(self) -> None:
         """Build one process from the ledger alone: each actor adds to its spec first."""
@@ -191,7 +190,7 @@ class _World:
         for actor in self.actors:
             actor.configure(spec)
         self.registry, self.policy = spec.registry, PolicySet(spec.policies)
-        self.lossy = LossyStore(self.store)
+        self.lossy = LossyStore(self.ledger.connect("sim-process-1"))
         self.adapters = adapters = spec.adapters
 
         def gate(store: Store, process_id: str) -> Gate:
@@ -212,14 +211,17 @@ class _World:
         self.gate = gate(cast(Store, self.lossy), "sim-process-1")
         # A second executor on the same ledger (continuations need a dispatcher that did not
         # work on the original).
-        self.peer = gate(self.store, "sim-process-2")
+        self.peer = gate(self.ledger.connect("sim-process-2"), "sim-process-2")
         self.reconciler = Reconciler(
-            store=self.store,
+            store=self.ledger.connect("sim-reconciler"),
             registry=self.registry,
             adapters=adapters,
             clock=self.clock,
             page_size=7,  # small pages: the merge-join crosses page boundaries often
             owner="sim-reconciler",  # the default names the host and pid
+            # A sweeper that died (or whose unlock failed) holds the sweep lock this long:
+            # past it inside the final jump, so the final pass sweeps (invariant 5).
+            sweep_ttl=FINAL_JUMP / 2,
             alerts=_quiet,
             **spec.reconciler_kwargs,
         )
@@ -230,12 +232,12 @@ class _World:
     def crash(self) -> None:
         """The process died: abandon the objects, reopen the ledger from its file."""
         disarm()
-        self.store.close()
-        self.store = self._open(create=False)
+        self.ledger.crash()
+        self.store = self.ledger.connect("sim-operator")
         self._build()
 
     def close(self) -> None:
-        self.store.close()
+        self.ledger.close()
 
 
 class _Run:
@@ -247,6 +249,7 @@ class _Run:
         self.serial = 0
         self.injected = 0
         self.watch = LedgerWatch()
+        self.swept = False
         self.step_violations: list[Violation] = []  # what a step saw itself (its answer)
         self.by_kind = {kind: a for a in world.actors for kind, _ in a.steps()}
         kinds = [*_KINDS, *(k for a in world.actors for k, _ in a.steps())]
@@ -361,6 +364,7 @@ class _Run:
         if kind == "reconcile":
             report = w.reconciler.run_once()
             self._tripped(report)
+            self.swept = report.swept  # a dead sweeper's lock may still hold (its ttl)
             return _report(report)
         if kind in ("tick", "jump"):
             seconds = rng.randint(1, 15) if kind == "tick" else rng.randint(40, 150)
@@ -391,6 +395,8 @@ class _Run:
             return f"honour={honour}"
         if kind == "inject":
             return self._inject()
+        if kind == "ledger-fault":
+            return self._ledger_fault()
         if kind in self.by_kind:
             try:
                 return self.by_kind[kind].step(kind, w, rng)
@@ -411,6 +417,22 @@ class _Run:
         ids = [self.w.venue.inject_record(key) for _ in range(times)]
         self.w.injected_at[key] += times
         return f"{key} x{times} ({', '.join(ids)})"
+
+    def _ledger_fault(self) -> str:
+        """A statement or commit of the ledger fails as the driver would, during a submission,
+        a held dispatch or a reconcile pass: the gate retries or fails cleanly, and what it left
+        uncertain is reconciled (the checks after every step and at the end judge it)."""
+        rng, faults = self.rng, self.w.ledger.faults
+        kind, skip = rng.choice(faults.kinds), rng.randrange(4)
+        then = rng.choice(("new", "new", "dispatch-held", "reconcile"))
+        faults.arm(kind, skip)
+        try:
+            line = self.step(then)
+        except (StoreError, CommitOutcomeUnknown) as exc:  # a pass stops; the next one resumes
+            line = f"error {exc.code}"
+        finally:
+            fired = faults.disarm()
+        return f"{kind} skip={skip} {'fired' if fired else 'missed'}; {then}: {line}"
 
     def _conflict(self, op_id: str, action: str, intent: dict[str, object]) -> str:
         """Invariant 2: a changed payload under a journalled id is refused."""
@@ -519,7 +541,11 @@ class _Run:
             res.history.append(f"{index:04d} {kind}: {line}")
             tally.count_step(res.drove, res.faults, kind, self.by_kind.get(kind))
             res.violations += self.check(
-                index=index, held=held, before=before, swept=kind == "reconcile", final=False
+                index=index,
+                held=held,
+                before=before,
+                swept=kind == "reconcile" and self.swept,
+                final=False,
             )
             if res.violations:
                 res.failed_at = index
@@ -582,28 +608,34 @@ def _report(r: ReconcileReport) -> str:
 
 
 def run_seed(
-    seed: int, steps: int = DEFAULT_STEPS, actors: Sequence[Actor] | None = None
+    seed: int,
+    steps: int = DEFAULT_STEPS,
+    actors: Sequence[Actor] | None = None,
+    store: str | None = None,
 ) -> SeedResult:
-    """Run one seed for ``steps`` steps and the final phase, in a temporary folder, with
-    ``actors`` (default: :func:`effectgate._sim.actors.default_actors`, fresh for the seed)."""
+    """Run one seed for ``steps`` steps and the final phase, with ``actors`` (default:
+    :func:`effectgate._sim.actors.default_actors`, fresh for the seed), on a temporary SQLite
+    ledger or, with ``store`` a ``postgresql://`` URL, a fresh schema there
+    (:func:`effectgate._sim.stores.sim_ledger`)."""
     if actors is None:
         from effectgate._sim.actors import default_actors
 
         actors = default_actors()
     if steps < 0:
         raise ValueError("steps must be non-negative")
-    folder = Path(tempfile.mkdtemp(prefix="effectgate-sim-"))
     # The reconciler and gate log every alarm at ERROR; here alarms are the workload.
     logger = logging.getLogger("effectgate")
     level = logger.level
     logger.setLevel(logging.CRITICAL)
     try:
-        world = _World(folder, actors)
+        ledger = sim_ledger(store, seed)
         try:
-            return _Run(seed, steps, world).run()
+            world = _World(ledger, actors)
+            result = _Run(seed, steps, world).run()
+            result.faults.update({f"ledger_{k}": n for k, n in ledger.faults.fired.items()})
+            return result
         finally:
             disarm()
-            world.close()
+            ledger.close()
     finally:
         logger.setLevel(level)
-        shutil.rmtree(folder, ignore_errors=True)

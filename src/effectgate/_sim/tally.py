@@ -45,6 +45,8 @@ CORE: Mapping[str, str] = {
     "read-lag": FAULT + "read_lag",
     "honour-key": FAULT + "keys_ignored",
     "inject": FAULT + "injected_record",
+    # Arming a ledger fault; the ones that fire count apart (``ledger_busy``, ...).
+    "ledger-fault": FAULT + "ledger_armed",
 }
 
 

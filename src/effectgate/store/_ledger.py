@@ -22,7 +22,7 @@ from typing import Any
 from effectgate._core.chain import ChainEntry
 from effectgate._core.controls import DispatchGuard
 from effectgate._core.states import State, check_transition
-from effectgate.errors import OperationNotFound, StaleState
+from effectgate.errors import CommitOutcomeUnknown, OperationNotFound, StaleState, StoreError
 from effectgate.store import _journal as j
 from effectgate.store import _op_sql as ops
 from effectgate.store import _sql as sql
@@ -400,6 +400,13 @@ class SQLStore(
         # Not re-entrant, not even for the same holder: two sweeps of one service (the
         # standing reconciler and an admin "reconcile now") must not run at once, and the
         # first to finish would otherwise delete the lock the other still relies on.
+        # An unlock that failed left this holder's row of a sweep that has ended: delete it
+        # first, or a live sweeper would wait out its own lock's whole ttl (invariant 5).
+        unreleased: dict[tuple[str, str], float] = vars(self).setdefault("_unreleased", {})
+        stale = unreleased.get((name, holder))
+        if stale is not None:
+            self._unlock_row(name, holder, stale)
+            del unreleased[(name, holder)]
         acquired = bool(
             self._run(
                 lambda tx, _: tx.rows(
@@ -416,15 +423,22 @@ class SQLStore(
             yield acquired
         finally:
             if acquired:
-                # Only this acquisition's lock: if it expired and was taken over meanwhile,
-                # the new holder's row (another expiry) stays.
-                self._run(
-                    lambda tx, _: tx.write(
-                        "DELETE FROM locks WHERE name = ? AND holder = ? AND expires_at = ?",
-                        (name, holder, now + ttl),
-                    ),
-                    f"unlock {name}",
-                )
+                try:
+                    self._unlock_row(name, holder, now + ttl)
+                except (StoreError, CommitOutcomeUnknown):
+                    unreleased[(name, holder)] = now + ttl  # deleted before the next try
+                    raise
+
+    def _unlock_row(self, name: str, holder: str, expires_at: float) -> None:
+        # Only that acquisition's lock: if it expired and was taken over meanwhile, the new
+        # holder's row (another expiry) stays.
+        self._run(
+            lambda tx, _: tx.write(
+                "DELETE FROM locks WHERE name = ? AND holder = ? AND expires_at = ?",
+                (name, holder, expires_at),
+            ),
+            f"unlock {name}",
+        )
 
     def record_divergence(
         self,
