@@ -171,7 +171,7 @@ class PostgresStore(PgConnections, SQLStore):
             conn.execute(_TWO_LOCKS, self._journal_locks(new))
 
         # A configured breaker records and reads its windows before deciding: the full path.
-        if guard is None or guard.breaker is None:
+        if guard is None or guard.plain:
             done = self._journal_fast(new, path, now, audit, guard)
             if done is not None:
                 return done
