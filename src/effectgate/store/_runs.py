@@ -408,15 +408,15 @@ class RunRoles(StoreHooks):
                 "UPDATE runs SET effects = effects + 1 WHERE scope = ? AND run_id = ?",
                 (scope, ref.run_id),
             )
-            held = guard
+            rest = guard  # what journal_new applies, once any recheck has run here
             if guard is not None and guard.recheck is not None:
                 # Before the slot is charged: the token quoted the run's headroom without it.
                 guard.recheck(tx, now)
-                held = replace(guard, recheck=None)
+                rest = replace(guard, recheck=None)
             # One tool-call slot per operation id, at its first admission (issue 14).
             admit_tool_slot(tx, scope, ref.run_id, new.operation_id, now)
             done = journal_new(
-                tx, new, steps, held, {**(audit or {}), "run_call": ref.to_dict()}, now=now
+                tx, new, steps, rest, {**(audit or {}), "run_call": ref.to_dict()}, now=now
             )
             tx.write(
                 "INSERT INTO run_effects (scope, operation_id, run_id, slot, call_id, "
