@@ -18,6 +18,7 @@ from mcp import Client
 from effectgate._core.budgets import Resources
 from effectgate._core.reservations import PlanPolicy
 from effectgate._doors.mcp.budgets import BUDGET_TOOL_NAMES
+from effectgate._doors.mcp.receipts import RECEIPT_TOOL
 from effectgate._doors.mcp.server import LOOKUP_TOOL, build_server
 from effectgate._service import Principal, Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
@@ -72,7 +73,7 @@ class TestBudgetToolsOverMcp:
             async with Client(build_server(service, AGENT)) as c:
                 names = {t.name for t in (await c.list_tools()).tools}
                 assert names - {"evaluate_submit_order", "evaluate_cancel_order"} == {
-                    "submit_order", "cancel_order", LOOKUP_TOOL
+                    "submit_order", "cancel_order", LOOKUP_TOOL, RECEIPT_TOOL
                 }  # fmt: skip
                 err, body = await _call(c, "budget_usage", {"plan_id": "plan-m"})
                 assert err and body["code"] == "forbidden"

@@ -21,6 +21,7 @@ from effectgate import open_store
 from effectgate._doors._shared.mcp_screen import REFUSED_META, screen
 from effectgate._doors._shared.models import OperationOut
 from effectgate._doors.http.app import create_app
+from effectgate._doors.mcp.receipts import RECEIPT_TOOL
 from effectgate._doors.mcp.server import LOOKUP_TOOL, PIN_META_KEY, build_server
 from effectgate._service import Principal, Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
@@ -62,7 +63,7 @@ class TestToolsInMemory:
             async with Client(build_server(service, ALPHA), mode=mode) as c:
                 tools = {t.name: t for t in (await c.list_tools()).tools}
                 assert set(tools) == {
-                    "submit_order", "cancel_order", LOOKUP_TOOL,
+                    "submit_order", "cancel_order", LOOKUP_TOOL, RECEIPT_TOOL,
                     "evaluate_submit_order", "evaluate_cancel_order",
                 }  # fmt: skip
                 schema = tools["submit_order"].input_schema
@@ -234,7 +235,7 @@ class TestStdio:
             async with Client(params) as c:
                 names = {t.name for t in (await c.list_tools()).tools}
                 assert names - {"evaluate_submit_order", "evaluate_cancel_order"} == {
-                    "submit_order", "cancel_order", LOOKUP_TOOL
+                    "submit_order", "cancel_order", LOOKUP_TOOL, RECEIPT_TOOL
                 }  # fmt: skip
                 first = await c.call_tool("submit_order", ARGS)
                 again = await c.call_tool("submit_order", ARGS)

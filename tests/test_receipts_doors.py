@@ -1,5 +1,6 @@
 """Signed receipts through the doors (issue 41 part 2): ``effectgate receipt keygen|get|verify``
-round trips, and ``GET /v1/operations/{id}/receipt`` under an agent token. On every store."""
+round trips, ``GET /v1/operations/{id}/receipt`` under an agent token, and the MCP
+``get_receipt`` tool through the official SDK's real client. On every store."""
 
 from __future__ import annotations
 
@@ -10,17 +11,21 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from fastapi.testclient import TestClient
+from mcp import Client
 from typer.testing import CliRunner
 
 from effectgate import Gate, LimitPolicy, PolicySet, Reconciler
 from effectgate._doors.cli.main import app
 from effectgate._doors.http.app import create_app
+from effectgate._doors.mcp.receipts import RECEIPT_TOOL
+from effectgate._doors.mcp.server import build_server
 from effectgate._evidence.receipt_signing import RECEIPT_KEY_ENV, load_public_keys, verify_receipt
-from effectgate._service import Service, parse_config
+from effectgate._service import Principal, Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
-from effectgate.errors import ConfigError
+from effectgate.errors import ConfigError, ReceiptInvalid
 from effectgate.examples import EXAMPLE_ORDER, default_registry
 from effectgate.testing import ManualClock
 from servicekit import AGENT_A, AGENT_B, ORDER, bearer, config_text
@@ -177,6 +182,108 @@ class TestHttp:
                 assert r.status_code == 409 and r.json()["reason"] == "no_signing_key"
         finally:
             svc.close()
+
+
+ALPHA = Principal("alpha", "agent", "alpha")
+BETA = Principal("beta", "agent", "beta")
+
+
+def _keyed_service(store_url: str, private: Path | None) -> Service:
+    text = config_text(store_url=store_url)
+    if private is not None:
+        text += f'\n[receipts]\nkey_file = "{private}"\n'
+    return Service(parse_config(text, "test.toml"), adapters={"venue": PaperAdapter(PaperVenue())})
+
+
+async def _tool(c: Client, name: str, args: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    out = await c.call_tool(name, args)
+    body = out.structured_content
+    assert isinstance(body, dict), out
+    return bool(out.is_error), body
+
+
+class TestMcp:
+    """Invariant 8, carried outside the ledger: ``get_receipt`` over MCP hands out the same
+    signed receipt as the HTTP route, naming the audit head that covers the final entry; it
+    verifies offline with the public key alone and an edited field is detected. Another
+    tenant's operation is not found."""
+
+    def test_the_receipt_tool_signs_what_anyone_can_verify(
+        self, store_factory: Any, tmp_path: Path
+    ) -> None:
+        private, public = keygen(tmp_path / "keys")
+        svc = _keyed_service(store_factory.url, private)
+        try:
+
+            async def go() -> None:
+                async with Client(build_server(svc, ALPHA)) as c:
+                    tools = {t.name: t for t in (await c.list_tools()).tools}
+                    assert tools[RECEIPT_TOOL].annotations is not None
+                    assert tools[RECEIPT_TOOL].annotations.read_only_hint is True
+                    assert tools[RECEIPT_TOOL].input_schema["required"] == ["operation_id"]
+                    done = await c.call_tool("submit_order", {"operation_id": "op-1", **ORDER})
+                    assert not done.is_error, done
+                    err, receipt = await _tool(c, RECEIPT_TOOL, {"operation_id": "op-1"})
+                    assert not err, receipt
+                    verified = verify_receipt(receipt, load_public_keys([public]))
+                    assert (verified.op_key, verified.state) == ("alpha:op-1", "acknowledged")
+                    err, every = await _tool(
+                        c, RECEIPT_TOOL, {"operation_id": "op-1", "history": True}
+                    )
+                    assert not err
+                    assert [r["receipt_id"] for r in every["receipts"]] == [verified.receipt_id]
+                    tampered = json.loads(json.dumps(receipt))
+                    tampered["statement"]["state"] = "failed"
+                    with pytest.raises(ReceiptInvalid):
+                        verify_receipt(tampered, load_public_keys([public]))
+                async with Client(build_server(svc, BETA)) as other:
+                    err, body = await _tool(other, RECEIPT_TOOL, {"operation_id": "op-1"})
+                    assert err and body["code"] == "operation_not_found"
+
+            anyio.run(go)
+        finally:
+            svc.close()
+
+    def test_refusals_are_error_results_naming_why(
+        self, store_factory: Any, tmp_path: Path
+    ) -> None:
+        private, _ = keygen(tmp_path / "keys")
+        keyed = _keyed_service(store_factory.url, private)
+        try:
+
+            async def go() -> None:
+                async with Client(build_server(keyed, ALPHA)) as c:
+                    wait = {"operation_id": "op-wait", **ORDER, "quantity": "9.5"}
+                    assert not (await c.call_tool("submit_order", wait)).is_error
+                    err, body = await _tool(c, RECEIPT_TOOL, {"operation_id": "op-wait"})
+                    assert err and (body["code"], body["reason"]) == (
+                        "receipt_unavailable", "not_final",
+                    )  # fmt: skip
+                    for bad, field in (
+                        ({}, "operation_id"),
+                        ({"operation_id": "op-wait", "history": "yes"}, "history"),
+                        ({"operation_id": "op-wait", "extra": 1}, "extra"),
+                    ):
+                        err, body = await _tool(c, RECEIPT_TOOL, bad)
+                        assert err and body["code"] == "invalid_intent"
+                        assert body["field"] == field
+
+            anyio.run(go)
+        finally:
+            keyed.close()
+        bare = _keyed_service(store_factory.url, None)
+        try:
+
+            async def unkeyed() -> None:
+                async with Client(build_server(bare, ALPHA)) as c:
+                    done = await c.call_tool("submit_order", {"operation_id": "op-2", **ORDER})
+                    assert not done.is_error, done
+                    err, body = await _tool(c, RECEIPT_TOOL, {"operation_id": "op-2"})
+                    assert err and body["reason"] == "no_signing_key"
+
+            anyio.run(unkeyed)
+        finally:
+            bare.close()
 
 
 def test_the_config_names_a_key_file_that_exists(tmp_path: Path) -> None:

@@ -602,12 +602,15 @@ class EvaluationTokenRefused(OperationError):
 
     code = "evaluation_token_refused"
 
-    def __init__(self, message: str, *, reason: str = "refused") -> None:
+    def __init__(self, message: str, *, reason: str = "refused", stage: str = "pre") -> None:
         super().__init__(message)
         self.reason = reason
+        #: ``pre``: the gate's check before the journal; ``in_tx``: the recheck inside the
+        #: journal's transaction (a change committed between the two).
+        self.stage = stage
 
     def details(self) -> dict[str, object]:
-        return {"reason": self.reason}
+        return {"reason": self.reason, "stage": self.stage}
 
 
 class EvaluationTokenInvalid(EvaluationTokenRefused):

@@ -10,7 +10,7 @@ methods, which take an operator identity, change a control.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from enum import StrEnum
@@ -386,10 +386,20 @@ class DispatchGuard:
     #: ``(lane, field, value)`` per watched field for the new-target signal; None: ``target``
     #: in the class's own lane.
     watched: tuple[tuple[str, str, str], ...] | None = None
+    #: Called with the journal's open transaction and its instant before anything is written
+    #: (an evaluation token's re-check, docs/service.md); it raises to refuse. A guard that
+    #: carries one always takes the full journal path.
+    recheck: Callable[[Any, float], None] | None = None
 
     @property
     def value_micros(self) -> int | None:
         return None if self.value is None else to_micros(self.value)
+
+    @property
+    def plain(self) -> bool:
+        """Nothing in the journal's transaction reads more than the class's control row: no
+        breaker window to record, no recheck (a dialect's one-statement journal may run)."""
+        return self.breaker is None and self.recheck is None
 
 
 @dataclass(frozen=True, slots=True)

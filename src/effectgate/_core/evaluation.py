@@ -4,9 +4,10 @@
 action now; its token binds a later submit to that answer. The token is
 ``base64url(payload) "." base64url(HMAC-SHA256(secret, payload))``; the payload is canonical
 JSON of the principal, scope, action, fingerprint, the decision and policy version, the digest
-of the class's controls, the budget headroom quoted (what is left after this action, per
-budget) and the expiry. :func:`stale_reason` compares a verified payload with the state a
-submit reads now: any change it covers, or headroom below the quote, makes it stale.
+of the class's controls, the store's active policy version, the budget headroom quoted (what
+is left after this action, per budget) and the expiry. :func:`stale_reason` compares a
+verified payload with the state a submit reads now: any change it covers, or headroom below
+the quote, makes it stale.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ __all__ = [
     "verify_token",
 ]
 
-TOKEN_VERSION: Final = 1
+TOKEN_VERSION: Final = 2
 _MAX_TOKEN: Final = 8192
 
 
@@ -71,6 +72,9 @@ class StateQuote:
     policy_version: str
     controls: str  # digest of the class's control row (switch, breaker, shadow, envelope)
     budgets: tuple[BudgetQuote, ...] = ()
+    #: The store's active governed policy version (None: none is active): a policy another
+    #: replica activated counts as a change even before this process follows it.
+    active_policy: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,9 @@ class Evaluation:
     expires_at: float
     token: str
     checks: tuple[Mapping[str, object], ...] = field(default=())
+    #: The breaker's forecast (None: no breaker watches the class): ``open``, ``would_trip``
+    #: and the ``signals`` this proposal would cross (a submit would trip it and hold the row).
+    breaker: Mapping[str, object] | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -113,6 +120,7 @@ class Evaluation:
             "controls": dict(self.controls),
             "budgets": [b.to_dict() for b in self.state.budgets],
             "checks": [dict(c) for c in self.checks],
+            "breaker": None if self.breaker is None else dict(self.breaker),
             "approvals": None if self.approvals is None else dict(self.approvals),
             "speculation": None if self.speculation is None else dict(self.speculation),
             "evaluated_at": self.evaluated_at,
@@ -154,6 +162,7 @@ def sign_token(
         "tier": state.tier,
         "policy_version": state.policy_version,
         "controls": state.controls,
+        "active_policy": state.active_policy,
         "budgets": {b.name: b.left for b in state.budgets},
         "exp": expires_at,
     }
@@ -205,6 +214,11 @@ def stale_reason(
         return "policy", (
             f"the policy changed since the evaluation (was {payload['policy_version']} "
             f"{payload['tier']}, now {state.policy_version} {state.tier})"
+        )
+    if payload["active_policy"] != state.active_policy:
+        return "policy", (
+            f"the active policy changed since the evaluation (was {payload['active_policy']}, "
+            f"now {state.active_policy})"
         )
     if payload["controls"] != state.controls:
         return "controls", "the class's controls changed since the evaluation"

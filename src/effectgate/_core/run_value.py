@@ -19,7 +19,14 @@ from effectgate._core.budgets import VALUE, Resources, RunBudget, RunUsage, satu
 from effectgate._core.plan_values import ReservationKind, ReservationRequest, Settlement
 from effectgate.errors import InvalidBudget
 
-__all__ = ["RunLink", "ValueCharge", "run_budget_for", "run_settlement", "value_charge"]
+__all__ = [
+    "LeafValue",
+    "RunLink",
+    "ValueCharge",
+    "run_budget_for",
+    "run_settlement",
+    "value_charge",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +70,19 @@ def run_budget_for(request: ReservationRequest) -> RunBudget:
         max_tool_calls=a.tool_calls,
         deadline=request.deadline,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class LeafValue:
+    """The value dimension of the leaf a run was admitted under, as a dispatch would meet it:
+    the leaf's value allocation and what its run has dispatched, in micros (evaluate's quote)."""
+
+    plan_id: str
+    reservation_id: str
+    allocation: int
+    spent: int
+    settled: bool
+    value_bound: bool
 
 
 @dataclass(frozen=True, slots=True)

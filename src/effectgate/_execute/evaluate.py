@@ -14,31 +14,23 @@ state it covers must still hold (:func:`effectgate._core.evaluation.stale_reason
 
 from __future__ import annotations
 
-import hashlib
-import json
 import secrets
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from decimal import Decimal
-from typing import Protocol
+from typing import Any, Protocol
 
 from effectgate._core.approver_roles import ApproverRoles
-from effectgate._core.controls import ApprovalRules, ClassControls, to_micros
-from effectgate._core.evaluation import (
-    BudgetQuote,
-    Evaluation,
-    StateQuote,
-    sign_token,
-    stale_reason,
-    verify_token,
-)
+from effectgate._core.controls import ApprovalRules, BreakerConfig
+from effectgate._core.evaluation import Evaluation, sign_token, stale_reason, verify_token
 from effectgate._core.intent import ActionClass, Intent, Tier
 from effectgate._core.policy import Decision, PolicySet
 from effectgate._core.runs import RunCallRef
 from effectgate._core.states import State
 from effectgate._execute._gate_protocol import SpeculationGate
 from effectgate._execute.adapter import OutboundRequest, speculator
+from effectgate._execute.breaker_forecast import forecast
+from effectgate._execute.evaluate_state import read_state, recheck, value_target
 from effectgate._execute.intake import RawIntent, check_principal, decide, new_operation, parse
 from effectgate._execute.predispatch import DispatchContext, Pipeline, Refusal
 from effectgate._execute.speculation import active_speculation
@@ -127,57 +119,8 @@ class EvaluateGate(SpeculationGate, Protocol):
     def approvals(self) -> ApprovalRules: ...
     @property
     def evaluator(self) -> Evaluator: ...
-
-
-def _controls_digest(ctl: ClassControls) -> str:
-    state = ctl.to_dict()
-    return hashlib.sha256(json.dumps(state, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _value_target(ac: ActionClass, parsed: Intent) -> tuple[Decimal | None, str | None]:
-    value = ac.value_of(parsed.effect) if ac.value_of else None
-    target = parsed.effect.get(ac.target_field) if ac.target_field else None
-    return value, None if target is None else str(target)
-
-
-def _controls(
-    store: Store, ac: ActionClass, parsed: Intent, now: float
-) -> tuple[ClassControls, list[str], list[BudgetQuote], bool]:
-    """The class's controls as a dispatch would meet them: ``(controls, holds, budgets,
-    shadow)``; the same rules as the store's in-transaction verdict, over reads only."""
-    ctl = store.controls(ac.name)
-    holds: list[str] = []
-    if ctl.killed:
-        holds.append(
-            f"kill switch on {ac.name}" + (f" ({ctl.kill_reason})" if ctl.kill_reason else "")
-        )
-    if ctl.breaker_open:
-        holds.append(f"breaker open on {ac.name} ({ctl.breaker_reason})")
-    env = ctl.envelope
-    value, target = _value_target(ac, parsed)
-    breach = env.per_action_breach(value, target)
-    if breach:
-        holds.append(breach)
-    quotes: list[BudgetQuote] = []
-    if env.rate_limit is not None and env.rate_interval is not None:
-        count, _ = store.dispatch_window(ac.name, now - env.rate_interval)
-        quotes.append(BudgetQuote("envelope.rate", env.rate_limit, count, 1, "dispatches"))
-    if env.exposure_limit is not None and env.exposure_window is not None:
-        _, used = store.dispatch_window(ac.name, now - env.exposure_window)
-        micros = to_micros(value) if value is not None else None
-        if micros is None:
-            holds.append("the value cannot be measured, so the exposure window cannot be charged")
-        quotes.append(
-            BudgetQuote(
-                "envelope.exposure", to_micros(env.exposure_limit), used, micros or 0, "micros"
-            )
-        )
-    holds += [
-        f"{q.name}: {q.reserve} would not fit ({q.limit - q.used} left)"
-        for q in quotes
-        if q.left < 0
-    ]
-    return ctl, holds, quotes, ctl.shadow
+    @property
+    def breakers(self) -> Mapping[str, BreakerConfig]: ...
 
 
 def _row(
@@ -255,76 +198,6 @@ def _speculate(
     return {"verdict": dry.verdict, "reason": dry.reason[:500], "expires_in": dry.expires_in}
 
 
-def _run_budget(
-    store: Store, scope: str, run_call: RunCallRef | None, op_id: str, now: float
-) -> tuple[list[BudgetQuote], list[str]]:
-    """A run-bound action's tool slot (charged once per operation id, at its first admission)
-    and its run's deadline: ``(quotes, refusals)``."""
-    state = store.run_budget(scope, run_call.run_id) if run_call is not None else None
-    if state is None:
-        return [], []
-    refusals: list[str] = []
-    budget = state.budget
-    if budget.deadline is not None and now >= budget.deadline:
-        refusals.append(f"budget_exceeded: run {state.run_id!r} is past its deadline (deadline)")
-    quotes: list[BudgetQuote] = []
-    if budget.max_tool_calls:
-        reserve = 0 if store.get(scope, op_id) is not None else 1
-        q = BudgetQuote(
-            "run.tool_calls", budget.max_tool_calls, state.usage.tool_calls, reserve, "calls"
-        )
-        quotes.append(q)
-        if q.left < 0:
-            refusals.append(f"budget_exceeded: run {state.run_id!r} has no tool call left")
-    return quotes, refusals
-
-
-def _grant_budgets(
-    gate: EvaluateGate, ac: ActionClass, parsed: Intent, run: tuple[str, str | None], now: float
-) -> list[BudgetQuote]:
-    """The aggregate budgets of the caller's live grants that name this class and tenant
-    (grants on only): the value the action would draw from each, and what would be left."""
-    scope, principal = run
-    if gate.pipeline.authorise is None or principal is None:
-        return []
-    value, _ = _value_target(ac, parsed)
-    quotes: list[BudgetQuote] = []
-    for g in gate.store.live_grants_for(principal, now):
-        s = g.spec
-        if s.budget is None or not ({"*", ac.name} & s.actions) or s.scope not in ("*", scope):
-            continue
-        used = gate.store.dispatched_micros(principal, s.actions, g.created_at)
-        asked = to_micros(value) if value is not None else 0
-        quotes.append(
-            BudgetQuote(f"grant.{g.grant_id}", to_micros(s.budget), used, asked, "micros")
-        )
-    return quotes
-
-
-def _state(
-    gate: EvaluateGate,
-    ac: ActionClass,
-    parsed: Intent,
-    decision: Decision,
-    now: float,
-    run: tuple[str, str, RunCallRef | None],
-    principal: str | None,
-) -> tuple[StateQuote, ClassControls, list[str], list[str], bool]:
-    """What the token covers, with the controls, holds and run refusals it was read from."""
-    ctl, holds, quotes, shadow = _controls(gate.store, ac, parsed, now)
-    scope, op_id, run_call = run
-    run_quotes, refusals = _run_budget(gate.store, scope, run_call, op_id, now)
-    run_quotes += _grant_budgets(gate, ac, parsed, (scope, principal), now)
-    quote = StateQuote(
-        decision.allowed,
-        decision.tier.value,
-        decision.policy_version,
-        _controls_digest(ctl),
-        tuple(quotes + run_quotes),
-    )
-    return quote, ctl, holds, refusals, shadow
-
-
 def evaluate(
     gate: EvaluateGate,
     action: str,
@@ -342,7 +215,18 @@ def evaluate(
     ac = gate.registry.get(action)
     decision = decide(gate.policy, ac, parsed, None)
     run = (scope, op_id, run_call)
-    state, ctl, holds, over, shadow = _state(gate, ac, parsed, decision, now, run, principal)
+    found = read_state(store, gate.pipeline, ac, parsed, decision, now, run, principal)
+    state, ctl, holds, over = found.quote, found.controls, found.holds, found.refusals
+    shadow = ctl.shadow
+    value, target = value_target(ac, parsed)
+    journalled_rejected = not decision.allowed or bool(
+        ctl.envelope.per_action_breach(value, target)
+    )
+    breaker = forecast(
+        store, gate.breakers, ac, parsed, ctl=ctl, rejected=journalled_rejected, now=now
+    )
+    if breaker is not None and breaker["would_trip"]:
+        holds.append(f"breaker would trip on {ac.name} ({breaker['reason']})")
     reasons = [f"policy: {decision.reason}"]
     row = _row(ac, parsed, decision, scope, op_id, now)
     checks = _stages(gate, DispatchContext(row, ac, store, now, None, principal))
@@ -387,7 +271,7 @@ def evaluate(
     controls = {k: v for k, v in ctl.to_dict().items() if k not in ("updated_by", "updated_at")}
     result = Evaluation(
         ac.name, scope, parsed.fingerprint, outcome, tuple(reasons), state, controls,
-        approvals, spec, now, expires, token, tuple(checks),
+        approvals, spec, now, expires, token, tuple(checks), breaker,
     )  # fmt: skip
     gate.evaluator.audit(
         store,
@@ -409,19 +293,38 @@ def check_token(
     scope: str,
     principal: str | None,
     run: tuple[str, RunCallRef | None] = ("", None),
-) -> None:
-    """Refuse a submit whose evaluation token does not hold (invalid, or stale); the refusal
-    writes one audit line and nothing else."""
+) -> Callable[[Any, float], None]:
+    """Refuse a submit whose evaluation token does not hold (invalid, or stale) now; else the
+    recheck the journal's transaction runs (:func:`.evaluate_state.recheck`), so a change
+    committed after this check still refuses. A refusal writes one audit line, nothing else."""
     now = gate.clock()
     try:
         payload = verify_token(
             gate.evaluator.secret, token, principal=principal, scope=scope, action=ac.name
         )
-        state = _state(gate, ac, parsed, decision, now, (scope, *run), principal)[0]
+        state = read_state(
+            gate.store, gate.pipeline, ac, parsed, decision, now, (scope, *run), principal
+        ).quote
         why = stale_reason(payload, fingerprint=parsed.fingerprint, state=state, now=now)
         if why is not None:
             raise EvaluationTokenStale(why[1], reason=why[0])
     except EvaluationTokenRefused as exc:
-        detail = {"action": ac.name, "principal": principal, "error": exc.to_dict()}
-        gate.store.append_audit("evaluation_token_refused", detail, now=now, scope=scope)
+        audit_refusal(gate, ac, exc, scope, principal, now)
         raise
+    return recheck(
+        lambda: gate.policy, gate.pipeline, ac, parsed, payload, (scope, *run), principal
+    )
+
+
+def audit_refusal(
+    gate: EvaluateGate,
+    ac: ActionClass,
+    exc: EvaluationTokenRefused,
+    scope: str,
+    principal: str | None,
+    now: float,
+) -> None:
+    """The one audit line of a token refusal (``stage`` in the error: before or in the
+    journal's transaction, which rolled back)."""
+    detail = {"action": ac.name, "principal": principal, "error": exc.to_dict()}
+    gate.store.append_audit("evaluation_token_refused", detail, now=now, scope=scope)

@@ -31,7 +31,7 @@ from effectgate._execute.alerts import AlertSink
 from effectgate._execute.call import call_once
 from effectgate._execute.continuation_budget import continuation_budget_check
 from effectgate._execute.continuations import continuation_may_dispatch
-from effectgate._execute.evaluate import Evaluator, check_token, evaluate
+from effectgate._execute.evaluate import Evaluator, audit_refusal, check_token, evaluate
 from effectgate._execute.intake import (
     RawIntent,
     admission_for,
@@ -66,6 +66,7 @@ from effectgate.errors import (
     CommitOutcomeUnknown,
     ConfigError,
     DispatchRefused,
+    EvaluationTokenRefused,
     OperationNotFound,
     StaleState,
 )
@@ -216,9 +217,12 @@ class Gate:
             decision = decide(self.policy, ac, parsed, admission)
         if ac.model_window is not None:
             note_provenance(store, self._models_seen, ac, parsed, clock, self.alerts)
+        recheck = None
         if evaluation_token is not None:
             run = (operation_id, run_call or current_run_call())
-            check_token(self, ac, parsed, decision, evaluation_token, scope, principal, run)
+            recheck = check_token(
+                self, ac, parsed, decision, evaluation_token, scope, principal, run
+            )
         # The id to journal under: the caller's, or minted now, at the decision (.minting).
         operation_id = operation_id_for(store, clock, ac, parsed, scope, operation_id, admission)
         spec = active_speculation(self, ac) if ac.speculation else None
@@ -253,13 +257,18 @@ class Gate:
                 dispatch=dispatch,
             )
             g.proposers = proposers
+            g.recheck = recheck
             return g
 
-        if traced:
-            with _tracing.span("effectgate.journal", where):
+        try:
+            if traced:
+                with _tracing.span("effectgate.journal", where):
+                    journalled = journal(write, store, clock, p, guard)
+            else:
                 journalled = journal(write, store, clock, p, guard)
-        else:
-            journalled = journal(write, store, clock, p, guard)
+        except EvaluationTokenRefused as exc:  # the recheck in the journal's transaction
+            audit_refusal(self, ac, exc, scope, principal, clock())
+            raise
         if journalled is None:
             return after_lost_commit(store, scope, operation_id)
         done, now = journalled

@@ -7,6 +7,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from effectgate._core.breaker_signals import WindowCounts
 from effectgate._core.controls import (
     Alert,
     ApprovalOutcome,
@@ -64,6 +65,18 @@ class ControlRoles(StoreHooks):
     def dispatch_window(self, action: str, since: float) -> tuple[int, int]:
         r = self._rows(sql.DISPATCH_USAGE, (action, since), "dispatch window")[0]
         return int(r[0]), int(r[1])
+
+    def breaker_window(self, action: str, since: float, repeat: str) -> WindowCounts:
+        r = self._rows(sql.SIGNAL_STATS, (repeat, action, since), "breaker window")[0]
+        return WindowCounts(int(r[0]), int(r[1]), int(r[2]), int(r[4]), int(r[3]))
+
+    def seen_targets(self, targets: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        if not targets:
+            return set()
+        terms = " OR ".join("(action = ? AND target = ?)" for _ in targets)
+        args = [x for pair in targets for x in pair]
+        found = self._rows(f"SELECT action, target FROM known_targets WHERE {terms}", args)
+        return {(str(r[0]), str(r[1])) for r in found}
 
     def _change_controls(
         self,

@@ -18,6 +18,7 @@ from dataclasses import replace
 from decimal import Decimal
 
 from effectgate._core.authority_evidence import narrowest, parse_claim, reversal_for, widens
+from effectgate._core.breaker_signals import WindowCounts, trips
 from effectgate._core.controls import (
     VALUE_SCALE,
     AuthorityStep,
@@ -87,41 +88,10 @@ def observe_proposal(
     if ctl.breaker_open:
         return ctl, ()
     stats = tx.signal_stats(guard.action, now - cfg.window, repeat)
-    tripped: list[tuple[str, str]] = []
-    if (
-        cfg.max_rejection_rate is not None
-        and stats.decided >= cfg.min_samples
-        and stats.rejected > cfg.max_rejection_rate * stats.decided
-    ):
-        tripped.append(
-            (
-                "rejection_rate",
-                f"rejection rate {stats.rejected}/{stats.decided} "
-                f"over {cfg.max_rejection_rate:.0%} in {cfg.window:g}s",
-            )
-        )
-    if cfg.max_value is not None and stats.value_micros > to_micros(cfg.max_value):
-        shown = Decimal(stats.value_micros) / VALUE_SCALE
-        tripped.append(
-            ("value_rate", f"value {shown.normalize()} over {cfg.max_value} in {cfg.window:g}s")
-        )
-    if cfg.max_repeats is not None and stats.same_fingerprint > cfg.max_repeats:
-        tripped.append(
-            (
-                "repeats",
-                ("near-identical effects (repeat key " if guard.repeat_key else "fingerprint ")
-                + f"{repeat[:12]}{')' if guard.repeat_key else ''} under "
-                f"{stats.same_fingerprint} operation ids in {cfg.window:g}s",
-            )
-        )
-    if cfg.max_new_targets is not None and stats.new_targets > cfg.max_new_targets:
-        tripped.append(
-            (
-                "new_targets",
-                f"{stats.new_targets} proposals with never-seen targets in {cfg.window:g}s"
-                + (f" (this one: {', '.join(fresh)})" if fresh else ""),
-            )
-        )
+    counts = WindowCounts(
+        stats.decided, stats.rejected, stats.value_micros, stats.same_fingerprint, stats.new_targets
+    )
+    tripped = trips(cfg, counts, repeat=repeat, keyed=bool(guard.repeat_key), fresh=fresh)
     tx.prune(guard.action, now - max(cfg.window, MIN_RETENTION))
     if tripped:
         ctl = trip_breaker(tx, ctl, tripped, now=now, op_key=op_key)

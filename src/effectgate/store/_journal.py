@@ -138,6 +138,8 @@ def journal_new(
 ) -> Journal:
     """Journal a row no one journalled before, in ``tx``: controls, audit entries, approval
     request, the row itself."""
+    if guard is not None and guard.recheck is not None:
+        guard.recheck(tx, now)  # before any write: a refusal rolls back an empty transaction
     new, steps, verdict, tripped = guard_new_row(tx, new, path, guard, now=now)
     held = verdict.reason if verdict is not None and verdict.held else None
     final = steps[-1]

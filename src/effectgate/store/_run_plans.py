@@ -21,7 +21,13 @@ from typing import Any
 
 from effectgate._core.budgets import RunBudgetState
 from effectgate._core.reservations import PlanPolicy, Reservation, check_open
-from effectgate._core.run_value import RunLink, run_budget_for, run_settlement, value_charge
+from effectgate._core.run_value import (
+    LeafValue,
+    RunLink,
+    run_budget_for,
+    run_settlement,
+    value_charge,
+)
 from effectgate._core.runs import check_run_id, check_scope
 from effectgate.errors import ReservationConflict, ReservationNotFound
 from effectgate.store._plan_rows import ACCOUNT_LOCK, plan_hold, settle_in, snapshot_in
@@ -38,6 +44,15 @@ from effectgate.store.base import Operation, credential_marker, dumps
 __all__ = ["RunPlanRoles", "ValueRefusal", "charge_run_value"]
 
 _LINK = "SELECT plan_id, reservation_id, settled_at FROM run_budgets WHERE scope = ? AND run_id = ?"
+
+
+_LEAF = (
+    "SELECT b.plan_id, b.reservation_id, r.request, r.settled_at, p.policy FROM run_budgets b "
+    "JOIN budget_reservations r ON r.scope = b.scope AND r.plan_id = b.plan_id "
+    "AND r.reservation_id = b.reservation_id "
+    "JOIN plan_accounts p ON p.scope = b.scope AND p.plan_id = b.plan_id "
+    "WHERE b.scope = ? AND b.run_id = ? AND b.reservation_id IS NOT NULL"
+)
 
 
 def _link(scope: str, run_id: str, r: Sequence[Any]) -> RunLink | None:
@@ -186,6 +201,21 @@ class RunPlanRoles(ValueRecordRoles, RunBudgetRoles):
         scope, run_id = check_scope(scope), check_run_id(run_id)
         rows = self._rows(_LINK, (scope, run_id), "run_link")
         return _link(scope, run_id, rows[0]) if rows else None
+
+    def leaf_value(self, scope: str, run_id: str) -> LeafValue | None:
+        """What :func:`charge_run_value` reads of the run's leaf, read only (evaluate)."""
+        rows = self._rows(_LEAF, (check_scope(scope), check_run_id(run_id)), "leaf_value")
+        if not rows:
+            return None
+        plan_id, reservation_id, request, settled_at, policy = rows[0]
+        return LeafValue(
+            str(plan_id),
+            str(reservation_id),
+            int(json.loads(request)["allocation"].get("value_micros", 0)),
+            self.run_dispatched_value(scope, run_id),
+            settled_at is not None,
+            PlanPolicy.from_dict(json.loads(policy)).value_bound,
+        )
 
     def settle_run(
         self, scope: str, run_id: str, *, now: float, actor: str

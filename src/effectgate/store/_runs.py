@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from effectgate._core.controls import DispatchGuard
@@ -407,10 +408,15 @@ class RunRoles(StoreHooks):
                 "UPDATE runs SET effects = effects + 1 WHERE scope = ? AND run_id = ?",
                 (scope, ref.run_id),
             )
+            rest = guard  # what journal_new applies, once any recheck has run here
+            if guard is not None and guard.recheck is not None:
+                # Before the slot is charged: the token quoted the run's headroom without it.
+                guard.recheck(tx, now)
+                rest = replace(guard, recheck=None)
             # One tool-call slot per operation id, at its first admission (issue 14).
             admit_tool_slot(tx, scope, ref.run_id, new.operation_id, now)
             done = journal_new(
-                tx, new, steps, guard, {**(audit or {}), "run_call": ref.to_dict()}, now=now
+                tx, new, steps, rest, {**(audit or {}), "run_call": ref.to_dict()}, now=now
             )
             tx.write(
                 "INSERT INTO run_effects (scope, operation_id, run_id, slot, call_id, "

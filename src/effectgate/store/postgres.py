@@ -170,8 +170,8 @@ class PostgresStore(PgConnections, SQLStore):
             # statement (_TWO_LOCKS nests them so the order is fixed).
             conn.execute(_TWO_LOCKS, self._journal_locks(new))
 
-        # A configured breaker records and reads its windows before deciding: the full path.
-        if guard is None or guard.breaker is None:
+        # A breaker's windows or a token's recheck (DispatchGuard.plain): the full path.
+        if guard is None or guard.plain:
             done = self._journal_fast(new, path, now, audit, guard)
             if done is not None:
                 return done

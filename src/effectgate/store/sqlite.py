@@ -310,7 +310,7 @@ class SQLiteStore(SQLStore):
             # BEGIN IMMEDIATE holds the write lock: nobody can insert between these reads and
             # the insert, and the controls are read under the same lock.
             exists, active = cur.execute(ops.PROBE, key).fetchone()
-            if exists is None and not active and (guard is None or guard.breaker is None):
+            if exists is None and not active and (guard is None or guard.plain):
                 plain = plain_journal(new, path, guard, audit, now=now)
                 return self._journal_plain(cur, new, plain, now)
             both = cur.execute(ops.SELECT_WITH_CONTROLS, key).fetchone()

@@ -13,23 +13,15 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from effectgate._evidence.receipt_signing import signer_from
-from effectgate._evidence.signed_receipts import issue_receipts
-from effectgate._service import Principal, Service
+from effectgate._doors._shared.receipts import ReceiptIssuer
+from effectgate._service import Service
 
 __all__ = ["receipts_router"]
 
 
 def receipts_router(service: Service, agent: Any, errors: dict[int | str, Any]) -> APIRouter:
     router = APIRouter(responses=errors)
-    # Read once, at start: a bad key file stops the service here, not at the first request.
-    signer = signer_from(service.config.receipt_key_file)
-
-    def issue(who: Principal, operation_id: str, history: bool) -> list[dict[str, Any]]:
-        op = service.lookup(who, operation_id)  # the agent's scope and capability, or 404
-        return issue_receipts(
-            service.store, op.scope, op.operation_id, signer, now=service.clock(), history=history
-        )
+    issuer = ReceiptIssuer(service)  # the key is read here, at start
 
     @router.get(
         "/operations/{operation_id}/receipt",
@@ -43,7 +35,7 @@ def receipts_router(service: Service, agent: Any, errors: dict[int | str, Any]) 
             bool, Query(description="Every revision, oldest first, not only the current one")
         ] = False,
     ) -> JSONResponse:
-        receipts = await run_in_threadpool(issue, who, operation_id, history)
+        receipts = await run_in_threadpool(issuer.issue, who, operation_id, history)
         body: Any = {"receipts": receipts} if history else receipts[-1]
         return JSONResponse(body, headers={"Cache-Control": "no-store"})
 

@@ -7,8 +7,9 @@ is coerced (``"5"`` is not ``5``, ``5.0`` is not a decimal string) and unknown k
 A refusal is an ``isError`` result whose structured content names the field and the reason, so
 a model can correct itself. ``evaluate_X`` (one per class, read-only) answers what ``X`` would
 do now and returns an ``evaluation_token``; ``X`` takes it as an optional argument and is then
-refused if anything the evaluation covered changed. ``get_operation`` looks an operation up;
-no tool reaches operator actions. A harness's token also sees the budget tools
+refused if anything the evaluation covered changed. ``get_operation`` looks an operation up,
+``get_receipt`` hands out its signed receipt once final (:mod:`.receipts`); no tool reaches
+operator actions. A harness's token also sees the budget tools
 (:mod:`effectgate._doors.mcp.budgets`: reserve, admit a run, check, settle, usage); an agent's
 token neither sees nor may call them.
 
@@ -52,9 +53,11 @@ from effectgate._core.runs import RunCallRef
 from effectgate._doors._shared.mcp_screen import REFUSED_META, ScreenedLines, screen
 from effectgate._doors._shared.models import OperationOut, operation_out, problem_for
 from effectgate._doors._shared.offload import offload
+from effectgate._doors._shared.receipts import ReceiptIssuer
 from effectgate._doors._shared.run_wire import RUN_CALL_META_KEY, parse_run_call
 from effectgate._doors._shared.tracing import mcp_carrier
 from effectgate._doors.mcp.budgets import BUDGET_TOOL_NAMES, BUDGET_TOOLS, budget_call
+from effectgate._doors.mcp.receipts import RECEIPT_TOOL, receipt_call, receipt_tool
 from effectgate._execute import tracing as _tracing
 from effectgate._service import Principal, Service
 from effectgate.errors import (
@@ -146,6 +149,7 @@ def tool_definitions(service: Service) -> list[types.Tool]:
             )
         )
     tools.append(lookup_tool(output))
+    tools.append(receipt_tool(OPERATION_ID_SCHEMA))
     return tools
 
 
@@ -192,6 +196,7 @@ def build_server(
     ``principal``: a fixed one, or a callable that authenticates afresh on every tool call
     (stdio: a token revoked while the session runs is refused from its next call)."""
     tools = tool_definitions(service)
+    issuer = ReceiptIssuer(service)  # the receipt key is read here, at start
 
     async def list_tools(
         ctx: ServerRequestContext[Any], __: types.PaginatedRequestParams | None
@@ -212,6 +217,14 @@ def build_server(
             service.limiter.check(who)
             if params.name in BUDGET_TOOL_NAMES:
                 return await _budget(service, who, params)
+            if params.name == RECEIPT_TOOL and RECEIPT_TOOL not in service.config.registry:
+                body = await anyio.to_thread.run_sync(
+                    receipt_call, issuer, who, dict(params.arguments or {})
+                )
+                return types.CallToolResult(
+                    content=[types.TextContent(type="text", text=json.dumps(body))],
+                    structured_content=body,
+                )
             return await _call(service, who, params)
         except EffectgateError as exc:
             _, body, _ = problem_for(exc)

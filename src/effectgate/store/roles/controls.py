@@ -11,6 +11,7 @@ from effectgate._core.states import State
 from effectgate.store.base import Operation
 
 if TYPE_CHECKING:
+    from effectgate._core.breaker_signals import WindowCounts
     from effectgate._core.controls import (
         ApprovalOutcome,
         ApprovalRecord,
@@ -95,6 +96,13 @@ class Controls(Protocol):
     def count_dispatched(self, since: float) -> dict[str, int]:
         """``{action: n}`` of dispatches at or after ``since`` (the envelope's dispatch log,
         kept at least a day): the console's dispatch rates."""
+
+    def breaker_window(self, action: str, since: float, repeat: str) -> WindowCounts:
+        """The breaker's signal counts of ``action`` since ``since`` (``same_fingerprint``:
+        operation ids under ``repeat``), read without a transaction (evaluate's forecast)."""
+
+    def seen_targets(self, targets: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        """Which ``(lane, value)`` pairs the new-target signal has seen; remembers nothing."""
 
     def dispatch_window(self, action: str, since: float) -> tuple[int, int]:
         """``(count, value_micros)`` of ``action``'s dispatches since ``since``: the envelope's

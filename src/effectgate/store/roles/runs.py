@@ -21,7 +21,7 @@ if TYPE_CHECKING:
         ReservationRequest,
         Settlement,
     )
-    from effectgate._core.run_value import RunLink
+    from effectgate._core.run_value import LeafValue, RunLink
     from effectgate._core.runs import (
         ProviderReceipt,
         RunCall,
@@ -205,6 +205,10 @@ class Budgets(Protocol):
 
     def run_dispatched_value(self, scope: str, run_id: str) -> int:
         """The summed declared value of the run's effects in the record, in micros."""
+
+    def leaf_value(self, scope: str, run_id: str) -> LeafValue | None:
+        """The value allocation of the leaf ``run_id`` was admitted under and what the run
+        dispatched (None: admitted under no reservation); a read (evaluate's quote)."""
 
     def prune_dispatch_record(self, *, now: float, keep: float = 86400.0) -> int:
         """Delete record entries no reader holds any more (window, open run, live grant)."""
