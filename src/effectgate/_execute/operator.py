@@ -23,7 +23,7 @@ from effectgate._core.controls import (
 )
 from effectgate._core.intent import ActionClass, Registry
 from effectgate._core.model_window import ModelWindow
-from effectgate._core.rehearsal import Rehearsal
+from effectgate._core.rehearsal import Rehearsal, RehearsalStatus, rehearsal_status
 from effectgate._core.states import State
 from effectgate._evidence.audit import VerifyResult, export_bundle, verify_store
 from effectgate._execute.alerts import AlertSink
@@ -128,6 +128,18 @@ class Operator:
         if action is not None:
             self._class(action)
         return self.store.list_rehearsals(action, limit=limit)
+
+    def rehearsal_status(self, action: str | None = None) -> list[RehearsalStatus]:
+        """Each class (or ``action``) against its ``rehearsal_period``: the last rehearsal,
+        when the next is due, and whether it is overdue (as ``rehearsal-overdue`` pages)."""
+        classes = [self._class(action)] if action is not None else list(self.registry)
+        now = self.clock()
+        out = []
+        for ac in classes:
+            newest = self.store.list_rehearsals(ac.name, limit=1)
+            last = newest[0] if newest else None
+            out.append(rehearsal_status(ac.name, ac.rehearsal_period, last, now))
+        return out
 
     def held(self, action: str | None = None, *, limit: int = 1000) -> list[Operation]:
         """``validated`` rows a control is holding back (listed, never failed)."""
