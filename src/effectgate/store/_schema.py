@@ -28,6 +28,7 @@ __all__ = [
     "grants_tables",
     "ledger_tables",
     "migrate",
+    "model_window_end_columns",
     "model_window_tables",
     "policy_tables",
     "principals_tables",
@@ -292,6 +293,7 @@ def shared_migrations(t: Types) -> list[str]:
         request_key_tables(t),  # request keys bound to minted operation ids (_request_keys.py)
         rehearsal_tables(t),  # kill switch rehearsals (store/_rehearsals.py)
         model_window_tables(t),  # a comparison window per new proposer model (_model_windows.py)
+        model_window_end_columns(t),  # how each window ended (store/_model_windows.py)
     ]
 
 
@@ -614,4 +616,16 @@ CREATE TABLE model_windows (
     opened_at {real} NOT NULL, closes_at {real} NOT NULL,
     PRIMARY KEY (action, model, harness_version)
 ){clustered}
+""".format(**asdict(t))
+
+
+def model_window_end_columns(t: Types) -> str:
+    """How a model window ended (store/_model_windows.py, issue 39 item 13): when, its outcome
+    (``passed``, ``failed``, ``demoted``, ``measured``) and the figures it was judged on. NULL
+    ``closed_at``: still open."""
+    return """
+ALTER TABLE model_windows ADD COLUMN closed_at {real};
+ALTER TABLE model_windows ADD COLUMN outcome {text};
+ALTER TABLE model_windows ADD COLUMN compared {int};
+ALTER TABLE model_windows ADD COLUMN disagreement_rate {real}
 """.format(**asdict(t))

@@ -12,6 +12,7 @@ from effectgate.store.base import Operation
 
 if TYPE_CHECKING:
     from effectgate._core.controls import (
+        Alert,
         ApprovalOutcome,
         ApprovalRecord,
         ApprovalRequest,
@@ -273,5 +274,19 @@ class ModelWindows(Protocol):
     ) -> ModelWindow | None:
         """First sight of the provenance: the window, shadow mode on and the alert in one
         transaction; None when it was seen before."""
+
+    def close_model_window(
+        self,
+        window: ModelWindow,
+        *,
+        outcome: str,
+        compared: int,
+        disagreement_rate: float,
+        lift_shadow: bool,
+        alert: Alert | None,
+        now: float,
+    ) -> ModelWindow | None:
+        """End an open window with its outcome, figures and alert in one transaction, lifting
+        shadow mode when allowed and still the model change's; None: closed already."""
 
     def model_windows(self, action: str | None = None) -> list[ModelWindow]: ...
