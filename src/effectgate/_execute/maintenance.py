@@ -41,7 +41,15 @@ DIVERGENCE_ALERTS = frozenset(
     {"orphan", "duplicate-effect", "ledger-says-failed", "resolution-contradicted"}
     | {
         f"ledger-says-{s}"
-        for s in ("proposed", "awaiting_approval", "validated", "rejected", "denied", "shadowed")
+        for s in (
+            "proposed",
+            "awaiting_approval",
+            "validated",
+            "rejected",
+            "denied",
+            "shadowed",
+            "superseded",
+        )
     }
 )
 

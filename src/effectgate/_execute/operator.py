@@ -21,12 +21,14 @@ from effectgate._core.controls import (
     Envelope,
     parse_axis_value,
 )
+from effectgate._core.effects import is_proposal_handle
 from effectgate._core.intent import ActionClass, Registry
 from effectgate._core.model_window import ModelWindow
 from effectgate._core.rehearsal import Rehearsal, RehearsalStatus, rehearsal_status
 from effectgate._core.states import State
 from effectgate._evidence.audit import VerifyResult, export_bundle, verify_store
 from effectgate._execute.alerts import AlertSink
+from effectgate._execute.minting import mint
 from effectgate._execute.rehearsal import BlastRadius, blast_radius
 from effectgate._execute.rehearsal import drill as run_drill
 from effectgate._execute.shadow import ShadowReport, build_report
@@ -283,6 +285,9 @@ class Operator:
                 reason=reason,
                 now=now,
                 roles=claimed,
+                # A proposal handle becomes an operation at its completing approval: the id
+                # is minted here, once per answer, and used only if this answer completes it.
+                mint_as=mint() if is_proposal_handle(operation_id) else None,
             )
         except ApprovalError as exc:
             self.store.append_audit(
@@ -298,7 +303,8 @@ class Operator:
                 f"the approval window of {operation_id!r} closed; it is now denied"
             )
         if approve and self.on_approved is not None:
-            self.on_approved(scope, operation_id, who)
+            # The approvals now live under the operation's id (a handed-over proposal's too).
+            self.on_approved(scope, outcome.operation.operation_id, who)
         return outcome
 
     def expire_approvals(self) -> list[Operation]:

@@ -32,6 +32,7 @@ __all__ = [
     "model_window_tables",
     "policy_tables",
     "principals_tables",
+    "proposal_handle_index",
     "rehearsal_tables",
     "release_columns",
     "request_key_tables",
@@ -294,6 +295,7 @@ def shared_migrations(t: Types) -> list[str]:
         rehearsal_tables(t),  # kill switch rehearsals (store/_rehearsals.py)
         model_window_tables(t),  # a comparison window per new proposer model (_model_windows.py)
         model_window_end_columns(t),  # how each window ended (store/_model_windows.py)
+        proposal_handle_index(t),  # a proposal handed over at approval (store/_handover.py)
     ]
 
 
@@ -629,3 +631,20 @@ ALTER TABLE model_windows ADD COLUMN outcome {text};
 ALTER TABLE model_windows ADD COLUMN compared {int};
 ALTER TABLE model_windows ADD COLUMN disagreement_rate {real}
 """.format(**asdict(t))
+
+
+def proposal_handle_index(t: Types) -> str:
+    """A minted-id class's proposal handed over at approval (store/_handover.py, issue 39 item
+    7): its request key is found by the handle it is bound to, and ``superseded`` becomes a
+    state the operations row may hold."""
+    # Where the dialect keeps a check on the state (PostgreSQL), re-create it with today's
+    # states: a ledger made earlier kept the list of its first migration.
+    refresh = (
+        ";\nALTER TABLE operations DROP CONSTRAINT IF EXISTS operations_state_check;\n"
+        f"ALTER TABLE operations ADD CONSTRAINT operations_state_check{t.state_check}"
+        if t.state_check
+        else ""
+    )
+    return f"""
+CREATE INDEX request_keys_by_operation ON request_keys (scope, operation_id){refresh}
+"""

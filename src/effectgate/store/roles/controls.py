@@ -142,8 +142,11 @@ class Approvals(Protocol):
         reason: str | None,
         now: float,
         roles: Collection[str] = (),
+        mint_as: str | None = None,
     ) -> ApprovalOutcome:
-        """One approver's answer to exactly this payload; releases or denies the row."""
+        """One approver's answer to exactly this payload; releases or denies the row. A
+        proposal handle's completing approval hands it over to the operation ``mint_as`` (a
+        ``minted:`` id; refused without one), which the outcome's row then is."""
 
     def bind_approval_precondition(
         self,
