@@ -214,3 +214,19 @@ def test_the_end_is_read_from_the_class_config(lines: str, error: str | None) ->
     else:
         with pytest.raises(ConfigError, match=error):
             parse_config(text, "x.toml")
+
+
+def test_the_cli_lists_how_a_window_ended(tmp_path) -> None:
+    from effectgate import SQLiteStore
+    from servicekit import run_cli
+
+    path = tmp_path / "ledger.db"
+    w = watched(SQLiteStore(str(path)), WindowEnd(cases=1, max_disagreement=0.0))
+    case(w, 1, agree=False)
+    assert settle(w) == ["model-window-failed"]
+    w.store.close()
+    out = run_cli(
+        "shadow", "windows", "submit_order", env={"EFFECTGATE_STORE": f"sqlite:///{path}"}
+    )
+    assert out.returncode == 0, out.stderr
+    assert "model model-a" in out.stdout and "ended demoted" in out.stdout
