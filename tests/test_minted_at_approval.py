@@ -260,3 +260,64 @@ def test_an_upgraded_postgresql_ledger_accepts_the_superseded_state(
         assert "superseded" in check
     finally:
         pg.drop_schema(url, schema)
+
+
+class TestHandOverUnderConcurrencyAndRounds:
+    def test_a_partial_approval_mints_nothing(self, store: Store) -> None:
+        """Two approvers needed: the first answer leaves the proposal under its handle; the
+        second mints the id (invariant 1: one operation)."""
+        from dataclasses import replace
+
+        from effectgate import Registry, Tier
+        from effectgate.examples import cancel_order_class, submit_order_class
+
+        w = make_world(store, "minted")
+        w.gate.registry = Registry(
+            [
+                replace(
+                    submit_order_class(), operation_ids="minted", tier_floor=Tier.MULTI_APPROVE
+                ),
+                cancel_order_class(),
+            ]
+        )
+        waiting = w.gate.submit("submit_order", "req-2", INTENT)
+        handle, fp = waiting.operation_id, waiting.fingerprint
+        assert waiting.state is State.AWAITING_APPROVAL and PROPOSAL.fullmatch(handle)
+        first = w.operator.approve(handle, fingerprint=fp, approver="al")
+        assert not first.complete and first.operation.operation_id == handle
+        assert minted_ids(w) == set()
+        second = w.operator.approve(handle, fingerprint=fp, approver="bo")
+        assert second.complete and MINTED.fullmatch(second.operation.operation_id)
+        approvers = w.store.list_approvals("default", second.operation.operation_id)
+        assert sorted(a.approver for a in approvers) == ["al", "bo"]
+
+    def test_reproposals_racing_the_approval_open_no_second_action(self, minted: World) -> None:
+        """Invariant 1 across threads: proposals under the key while the approval hands the
+        proposal over each get the proposal or the operation, never a new one; one effect."""
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        waiting = minted.gate.submit("submit_order", "req-race", BIG)
+        barrier = threading.Barrier(5)
+
+        def propose() -> str:
+            barrier.wait()
+            return minted.gate.submit("submit_order", "req-race", BIG).operation_id
+
+        def approve() -> str:
+            barrier.wait()
+            out = minted.operator.approve(
+                waiting.operation_id, fingerprint=waiting.fingerprint, approver="al"
+            )
+            return out.operation.operation_id
+
+        with ThreadPoolExecutor(5) as pool:
+            proposed = [pool.submit(propose) for _ in range(4)]
+            minted_id = pool.submit(approve).result()
+            seen = {f.result() for f in proposed}
+        assert seen <= {waiting.operation_id, minted_id} and MINTED.fullmatch(minted_id)
+        assert minted.gate.submit("submit_order", "req-race", BIG).operation_id == minted_id
+        minted.gate.dispatch(minted_id)
+        assert minted.venue.effect_count == 1 and minted_ids(minted) == {minted_id}
+        assert sorted(minted.store.count_by_state().values()) == [1, 1]
+        checked(minted)
