@@ -199,6 +199,7 @@ def test_every_ledger_state_tells_a_model_one_outcome(state: State) -> None:
         State.PROPOSED: "held",
         State.SUBMITTED: "uncertain",
         State.QUARANTINED: "held",  # never dispatched: see the test below
+        State.SUPERSEDED: "held",  # its operation, minted at approval, carries on
     }
     assert outcome.value == expected[state] and message.endswith(".")
     if outcome is ModelOutcome.UNCERTAIN or outcome is ModelOutcome.HELD:

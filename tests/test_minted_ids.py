@@ -1,7 +1,8 @@
 """Operation ids minted at the decision (issue 39 item 7), on every store.
 
 A class with ``operation_ids = "minted"`` takes the caller's id as a request key: the boundary
-mints the operation id when the policy decides, binds the key to it, and returns it. The
+mints the operation id when the policy lets the action run, binds the key to it, and returns it
+(a proposal that needs an approval is minted at the approval: tests/test_minted_at_approval.py). The
 guarantees checked: invariant 1 (one operation and one dispatch per deliberate action, however
 often the proposal is repeated) and invariant 2 (a key reused with another payload is refused).
 """
@@ -149,42 +150,6 @@ class TestMinted:
         assert (info.value.field, info.value.reason) == ("operation_id", "unknown_minted_operation")
         assert minted.store.count_by_state() == {} and minted.adapter.execute_calls == 0
         assert minted.kinds(made_up) == ["intent_refused"]
-
-    def test_the_approval_path_mints_at_the_decision_and_runs_once_approved(
-        self, minted: World
-    ) -> None:
-        """A proposal that needs an approval gets its minted id when the policy sends it to
-        approval; the approver approves that id, the venue sees only it, and re-proposing
-        the same request key before or after the approval opens no second action
-        (invariant 1)."""
-        waiting = minted.gate.submit("submit_order", "req-big", BIG)
-        assert waiting.state is State.AWAITING_APPROVAL and MINTED.fullmatch(waiting.operation_id)
-        again = minted.gate.submit("submit_order", "req-big", BIG)
-        assert again.operation_id == waiting.operation_id and again.replayed
-        assert [o.operation_id for o in minted.operator.pending()] == [waiting.operation_id]
-        assert minted.adapter.execute_calls == 0
-        outcome = minted.operator.approve(
-            waiting.operation_id, fingerprint=waiting.fingerprint, approver="alice"
-        )
-        assert outcome.complete and outcome.operation.state is State.VALIDATED
-        done = minted.gate.dispatch(waiting.operation_id)
-        assert done.state is State.ACKNOWLEDGED
-        after = minted.gate.submit("submit_order", "req-big", BIG)
-        assert after.operation_id == waiting.operation_id and after.replayed
-        assert [r.operation_key for r in minted.adapter.requests] == [
-            f"default:{waiting.operation_id}"
-        ]
-        assert minted.venue.effect_count == 1
-
-    def test_a_rejected_proposal_keeps_its_minted_id(self, minted: World) -> None:
-        """The decision mints the id whatever it decides: a rejection is journalled under it,
-        and the same request key replays the rejection."""
-        over = dict(EXAMPLE_ORDER, quantity="5000")  # 500000 > the limit
-        first = minted.gate.submit("submit_order", "req-no", over)
-        assert first.state is State.REJECTED and MINTED.fullmatch(first.operation_id)
-        again = minted.gate.submit("submit_order", "req-no", over)
-        assert again.operation_id == first.operation_id and again.replayed
-        assert minted.adapter.execute_calls == 0
 
 
 class TestDurability:

@@ -18,10 +18,12 @@ __all__ = [
     "MAX_RETRIES",
     "MINTED_PREFIX",
     "OPERATION_ID_MODES",
+    "PROPOSAL_PREFIX",
     "check_compensations",
     "check_effect_requirements",
     "is_continuation_id",
     "is_minted_id",
+    "is_proposal_handle",
 ]
 
 #: At most this many retries of one original, whatever a class declares.
@@ -35,6 +37,10 @@ CONTINUATION_PREFIX = "cont:"
 #: Operation ids in this namespace are minted by the boundary at the decision (a class with
 #: ``operation_ids = "minted"``); a caller never chooses one (docs/service.md).
 MINTED_PREFIX = "minted:"
+#: A minted-id class's proposal that no decision let run (it waits for approval, or policy
+#: refused it) is journalled under a handle in this namespace: a name for the proposal, never
+#: an operation id; nothing is dispatched under it. Approval mints the operation id.
+PROPOSAL_PREFIX = "proposal:"
 #: Who supplies a class's operation ids: the caller (its request key is the id), or the
 #: boundary, which mints one at the decision and binds the caller's request key to it.
 OPERATION_ID_MODES = ("caller", "minted")
@@ -46,6 +52,10 @@ def is_continuation_id(operation_id: object) -> bool:
 
 def is_minted_id(operation_id: object) -> bool:
     return isinstance(operation_id, str) and operation_id.startswith(MINTED_PREFIX)
+
+
+def is_proposal_handle(operation_id: object) -> bool:
+    return isinstance(operation_id, str) and operation_id.startswith(PROPOSAL_PREFIX)
 
 
 def check_effect_requirements(

@@ -36,6 +36,7 @@ from effectgate._core.effects import OPERATION_ID_MODES, check_effect_requiremen
 from effectgate._core.frozen import quick_init
 from effectgate._core.jsonparse import copy_object, load_document, refuse_floats, show
 from effectgate._core.messages import intent_error
+from effectgate._core.model_window import WindowEnd
 from effectgate._core.signals import RepeatKey, check_signal_fields, target_lane, watched_names
 from effectgate._core.speculation import Speculation
 from effectgate._core.venue import VenueContract
@@ -257,6 +258,9 @@ class ActionClass:
     #: Seconds a shadow comparison window lasts when the class sees a new ``proposed_by``
     #: model or harness version (shadow mode goes on, ``model-changed`` alerts); None: off.
     model_window: float | None = None
+    #: How such a window ends: by count or time, judged against a disagreement rate
+    #: (:class:`~effectgate._core.model_window.WindowEnd`; the default: by time, not judged).
+    model_window_end: WindowEnd = field(default_factory=WindowEnd)
     #: What the venue promises (key, read view, sandbox): :mod:`effectgate._core.venue`.
     venue: VenueContract = field(default_factory=VenueContract)
     #: Speculative pre-execution (seed 000): :mod:`effectgate._core.speculation`; None: off.
@@ -406,6 +410,10 @@ class ActionClass:
             or window <= 0
         ):
             raise RegistryError(f"{self.name}: model_window must be a finite number > 0")
+        if not isinstance(self.model_window_end, WindowEnd):
+            raise RegistryError(f"{self.name}: model_window_end must be a WindowEnd")
+        if window is None and self.model_window_end != WindowEnd():
+            raise RegistryError(f"{self.name}: how a model window ends needs model_window")
 
     @property
     def hold_limit(self) -> float:

@@ -13,7 +13,13 @@ from typing import Final
 
 from effectgate._core.controls import Alert
 
-__all__ = ["REHEARSAL_KINDS", "Rehearsal", "rehearsal_overdue"]
+__all__ = [
+    "REHEARSAL_KINDS",
+    "Rehearsal",
+    "RehearsalStatus",
+    "rehearsal_overdue",
+    "rehearsal_status",
+]
 
 #: ``blast_radius``: a dry run; ``drill``: the switch really flipped on and back off.
 REHEARSAL_KINDS: Final = ("blast_radius", "drill")
@@ -57,3 +63,38 @@ def rehearsal_overdue(action: str, period: float, last: float | None, now: float
         {"last_rehearsal": last, "period": period},
         now,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class RehearsalStatus:
+    """Where one class stands on its rehearsal schedule at ``now``."""
+
+    action: str
+    #: Seconds between rehearsals (None: the class has no schedule).
+    period: float | None
+    #: The newest rehearsal of either kind (None: never rehearsed).
+    last: Rehearsal | None
+    #: When the next one is due (None: no schedule; the past: overdue).
+    due_at: float | None
+    #: A schedule whose period has passed since the last rehearsal (or with none at all).
+    overdue: bool
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "action": self.action,
+            "period": self.period,
+            "last": None if self.last is None else self.last.to_dict(),
+            "due_at": self.due_at,
+            "overdue": self.overdue,
+        }
+
+
+def rehearsal_status(
+    action: str, period: float | None, last: Rehearsal | None, now: float
+) -> RehearsalStatus:
+    """``action``'s status; overdue exactly when :func:`rehearsal_overdue` would alert."""
+    if period is None:
+        return RehearsalStatus(action, None, last, None, False)
+    at = None if last is None else last.at
+    overdue = rehearsal_overdue(action, period, at, now) is not None
+    return RehearsalStatus(action, period, last, now if at is None else at + period, overdue)

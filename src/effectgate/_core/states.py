@@ -31,10 +31,20 @@ class State(StrEnum):
     ACKNOWLEDGED = "acknowledged"
     FAILED = "failed"
     QUARANTINED = "quarantined"
+    #: A minted-id class's proposal whose approvals completed: the action continues as a new
+    #: operation under the id minted then (``detail`` names it); this row never runs.
+    SUPERSEDED = "superseded"
 
 
 TERMINAL: frozenset[State] = frozenset(
-    {State.REJECTED, State.DENIED, State.SHADOWED, State.ACKNOWLEDGED, State.FAILED}
+    {
+        State.REJECTED,
+        State.DENIED,
+        State.SHADOWED,
+        State.ACKNOWLEDGED,
+        State.FAILED,
+        State.SUPERSEDED,
+    }
 )
 NON_TERMINAL: frozenset[State] = frozenset(State) - TERMINAL
 
@@ -45,7 +55,8 @@ NON_TERMINAL: frozenset[State] = frozenset(State) - TERMINAL
 # round: both are the pre-dispatch pipeline's only two ways back.
 TRANSITIONS: dict[State, frozenset[State]] = {
     State.PROPOSED: frozenset({State.REJECTED, State.AWAITING_APPROVAL, State.VALIDATED}),
-    State.AWAITING_APPROVAL: frozenset({State.VALIDATED, State.DENIED}),
+    # -> superseded: only a minted-id class's proposal handle, as its approvals complete.
+    State.AWAITING_APPROVAL: frozenset({State.VALIDATED, State.DENIED, State.SUPERSEDED}),
     State.VALIDATED: frozenset(
         {State.SHADOWED, State.SUBMITTED, State.REJECTED, State.AWAITING_APPROVAL}
     ),

@@ -223,8 +223,10 @@ class Gate:
             recheck = check_token(
                 self, ac, parsed, decision, evaluation_token, scope, principal, run
             )
-        # The id to journal under: the caller's, or minted now, at the decision (.minting).
-        operation_id = operation_id_for(store, clock, ac, parsed, scope, operation_id, admission)
+        # The id to journal under: the caller's, minted now, or a proposal handle (.minting).
+        operation_id = operation_id_for(
+            store, clock, ac, parsed, decision, scope, operation_id, admission
+        )
         spec = active_speculation(self, ac) if ac.speculation else None
         # A speculating class stops at validated: the dry run comes before any dispatch.
         # With a pipeline configured (or a continuation admitted) the row stops at validated

@@ -14,6 +14,10 @@
   bound: an operator's resolution is overdue (invariants 10 and 11).
 - ``rehearsal-overdue``: a class with a ``rehearsal_period`` whose kill switch was not
   rehearsed (dry run or drill) within it (:mod:`effectgate._execute.rehearsal`).
+- ``model-window-failed``, ``model-window-ended``, ``model-window-overdue``: a model change's
+  comparison window that ended over its disagreement limit, ended unjudged, or is past its
+  time without its cases; a window that passes lifts shadow mode
+  (:mod:`effectgate._execute.model_change`).
 
 Alerts are stored once per subject, so running the checks every pass pages once.
 """
@@ -24,6 +28,7 @@ from effectgate._core.controls import Alert
 from effectgate._core.intent import HORIZON_RETENTION_RATIO, Registry
 from effectgate._core.states import State
 from effectgate._execute.alerts import AlertSink, raise_alert
+from effectgate._execute.model_change import settle_model_windows
 from effectgate._execute.rehearsal import overdue_rehearsals
 from effectgate.store.roles import Store
 
@@ -36,7 +41,15 @@ DIVERGENCE_ALERTS = frozenset(
     {"orphan", "duplicate-effect", "ledger-says-failed", "resolution-contradicted"}
     | {
         f"ledger-says-{s}"
-        for s in ("proposed", "awaiting_approval", "validated", "rejected", "denied", "shadowed")
+        for s in (
+            "proposed",
+            "awaiting_approval",
+            "validated",
+            "rejected",
+            "denied",
+            "shadowed",
+            "superseded",
+        )
     }
 )
 
@@ -153,6 +166,7 @@ def check_maintenance(
             )
     for alert in overdue_rehearsals(store, registry, now=now):
         emit(alert)
+    raised.extend(settle_model_windows(store, registry, sink, now=now))
     # Divergences are recorded once by the reconciler; alerting from the table as well means a
     # reconciler that died between recording and alerting still pages on the next check.
     for d in store.list_divergences(limit=100_000):

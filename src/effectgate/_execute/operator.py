@@ -21,12 +21,14 @@ from effectgate._core.controls import (
     Envelope,
     parse_axis_value,
 )
+from effectgate._core.effects import is_proposal_handle
 from effectgate._core.intent import ActionClass, Registry
 from effectgate._core.model_window import ModelWindow
-from effectgate._core.rehearsal import Rehearsal
+from effectgate._core.rehearsal import Rehearsal, RehearsalStatus, rehearsal_status
 from effectgate._core.states import State
 from effectgate._evidence.audit import VerifyResult, export_bundle, verify_store
 from effectgate._execute.alerts import AlertSink
+from effectgate._execute.minting import mint
 from effectgate._execute.rehearsal import BlastRadius, blast_radius
 from effectgate._execute.rehearsal import drill as run_drill
 from effectgate._execute.shadow import ShadowReport, build_report
@@ -128,6 +130,18 @@ class Operator:
         if action is not None:
             self._class(action)
         return self.store.list_rehearsals(action, limit=limit)
+
+    def rehearsal_status(self, action: str | None = None) -> list[RehearsalStatus]:
+        """Each class (or ``action``) against its ``rehearsal_period``: the last rehearsal,
+        when the next is due, and whether it is overdue (as ``rehearsal-overdue`` pages)."""
+        classes = [self._class(action)] if action is not None else list(self.registry)
+        now = self.clock()
+        out = []
+        for ac in classes:
+            newest = self.store.list_rehearsals(ac.name, limit=1)
+            last = newest[0] if newest else None
+            out.append(rehearsal_status(ac.name, ac.rehearsal_period, last, now))
+        return out
 
     def held(self, action: str | None = None, *, limit: int = 1000) -> list[Operation]:
         """``validated`` rows a control is holding back (listed, never failed)."""
@@ -271,6 +285,9 @@ class Operator:
                 reason=reason,
                 now=now,
                 roles=claimed,
+                # A proposal handle becomes an operation at its completing approval: the id
+                # is minted here, once per answer, and used only if this answer completes it.
+                mint_as=mint() if is_proposal_handle(operation_id) else None,
             )
         except ApprovalError as exc:
             self.store.append_audit(
@@ -286,7 +303,8 @@ class Operator:
                 f"the approval window of {operation_id!r} closed; it is now denied"
             )
         if approve and self.on_approved is not None:
-            self.on_approved(scope, operation_id, who)
+            # The approvals now live under the operation's id (a handed-over proposal's too).
+            self.on_approved(scope, outcome.operation.operation_id, who)
         return outcome
 
     def expire_approvals(self) -> list[Operation]:

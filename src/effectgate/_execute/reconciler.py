@@ -65,6 +65,7 @@ NEVER_DISPATCHED = frozenset(
         State.REJECTED,
         State.DENIED,
         State.SHADOWED,
+        State.SUPERSEDED,
     }
 )
 #: Divergences that page (and make ``effectgate reconcile`` exit 3): an effect outside the

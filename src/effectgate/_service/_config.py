@@ -31,6 +31,7 @@ from effectgate._core.intent import (
     Registry,
     Tier,
 )
+from effectgate._core.model_window import ON_FAIL, WindowEnd
 from effectgate._core.policy import LimitPolicy, PolicySet
 from effectgate._core.venue import LISTING_MODES, REVISION_NAMES, KeyHonour, ReadView, VenueContract
 from effectgate._service._anchor_config import AnchorConfig, anchor_section
@@ -544,6 +545,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
     hold_bound = sec.number("hold_bound", 1.0) if sec.has("hold_bound") else None
     rehearsal = sec.number("rehearsal_period", 1.0) if sec.has("rehearsal_period") else None
     model_window = sec.number("model_window", 1.0) if sec.has("model_window") else None
+    window_end = _window_end(sec, model_window is not None)
     venue = _venue_contract(sec.table("venue"))
     speculation = speculation_section(sec.table("speculation"))
     retries = sec.integer("retries", 0, minimum=0, maximum=7)
@@ -568,6 +570,7 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             hold_bound=hold_bound,
             rehearsal_period=rehearsal,
             model_window=model_window,
+            model_window_end=window_end,
             venue=venue,
             speculation=speculation,
             retries=retries,
@@ -594,6 +597,20 @@ def _action_class(name: str, sec: Section, adapters: Mapping[str, AdapterConfig]
             sec.fail(key, f"says {sorted(expected)} but the schema has {sorted(actual)}")
     sec.done()
     return ac
+
+
+def _window_end(sec: Section, windowed: bool) -> WindowEnd:
+    """``model_window_cases``, ``model_window_max_disagreement``, ``model_window_on_fail``."""
+    cases = sec.integer("model_window_cases", 1) if sec.has("model_window_cases") else None
+    key = "model_window_max_disagreement"
+    rate = sec.number(key, 0.0, exclusive=False) if sec.has(key) else None
+    if rate is not None and rate > 1:
+        sec.fail(key, "must be a rate from 0 to 1")
+    on_fail = sec.text("model_window_on_fail", "demote", choices=list(ON_FAIL)) or "demote"
+    end = WindowEnd(cases, rate, on_fail)
+    if end != WindowEnd() and not windowed:
+        sec.fail("model_window", "is required when the class says how its model windows end")
+    return end
 
 
 def _venue_contract(sec: Section | None) -> VenueContract:

@@ -17,11 +17,13 @@ from effectgate._core.controls import (
     ClassControls,
     ShadowPair,
 )
+from effectgate._core.effects import is_minted_id, is_proposal_handle
 from effectgate._core.states import State
-from effectgate.errors import DuplicateApprover
+from effectgate.errors import DuplicateApprover, NotAwaitingApproval
 from effectgate.store import _guard as g
 from effectgate.store import _journal as j
 from effectgate.store import _sql as sql
+from effectgate.store._handover import hand_over
 from effectgate.store._hooks import Hold, StoreHooks, scoped
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import Operation, credential_marker, dumps, where
@@ -289,9 +291,11 @@ class ControlRoles(StoreHooks):
         reason: str | None,
         now: float,
         roles: Collection[str] = (),
+        mint_as: str | None = None,
     ) -> ApprovalOutcome:
         """One answer; ``roles``: the approver roles the approver's verified credential
-        asserts, kept with the approval for the check before dispatch."""
+        asserts, kept with the approval for the check before dispatch. ``mint_as``: the
+        operation id a proposal handle's completing approval hands it over to (_handover)."""
         claimed = json.dumps(sorted(set(roles))) if roles else None
 
         def work(tx: SharedTx, row: Operation | None) -> ApprovalOutcome:
@@ -358,6 +362,15 @@ class ControlRoles(StoreHooks):
                 # to the standing dispatcher, recorded on the row and in its audit entry.
                 release = bool(req and req[0][4])
                 done = {"approvals": count, "required": required, "released": release}
+                if is_proposal_handle(operation_id):
+                    # A minted-id class's proposal: its operation id is minted now.
+                    if mint_as is None or not is_minted_id(mint_as):
+                        raise NotAwaitingApproval(
+                            f"{operation_id!r} is a proposal handle: completing its approvals "
+                            "mints its operation id (Operator.approve gives one)"
+                        )
+                    minted = hand_over(tx, row, mint_as, now, done, release)
+                    return ApprovalOutcome(minted, count, required, released=release)
                 row = j.move_locked(tx, row, State.VALIDATED, now, None, done)
                 if release:
                     tx.write(

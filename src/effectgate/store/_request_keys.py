@@ -1,15 +1,18 @@
 """The request-keys role: a minted-id class's request key, bound once to the operation the
 boundary minted for it (docs/service.md, "Operation ids: caller or minted").
 
-A binding maps ``(scope, class, request key)`` to ``(fingerprint, operation id)``. It is written
-in its own transaction before the operation's row, so every proposal under that key, before or
-after a crash between the two, journals the same operation: the primary key decides the
-binding, and the operations row's unique key decides the row (invariant 1). A key bound with
-another fingerprint is refused by the caller; the store records only the refusal's audit line.
+A binding maps ``(scope, class, request key)`` to ``(fingerprint, operation id)``, or to a
+proposal handle until an approval mints the id (the hand-over rebinds it: store/_handover.py).
+It is written in its own transaction before the operation's row, so every proposal under that
+key, before or after a crash between the two, journals the same operation: the primary key
+decides the binding, and the operations row's unique key decides the row (invariant 1). A key
+bound with another fingerprint is refused by the caller; the store records only the refusal's
+audit line.
 """
 
 from __future__ import annotations
 
+from effectgate._core.effects import is_proposal_handle
 from effectgate.store._hooks import Hold, StoreHooks
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import Operation
@@ -40,7 +43,13 @@ class RequestKeyRoles(StoreHooks):
                 (scope, action, request_key, fingerprint, operation_id, now),
             ):
                 detail = {"action": action, "request_key": request_key, "fingerprint": fingerprint}
-                tx.audit("operation_id_minted", detail, now, scope, operation_id)
+                # A proposal handle is no operation id: the id is minted at its approval.
+                kind = (
+                    "proposal_handle_bound"
+                    if is_proposal_handle(operation_id)
+                    else ("operation_id_minted")
+                )
+                tx.audit(kind, detail, now, scope, operation_id)
                 return operation_id, fingerprint
             row = tx.rows(
                 "SELECT operation_id, fingerprint FROM request_keys WHERE scope = ? AND "

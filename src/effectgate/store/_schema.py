@@ -28,9 +28,11 @@ __all__ = [
     "grants_tables",
     "ledger_tables",
     "migrate",
+    "model_window_end_columns",
     "model_window_tables",
     "policy_tables",
     "principals_tables",
+    "proposal_handle_index",
     "rehearsal_tables",
     "release_columns",
     "request_key_tables",
@@ -292,6 +294,8 @@ def shared_migrations(t: Types) -> list[str]:
         request_key_tables(t),  # request keys bound to minted operation ids (_request_keys.py)
         rehearsal_tables(t),  # kill switch rehearsals (store/_rehearsals.py)
         model_window_tables(t),  # a comparison window per new proposer model (_model_windows.py)
+        model_window_end_columns(t),  # how each window ended (store/_model_windows.py)
+        proposal_handle_index(t),  # a proposal handed over at approval (store/_handover.py)
     ]
 
 
@@ -615,3 +619,32 @@ CREATE TABLE model_windows (
     PRIMARY KEY (action, model, harness_version)
 ){clustered}
 """.format(**asdict(t))
+
+
+def model_window_end_columns(t: Types) -> str:
+    """How a model window ended (store/_model_windows.py, issue 39 item 13): when, its outcome
+    (``passed``, ``failed``, ``demoted``, ``measured``) and the figures it was judged on. NULL
+    ``closed_at``: still open."""
+    return """
+ALTER TABLE model_windows ADD COLUMN closed_at {real};
+ALTER TABLE model_windows ADD COLUMN outcome {text};
+ALTER TABLE model_windows ADD COLUMN compared {int};
+ALTER TABLE model_windows ADD COLUMN disagreement_rate {real}
+""".format(**asdict(t))
+
+
+def proposal_handle_index(t: Types) -> str:
+    """A minted-id class's proposal handed over at approval (store/_handover.py, issue 39 item
+    7): its request key is found by the handle it is bound to, and ``superseded`` becomes a
+    state the operations row may hold."""
+    # Where the dialect keeps a check on the state (PostgreSQL), re-create it with today's
+    # states: a ledger made earlier kept the list of its first migration.
+    refresh = (
+        ";\nALTER TABLE operations DROP CONSTRAINT IF EXISTS operations_state_check;\n"
+        f"ALTER TABLE operations ADD CONSTRAINT operations_state_check{t.state_check}"
+        if t.state_check
+        else ""
+    )
+    return f"""
+CREATE INDEX request_keys_by_operation ON request_keys (scope, operation_id){refresh}
+"""

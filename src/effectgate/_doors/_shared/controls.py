@@ -247,7 +247,8 @@ def controls_router(
                 # The approval released it: dispatch now rather than at the standing
                 # dispatcher's next pass (the kill switch, breaker and envelope are checked in
                 # the dispatching transaction, as for any row; the compare-and-set decides).
-                row = service.gate.dispatch(operation_id, scope=scope)
+                # A minted-id proposal's row is the operation its approval minted.
+                row = service.gate.dispatch(row.operation_id, scope=scope)
             return {
                 "operation": operation_dict(row, service.config.registry),
                 "approvals": out.approvals,

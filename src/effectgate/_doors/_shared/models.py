@@ -147,6 +147,14 @@ def describe(op: Operation, horizon: float | None = None) -> tuple[ModelOutcome,
             "operation id to learn the outcome (sending the same request again with it is "
             "safe). Do not send it under a new operation id, which would be a second action."
         )
+    if state is State.SUPERSEDED:
+        # A minted-id proposal whose approvals completed: its detail names the operation.
+        return ModelOutcome.HELD, (
+            f"Approved ({why}): the action is now an operation of its own; ask for that "
+            "operation id, or send your request key again, to learn its outcome. Nothing is "
+            "sent under this proposal handle; do not propose it again under a new operation "
+            "id, which would be a second action."
+        )
     if state is State.PROPOSED:
         return ModelOutcome.HELD, "Journalled, not decided yet: nothing has been sent. " + check
     if state is State.VALIDATED:

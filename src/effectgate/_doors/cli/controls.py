@@ -263,6 +263,8 @@ def approvals_approve(
     line = (
         f"{operation_id}: {out.approvals}/{out.required} approvals; now {out.operation.state.value}"
     )
+    if out.operation.operation_id != operation_id:
+        line += f"; its operation id, minted now: {out.operation.operation_id}"
     if out.released:
         line += f"; released for dispatch: {_dispatch_hint(store, 'it')}"
     elif out.complete:

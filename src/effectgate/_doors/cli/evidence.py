@@ -110,6 +110,7 @@ def shadow_windows(
             f"{w.action}: model {w.model} harness {w.harness_version} from "
             f"{timestamp(w.opened_at)} to {timestamp(w.closes_at)}: compared {r.compared}, "
             f"disagreement rate {r.disagreement_rate}"
+            + ("" if w.outcome is None else f"; ended {w.outcome} at {timestamp(w.closed_at)}")
         )
 
 

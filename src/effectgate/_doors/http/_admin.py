@@ -11,6 +11,7 @@ its own. Sections:
   :mod:`effectgate._doors._shared.controls`
 * principals and their tokens: :mod:`effectgate._doors.http._tokens`
 * runs: list, seal, snapshots: :mod:`effectgate._doors.http._runs`
+* kill switch rehearsals: :mod:`effectgate._doors.http._rehearsals`
 """
 
 import time
@@ -25,6 +26,7 @@ from effectgate._core.states import State
 from effectgate._doors._shared.controls import controls_router, visible_scope
 from effectgate._doors._shared.models import OperationOut, operation_dict
 from effectgate._doors.http._budgets import operator_budgets_router
+from effectgate._doors.http._rehearsals import rehearsals_router
 from effectgate._doors.http._runs import operator_runs_router
 from effectgate._doors.http._tokens import tokens_router
 from effectgate._execute.record import uncertain_cause
@@ -183,6 +185,8 @@ def admin_router(
             for d in rows
         ]
 
+    # Before the controls: its literal /kill/rehearsals paths must win over /kill/{action}.
+    router.include_router(rehearsals_router(service, operator, errors))
     router.include_router(controls_router(service, operator, approver, errors))
     router.include_router(tokens_router(service, operator, errors))
     router.include_router(operator_runs_router(service, operator, errors))

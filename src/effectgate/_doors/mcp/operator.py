@@ -114,6 +114,8 @@ def _answer(
             reason=reason,
         )
     return {
+        # A minted-id proposal's completing approval names the operation it minted.
+        "operation_id": out.operation.operation_id,
         "state": out.operation.state.value,
         "approvals": out.approvals,
         "required": out.required,

@@ -108,8 +108,9 @@ REQUEST_KEY_SCHEMA: Final = {
     **OPERATION_ID_SCHEMA,
     "description": "A request key: choose it once per proposal and send it again on every "
     "retry of the proposal. effectgate mints the operation id and returns it in the result's "
-    "operation_id; send that (or the same key) to retry. The same key with another payload is "
-    "refused.",
+    "operation_id (a proposal waiting for approval carries a proposal: handle there until the "
+    "approval mints the id); send that (or the same key) to retry. The same key with another "
+    "payload is refused.",
 }
 
 

@@ -13,6 +13,7 @@ from effectgate.store.base import Operation
 if TYPE_CHECKING:
     from effectgate._core.breaker_signals import WindowCounts
     from effectgate._core.controls import (
+        Alert,
         ApprovalOutcome,
         ApprovalRecord,
         ApprovalRequest,
@@ -149,8 +150,11 @@ class Approvals(Protocol):
         reason: str | None,
         now: float,
         roles: Collection[str] = (),
+        mint_as: str | None = None,
     ) -> ApprovalOutcome:
-        """One approver's answer to exactly this payload; releases or denies the row."""
+        """One approver's answer to exactly this payload; releases or denies the row. A
+        proposal handle's completing approval hands it over to the operation ``mint_as`` (a
+        ``minted:`` id; refused without one), which the outcome's row then is."""
 
     def bind_approval_precondition(
         self,
@@ -281,5 +285,19 @@ class ModelWindows(Protocol):
     ) -> ModelWindow | None:
         """First sight of the provenance: the window, shadow mode on and the alert in one
         transaction; None when it was seen before."""
+
+    def close_model_window(
+        self,
+        window: ModelWindow,
+        *,
+        outcome: str,
+        compared: int,
+        disagreement_rate: float,
+        lift_shadow: bool,
+        alert: Alert | None,
+        now: float,
+    ) -> ModelWindow | None:
+        """End an open window with its outcome, figures and alert in one transaction, lifting
+        shadow mode when allowed and still the model change's; None: closed already."""
 
     def model_windows(self, action: str | None = None) -> list[ModelWindow]: ...
