@@ -9,10 +9,11 @@ from effectgate._sim.actors.budgets import Budgets
 from effectgate._sim.actors.continuations import Continuations
 from effectgate._sim.actors.grants import Grants
 from effectgate._sim.actors.speculation import Speculating
+from effectgate._sim.actors.venues import VenueModels
 
 __all__ = ["default_actors"]
 
 
 def default_actors() -> list[Actor]:
     """Fresh actors for one seed (they keep per-seed state)."""
-    return [Continuations(), Speculating(), Budgets(), Grants()]
+    return [Continuations(), Speculating(), Budgets(), Grants(), VenueModels()]
