@@ -7,6 +7,7 @@ from __future__ import annotations
 from effectgate._sim.actor import Actor
 from effectgate._sim.actors.budgets import Budgets
 from effectgate._sim.actors.continuations import Continuations
+from effectgate._sim.actors.doors import Doors
 from effectgate._sim.actors.grants import Grants
 from effectgate._sim.actors.speculation import Speculating
 from effectgate._sim.actors.venues import VenueModels
@@ -16,4 +17,4 @@ __all__ = ["default_actors"]
 
 def default_actors() -> list[Actor]:
     """Fresh actors for one seed (they keep per-seed state)."""
-    return [Continuations(), Speculating(), Budgets(), Grants(), VenueModels()]
+    return [Continuations(), Speculating(), Budgets(), Grants(), VenueModels(), Doors()]
