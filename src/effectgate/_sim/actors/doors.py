@@ -7,8 +7,10 @@ a string), on its own venue (``sim-door``, a lagging-venue model with no lag), a
 rebuilt after a crash). The HTTP app (``create_app``) and the MCP server (``build_server``) are
 built once per Python process over :class:`_Current`, which points at the running seed's
 service: building the FastAPI app costs ~0.3 s, more than a seed. Requests go through
-``httpx.ASGITransport`` and the MCP SDK's in-memory ``Client`` (``mode="auto"``: the SDK's
-direct in-process dispatch), each run to completion per step on a fresh event loop
+``httpx.ASGITransport``; MCP calls, one in four through the SDK's in-memory ``Client``
+(``mode="auto"``: its direct in-process dispatch; ~50 ms a call, as each new session lists the
+tools to validate the result), the others to the server's tool handler (``_call``, wrapped as
+the server's ``call_tool`` wraps it). Each runs to completion per step on a fresh event loop
 (``asyncio.run`` / ``anyio.run``); the gate runs in the door's worker thread, awaited, so nothing
 interleaves. The service's rate limiter is rebuilt on the world's clock (it reads
 ``time.monotonic`` by default).
@@ -37,10 +39,13 @@ from effectgate._sim import checks
 from effectgate._sim.actor import ProcessSpec, Steps
 from effectgate._sim.venues import adapters as va
 from effectgate._sim.venues import models
+from effectgate.errors import EffectgateError
 
 __all__ = ["DOOR_ACTION", "Doors"]
 
 DOOR_ACTION, ADAPTER, SCOPE = "door_charge", "sim-door", "door"
+#: The share of MCP calls made through the SDK's client rather than to the tool handler.
+SDK_SHARE = 0.25
 #: The agent's bearer token in the simulated config (a fixed test value, not a credential).
 TOKEN = "sim-door-agent-token"  # noqa: S105
 
@@ -121,6 +126,15 @@ class _Forward:
 
 
 _CURRENT = _Current()
+
+
+class _Result:
+    """A tool's error result, as the server's ``call_tool`` builds it from a refusal."""
+
+    def __init__(self, is_error: bool, structured_content: dict[str, Any]) -> None:
+        self.is_error, self.structured_content = is_error, structured_content
+
+
 _BUILT: dict[str, Any] = {}
 
 
@@ -147,6 +161,7 @@ def _mcp() -> Any:
 
         who = Principal("sim-agent", "agent", SCOPE)  # type: ignore[arg-type]
         _BUILT["mcp"] = build_server(_CURRENT, who)  # type: ignore[arg-type]
+        _BUILT["principal"] = who
     return _BUILT["mcp"]
 
 
@@ -236,12 +251,13 @@ class Doors:
                 out = []
                 for name, extra in _round(HOSTILE_MCP, rng):
                     op_id = self._new_id()
-                    error, code = self._call(op_id, {"amount": "1.00", **extra})
+                    sdk = rng.random() < SDK_SHARE
+                    error, code = self._call(op_id, {"amount": "1.00", **extra}, sdk=sdk)
                     self._refused(world, f"mcp {name}", op_id, error, rows_before, sent_before)
                     out.append(f"{op_id} {name} -> error={error} {code}")
                 return "; ".join(out)
             what, op_id, amount = self._pick(rng)
-            error, code = self._call(op_id, {"amount": amount})
+            error, code = self._call(op_id, {"amount": amount}, sdk=rng.random() < SDK_SHARE)
             status = 422 if error and code == "idempotency_conflict" else 400 if error else 200
         if what == "new":
             self.sent.append((op_id, amount))
@@ -287,7 +303,10 @@ class Doors:
         doc = response.json()
         return response.status_code, str(doc.get("code") or doc.get("state"))
 
-    def _call(self, op_id: str, extra: dict[str, object]) -> tuple[bool, str]:
+    def _call(self, op_id: str, extra: dict[str, object], *, sdk: bool) -> tuple[bool, str]:
+        """One tool call: through the SDK's in-memory client (``sdk``: ~50 ms, as the client
+        lists the tools to validate the result's schema in every new session), or to the
+        server's tool handler directly (a few ms)."""
         from mcp import Client
 
         args = {
@@ -299,11 +318,24 @@ class Doors:
             **extra,
         }
 
-        async def go() -> Any:
+        async def through_the_sdk() -> Any:
             async with Client(_mcp(), mode="auto") as client:
                 return await client.call_tool(DOOR_ACTION, args)
 
-        result = anyio.run(go)
+        async def to_the_handler() -> Any:
+            from mcp_types import CallToolRequestParams
+
+            from effectgate._doors._shared.models import problem_for
+            from effectgate._doors.mcp.server import _call
+
+            _mcp()  # the server and its principal, built once per process
+            params = CallToolRequestParams(name=DOOR_ACTION, arguments=args)
+            try:  # what the server's call_tool does around it
+                return await _call(_CURRENT, _BUILT["principal"], params)  # type: ignore[arg-type]
+            except EffectgateError as exc:
+                return _Result(True, problem_for(exc)[1])
+
+        result = anyio.run(through_the_sdk if sdk else to_the_handler)
         out = result.structured_content or {}
         return bool(result.is_error), str(out.get("code") or out.get("state"))
 
