@@ -100,6 +100,8 @@ class VenueModels:
         self.sent_keys: Counter[str] = Counter()
         self.step_violations: list[Violation] = []
         self.audit_seq = 0
+        self.actions = frozenset(name for name, _, _ in MODELS)
+        self.classes: list[ActionClass] = []
         self.reported: Counter[tuple[str, str, str]] = Counter()
 
     def steps(self) -> Steps:
@@ -115,10 +117,9 @@ class VenueModels:
                 self.models.append(model)
         names = spec.registry.names()
         if MODELS[0][0] not in names:
-            spec.registry = Registry(
-                [spec.registry.get(n) for n in names]
-                + [charge_class(action, a) for action, _, a in MODELS]
-            )
+            if not self.classes:  # built once per seed, not on every process build
+                self.classes = [charge_class(action, a) for action, _, a in MODELS]
+            spec.registry = Registry([*(spec.registry.get(n) for n in names), *self.classes])
         for m in self.models:
             spec.policies[m.action] = LimitPolicy()
             spec.adapters[m.adapter.name] = m.witness
@@ -205,6 +206,7 @@ class VenueModels:
         found, self.step_violations = self.step_violations, []
         self.calls += 1
         swept = False
+        seen: list[tuple[str, str]] = []
         for m in self.models:
             if m.witness is None:
                 continue
@@ -222,19 +224,20 @@ class VenueModels:
             if m.venue.listings != m.listed or final:
                 m.listed = m.venue.listings
                 swept = True
-                seen = [(e.key, e.venue_id) for e in m.venue.visible()]
-                found += duplicates_reported(world.store, [k for k, _ in seen])
-                found += checks.venue_records_accounted(world.store, seen)
+                seen += [(e.key, e.venue_id) for e in m.venue.visible()]
         if swept:
+            # One read of the divergences for every model listed (their keys never overlap).
+            found += duplicates_reported(world.store, [k for k, _ in seen])
+            found += checks.venue_records_accounted(world.store, seen)
             found += self._settled_right(world.store)
         if final or self.calls % 10 == 0:
             found += self._ground_truth(world.store)
         return found
 
     def _rows(self, store: Any, state: State) -> list[Any]:
-        actions = {m.action for m in self.models}
-        rows = store.list_operations(state=state, limit=1_000_000)
-        return [r for r in rows if r.action in actions]
+        # Only this actor's scope: the core workload's rows are most of the ledger.
+        rows = store.list_operations(state=state, scope=SCOPE, limit=1_000_000)
+        return [r for r in rows if r.action in self.actions]
 
     def _model(self, action: str) -> _Model:
         return next(m for m in self.models if m.action == action)
