@@ -84,6 +84,25 @@ class TestKeyContracts:
         assert len(venue.effects_for("s:b")) == 1  # applied, though its reply was lost
 
 
+class TestDeclaredContracts:
+    def test_venues_that_cannot_keep_a_key_declare_it_and_claim_no_exactly_once(self) -> None:
+        """Invariant 5 (docs/adapters.md, the venue contract): mail and the keyless venue
+        declare ``honours_key = "false"``, so no class on them claims exactly-once; no model
+        claims it without a conformance report either."""
+        from effectgate.adapters.conformance.kit import AT_MOST_ONCE, delivery_claim
+
+        declared = {cls.name: cls.contract.honours_key.value for _, _, cls in MODELS}
+        assert declared == {
+            "sim-window": "true",
+            "sim-token": "true",
+            "sim-mail": "false",
+            "sim-keyless": "false",
+            "sim-lagging": "true",
+        }
+        for name, honours in declared.items():
+            assert delivery_claim(honours, None, name)[0] == AT_MOST_ONCE
+
+
 class TestVenueActor:
     def test_clean_code_holds_every_invariant_with_the_venue_models(self) -> None:
         """Invariants 1-5 (the actor's checks and the shared ones) on a few seeds, alone and
