@@ -13,7 +13,7 @@ from effectgate._core.clock import ManualClock
 from effectgate._execute.adapter import OutboundRequest, Outcome
 from effectgate._sim.actor import Actor
 from effectgate._sim.actors import default_actors
-from effectgate._sim.actors.venues import MODELS, VenueModels
+from effectgate._sim.actors.venues import GATEWAY, MODELS, VenueModels
 from effectgate._sim.mutations import applied, by_name
 from effectgate._sim.mutations.hunt import hunt
 from effectgate._sim.simulator import run_seed
@@ -84,6 +84,23 @@ class TestKeyContracts:
         assert len(venue.effects_for("s:b")) == 1  # applied, though its reply was lost
 
 
+class TestGatewayModel:
+    def test_the_gateways_upstream_adapter_keeps_the_key_and_lists_what_the_tool_made(self) -> None:
+        """Invariant 5 through the MCP gateway's real upstream adapter: the key goes to the
+        simulated tool as its key argument, a repeat inside the window is the first effect,
+        the listing shows each effect under its key, and a tool error is unknown, not failed."""
+        venue = models.WindowVenue(ManualClock())
+        adapter = va.upstream_adapter(venue)
+        first = adapter.execute(_request("s:a", amount="12.34"), timeout=1.0)
+        again = adapter.execute(_request("s:a", amount="12.34"), timeout=1.0)
+        assert first.outcome is Outcome.APPLIED and again.venue_id == first.venue_id
+        assert dict(venue.effects[0].params)["amount"] == "12.34"  # sent as the number 12.34
+        listed = adapter.records(None, 10, timeout=1.0)
+        assert [(r.operation_key, r.venue_id) for r in listed] == [("s:a", first.venue_id)]
+        refused = adapter.execute(_request("s:b", account="acct-closed"), timeout=1.0)
+        assert refused.outcome is Outcome.UNKNOWN
+
+
 class TestDeclaredContracts:
     def test_venues_that_cannot_keep_a_key_declare_it_and_claim_no_exactly_once(self) -> None:
         """Invariant 5 (docs/adapters.md, the venue contract): mail and the keyless venue
@@ -125,7 +142,7 @@ class TestVenueActor:
                 if " venue-send: " in line and "-> acknowledged" in line:
                     sent[line.split(" venue-send: ")[1].split()[0]] += 1
                 reported.update(re.findall(r"([a-z-]+):venues:vm-", line))
-        assert set(sent) == {name for name, _, _ in MODELS}, sent
+        assert set(sent) == {*(name for name, _, _ in MODELS), GATEWAY}, sent
         late = reported["missing-at-venue"] + reported["ledger-says-failed"]
         assert reported["duplicate-effect"] > 0 and late > 0, reported
 

@@ -25,6 +25,7 @@ holds an effect (3, 4).
 
 from __future__ import annotations
 
+import importlib.util
 import random
 from collections import Counter
 from typing import Any, Literal
@@ -32,7 +33,9 @@ from typing import Any, Literal
 from effectgate._core.intent import ActionClass, EffectClass, IntentBase, PositiveDecimal, Registry
 from effectgate._core.policy import LimitPolicy
 from effectgate._core.states import State
+from effectgate._core.venue import VenueContract
 from effectgate._evidence.invariants import Violation, duplicates_reported
+from effectgate._execute.adapter import Adapter
 from effectgate._sim import checks
 from effectgate._sim.actor import ProcessSpec, Steps
 from effectgate._sim.venues import adapters as va
@@ -63,23 +66,31 @@ class Charge(IntentBase):
     currency: Literal["usd", "eur"]
 
 
-def charge_class(name: str, adapter: type[va.SimAdapter]) -> ActionClass:
+#: The sixth model, where the ``server`` extra is installed: the MCP gateway's real upstream
+#: adapter in front of a simulated upstream tool that honours its key argument for 24 h.
+GATEWAY = "vm_gateway"
+_HAS_GATEWAY = all(importlib.util.find_spec(m) is not None for m in ("mcp", "mcp_types"))
+
+
+def charge_class(name: str, adapter: str, contract: VenueContract) -> ActionClass:
     return ActionClass(
         name=name,
         model=Charge,
-        adapter=adapter.name,
+        adapter=adapter,
         effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
         visibility_horizon=HORIZON,
         key_retention=models.KEY_WINDOW,
-        venue=adapter.contract,
+        venue=contract,
     )
 
 
 class _Model:
     """One venue model as the actor holds it across process builds."""
 
-    def __init__(self, action: str, venue: models.SimVenue, adapter: va.SimAdapter) -> None:
-        self.action, self.venue, self.adapter = action, venue, adapter
+    def __init__(
+        self, action: str, venue: models.SimVenue, adapter: Adapter, contract: VenueContract
+    ) -> None:
+        self.action, self.venue, self.adapter, self.contract = action, venue, adapter, contract
         self.witness: checks.Witness | None = None
         self.checked = 0  # requests already judged
         self.listed = 0  # venue listings already judged
@@ -100,7 +111,7 @@ class VenueModels:
         self.sent_keys: Counter[str] = Counter()
         self.step_violations: list[Violation] = []
         self.audit_seq = 0
-        self.actions = frozenset(name for name, _, _ in MODELS)
+        self.actions = frozenset([*(name for name, _, _ in MODELS), GATEWAY])
         self.classes: list[ActionClass] = []
         self.reported: Counter[tuple[str, str, str]] = Counter()
 
@@ -112,13 +123,20 @@ class VenueModels:
         if not self.models:  # the venues are outside the process: they outlive every crash
             for action, venue_cls, adapter_cls in MODELS:
                 venue = venue_cls(spec.clock)
-                model = _Model(action, venue, adapter_cls(venue))
-                model.witness = checks.Witness(model.adapter, lambda: self.store)
-                self.models.append(model)
+                adapter = adapter_cls(venue)
+                self.models.append(_Model(action, venue, adapter, adapter_cls.contract))
+            if _HAS_GATEWAY:
+                upstream = models.WindowVenue(spec.clock)
+                gateway = va.upstream_adapter(upstream)
+                self.models.append(_Model(GATEWAY, upstream, gateway, va.WindowAdapter.contract))
+            for m in self.models:
+                m.witness = checks.Witness(m.adapter, lambda: self.store)
         names = spec.registry.names()
         if MODELS[0][0] not in names:
             if not self.classes:  # built once per seed, not on every process build
-                self.classes = [charge_class(action, a) for action, _, a in MODELS]
+                self.classes = [
+                    charge_class(m.action, m.adapter.name, m.contract) for m in self.models
+                ]
             spec.registry = Registry([*(spec.registry.get(n) for n in names), *self.classes])
         for m in self.models:
             spec.policies[m.action] = LimitPolicy()
@@ -147,7 +165,7 @@ class VenueModels:
             note, fault = "retry", None  # a replay: nothing reaches the venue to lose
         else:
             # The lagging venue twice as often: its late records need a sweep at the right age.
-            m = rng.choices(self.models, (1, 1, 1, 1, 2))[0]
+            m = rng.choices(self.models, (1, 1, 1, 1, 2, 1)[: len(self.models)])[0]
             self.serial += 1
             op_id = f"vm-{self.serial:04d}"
             intent = {
@@ -193,7 +211,11 @@ class VenueModels:
             world.clock.advance(jump)
             line = f"+{jump:g}s; "
         try:
-            receipt = m.adapter.deliver(request)  # the network's copy: not the boundary's call
+            # The network's copy, not the boundary's call (the gateway's: the upstream call again).
+            if isinstance(m.adapter, va.SimAdapter):
+                receipt = m.adapter.deliver(request)
+            else:
+                receipt = m.adapter.execute(request, timeout=10.0)
         except EffectgateError as exc:
             return f"{line}{request.operation_key} again at {m.action} -> error {exc.code}"
         return f"{line}{request.operation_key} again at {m.action} -> {receipt.outcome.value}" + (

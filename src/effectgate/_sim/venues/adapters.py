@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from typing import Any
 
 from effectgate._core.venue import KeyHonour, ReadView, VenueContract
 from effectgate._execute.adapter import (
@@ -169,3 +170,55 @@ class LaggingAdapter(SimAdapter):
     """A venue that honours the key but whose listing is eventually consistent."""
 
     name = "sim-lagging"
+
+
+class UpstreamLink:
+    """An in-memory stand-in for the MCP gateway's :class:`~effectgate._doors.gateway._upstream.
+    UpstreamLink`: an upstream MCP server with a ``charge`` tool that honours an
+    ``idempotency_key`` argument (for :data:`~models.KEY_WINDOW`) and a ``list_charges`` read
+    tool, over a :class:`~models.WindowVenue`. Calls answer at once, on the caller's thread."""
+
+    def __init__(self, venue: models.WindowVenue) -> None:
+        from effectgate._doors.gateway._upstream import UpstreamSpec
+
+        self.venue = venue
+        self.spec = UpstreamSpec(name="sim-upstream", command="sim")
+
+    def call(self, tool: str, arguments: Any, timeout: float, guard: Any = None) -> Any:
+        import mcp_types as types
+
+        if guard is not None:
+            guard()
+        if tool == "list_charges":
+            shown = self.venue_listing()
+            items = [{"key": e.tag, "id": e.venue_id} for e in shown]
+            return types.CallToolResult(content=[], structured_content={"items": items})
+        args = dict(arguments)
+        key = str(args.pop("idempotency_key"))
+        try:
+            made = self.venue.deliver(key, key, args)
+        except models.Refused as exc:
+            text = types.TextContent(type="text", text=f"refused: {exc}")
+            return types.CallToolResult(content=[text], is_error=True)
+        return types.CallToolResult(content=[], structured_content={"id": made.venue_id})
+
+    def venue_listing(self) -> list[models.Effect]:
+        self.venue.listings += 1
+        return self.venue.visible()
+
+
+def upstream_adapter(venue: models.WindowVenue) -> Adapter:
+    """The gateway's real :class:`~effectgate._doors.gateway._adapter.UpstreamAdapter` for a
+    governed tool ``charge``, in front of :class:`UpstreamLink` (needs the ``server`` extra)."""
+    from effectgate._doors.gateway._adapter import ReadTools, ToolBinding
+    from effectgate._doors.gateway._adapter import UpstreamAdapter as Real
+
+    reads = ReadTools(list_tool="list_charges", items_field="items", key_field="key", id_field="id")
+    binding = ToolBinding(
+        tool="charge",
+        key_argument="idempotency_key",
+        number_fields=frozenset({"amount"}),
+        id_field="id",
+        reads=reads,
+    )
+    return Real(UpstreamLink(venue), binding, "sim-gateway")  # type: ignore[arg-type]
