@@ -102,13 +102,15 @@ STEPS: tuple[tuple[str, int], ...] = (
     ("lose-commit", 4),
     ("read-lag", 2),
     ("honour-key", 2),
-    ("inject", 3),
+    ("inject", 4),
     ("ledger-fault", 5),
 )
 _KINDS = tuple(k for k, _ in STEPS)
 _WEIGHTS = tuple(w for _, w in STEPS)
 #: Steps that may lift a hold: dispatches during them are not judged against the old one.
 _LIFTS = frozenset({"release", "reset-breaker", "shadow-off"})
+#: Terminal states of rows the boundary never sent (a record under their key is not its own).
+_NEVER_SENT = (State.REJECTED, State.DENIED, State.SHADOWED)
 OPERATOR = "sim-operator"
 
 
@@ -172,6 +174,9 @@ class _World:
     def __init__(self, ledger: SimLedger, actors: Sequence[Actor] = ()) -> None:
         self.ledger = ledger
         self.actors = tuple(actors)
+        # Whether the last reconcile pass ran to its end and swept: a pass a ledger fault broke
+        # may have listed a venue without recording what it saw (the actors' sweep checks).
+        self.last_pass_swept = False
         self.clock = ManualClock()
         self.venue = PaperVenue(clock=self.clock, instruments=LISTED)
         # What reached the venue, and the state its row was in when it did (invariant 3).
@@ -181,6 +186,13 @@ class _World:
         # The operator's and the checks' store; each gate and the reconciler open their own.
         self.store: Store = ledger.connect("sim-operator")
         self._build()
+
+    def reconcile(self) -> ReconcileReport:
+        """One reconcile pass; :attr:`last_pass_swept` says whether it ended and swept."""
+        self.last_pass_swept = False
+        report = self.reconciler.run_once()
+        self.last_pass_swept = report.swept
+        return report
 
     def _build(self) -> None:
         """Build one process from the ledger alone: each actor adds to its spec first."""
@@ -362,7 +374,7 @@ class _Run:
                 c = w.operator.set_shadow(action, kind == "shadow-on", operator=OPERATOR)
             return f"{action} killed={c.killed} breaker_open={c.breaker_open} shadow={c.shadow}"
         if kind == "reconcile":
-            report = w.reconciler.run_once()
+            report = w.reconcile()
             self._tripped(report)
             self.swept = report.swept  # a dead sweeper's lock may still hold (its ttl)
             return _report(report)
@@ -408,12 +420,21 @@ class _Run:
     def _inject(self) -> str:
         """A record made outside the boundary: an orphan, or under a ledger row's key."""
         rng = self.rng
-        if not self.ops or rng.random() < 0.4:
+        # Some records go under a row the boundary never sent (refused, denied, shadowed): the
+        # venue's word against a terminal row, which the sweep may not move (a refused repair).
+        unsent = (
+            [r for st in _NEVER_SENT for r in self._rows(st) if r.op_key.startswith("default:")]
+            if self.ops and rng.random() < 0.3
+            else []
+        )
+        if unsent:
+            key = unsent[rng.randrange(len(unsent))].op_key
+        elif not self.ops or rng.random() < 0.4:
             self.injected += 1
             key = f"default:ext-{self.injected:04d}"
         else:
             key = f"default:{self.ops[rng.randrange(len(self.ops))][0]}"
-        times = rng.choice((1, 1, 2))
+        times = rng.choice((1, 2) if unsent else (1, 1, 2))
         ids = [self.w.venue.inject_record(key) for _ in range(times)]
         self.w.injected_at[key] += times
         return f"{key} x{times} ({', '.join(ids)})"
@@ -437,7 +458,10 @@ class _Run:
     def _conflict(self, op_id: str, action: str, intent: dict[str, object]) -> str:
         """Invariant 2: a changed payload under a journalled id is refused."""
         changed = "order_ref" if action == "cancel_order" else "quantity"
-        intent = dict(intent, **{changed: "ref-99" if changed == "order_ref" else "11"})
+        new = ("ref-99", "ref-98") if changed == "order_ref" else ("11", "12")
+        # Another value than the id's journalled one (a conflict that journalled afresh, when the
+        # first submit of the id failed, made that the first value).
+        intent = dict(intent, **{changed: new[intent.get(changed) == new[0]]})
         known = self.w.store.get("default", op_id) is not None and self.w.lossy.armed is None
         try:
             row = self.w.gate.submit(action, op_id, intent)
@@ -450,6 +474,8 @@ class _Run:
             out = f"error {exc.code}"
         else:
             out = _outcome(row)
+            if not known:  # the id was never journalled (its first submit failed): it is now
+                self.ops = [(i, a, intent if i == op_id else p) for i, a, p in self.ops]
         if known:
             self.step_violations.append(
                 Violation(2, f"{op_id}: a changed payload under a used id answered {out}")
@@ -565,7 +591,7 @@ class _Run:
         before = len(w.adapter.requests)
         try:
             expired = len(w.operator.expire_approvals())
-            report = w.reconciler.run_once()
+            report = w.reconcile()
             self._tripped(report)
             line = f"{_report(report)} expired={expired}"
         except EffectgateError as exc:

@@ -4,15 +4,26 @@ through the real components and checks the invariant it promises (the contract i
 
 from __future__ import annotations
 
+import importlib.util
+
 from effectgate._sim.actor import Actor
 from effectgate._sim.actors.budgets import Budgets
 from effectgate._sim.actors.continuations import Continuations
+from effectgate._sim.actors.doors import Doors
 from effectgate._sim.actors.grants import Grants
 from effectgate._sim.actors.speculation import Speculating
+from effectgate._sim.actors.venues import VenueModels
 
 __all__ = ["default_actors"]
 
 
 def default_actors() -> list[Actor]:
-    """Fresh actors for one seed (they keep per-seed state)."""
-    return [Continuations(), Speculating(), Budgets(), Grants()]
+    """Fresh actors for one seed (they keep per-seed state). The doors actor needs the
+    ``server`` extra (FastAPI, the MCP SDK): on a bare install the world runs without it."""
+    actors: list[Actor] = [Continuations(), Speculating(), Budgets(), Grants(), VenueModels()]
+    if _HAS_DOORS:
+        actors.append(Doors())
+    return actors
+
+
+_HAS_DOORS = all(importlib.util.find_spec(m) is not None for m in ("fastapi", "mcp"))

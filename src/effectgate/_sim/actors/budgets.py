@@ -52,7 +52,7 @@ class Budgets:
         self.dirty = False
 
     def steps(self) -> Steps:
-        return (("reserve", 3), ("settle", 2), ("resettle", 1))
+        return (("reserve", 3), ("settle", 2), ("resettle", 2))
 
     def configure(self, spec: ProcessSpec) -> None:
         return None  # the plan account is a store role: nothing to add to a process

@@ -85,7 +85,12 @@ class Grants:
                 return f"error {exc.code}"
             for span in self.spans:
                 span[1] = min(span[1], now)
+            if gone and rng.random() < 0.8:  # the agent, unaware, acts at once: must be refused
+                return f"revoked {len(gone)}; act {self._act(world, rng)}"
             return f"revoked {len(gone)}"
+        return self._act(world, rng)
+
+    def _act(self, world: Any, rng: random.Random) -> str:
         self.serial += 1
         op_id = f"gr-{self.serial:04d}"
         intent = {
