@@ -488,25 +488,38 @@ class SharedTrips(Generic[In, Out]):
 
     def submit(self, item: In) -> Out:
         with self._lock:
-            if self._inflight < self._limit and not self._queue:
-                trip: _Trip[In, Out] = _Trip(self._lock)  # a lone caller: no wait, no hand-over
-                trip.items.append(item)
-                index = 0
-            else:
-                if not self._queue or len(self._queue[-1].items) >= MAX_GROUP:
-                    self._queue.append(_Trip(self._lock))
-                trip = self._queue[-1]
-                index = len(trip.items)
-                trip.items.append(item)
-                try:
-                    while not trip.done and not self._may_lead(trip):
-                        trip.ready.wait()
-                except BaseException:
-                    self._wake()  # a wake-up meant for this thread must reach a member
-                    raise
-                if trip.done:
-                    return self._outcome(trip, index, led=False)
-                self._queue.popleft()
+            lone = self._inflight < self._limit and not self._queue
+            if lone:
+                self._inflight += 1
+        if lone:  # no wait, no hand-over, and nobody waits on this trip
+            try:
+                results = self._run([item])
+            finally:
+                with self._lock:
+                    self._inflight -= 1
+                    self._wake()
+            if len(results) != 1:
+                raise StoreError(f"a trip of one write gave {len(results)} results")
+            return results[0]
+        return self._shared(item)
+
+    def _shared(self, item: In) -> Out:
+        """Queue ``item`` into the next trip; run that trip if this thread gets to lead it."""
+        with self._lock:
+            if not self._queue or len(self._queue[-1].items) >= MAX_GROUP:
+                self._queue.append(_Trip(self._lock))
+            trip = self._queue[-1]
+            index = len(trip.items)
+            trip.items.append(item)
+            try:
+                while not trip.done and not self._may_lead(trip):
+                    trip.ready.wait()
+            except BaseException:
+                self._wake()  # a wake-up meant for this thread must reach a member
+                raise
+            if trip.done:
+                return self._outcome(trip, index, led=False)
+            self._queue.popleft()
             self._inflight += 1
         try:
             results = self._run(trip.items)
