@@ -4,7 +4,8 @@ Every line carries a UTC timestamp. ``json`` writes one object per line (``ts``,
 ``logger``, ``message``, and ``exc`` with the traceback when there is one) for log shippers.
 uvicorn's own loggers are routed through the same handler. ``httpx`` and ``httpcore`` are held
 at WARNING: at INFO, httpx logs every request the HTTP adapter makes, so the standing
-reconciler's polls would drown the lines that matter.
+reconciler's polls would drown the lines that matter. So is the MCP SDK's transport, which logs
+a line at INFO for every stateless request it ends.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ __all__ = ["LOG_FORMATS", "LOG_LEVELS", "configure_logging"]
 LOG_FORMATS = ("text", "json")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 #: Loggers that speak once per outbound request; held at WARNING (or the level, if higher).
-QUIET_LOGGERS = ("httpx", "httpcore")
+QUIET_LOGGERS = ("httpx", "httpcore", "mcp.server.streamable_http")
 
 
 def _timestamp(record: logging.LogRecord) -> str:

@@ -262,8 +262,8 @@ class PgConnections:
         options = f"{mine} {opts}" if mine else opts
         return psycopg.connect(self._conninfo, **self._connect_kwargs, options=options)
 
-    def _hot(self, statements: Sequence[tuple[Prepared, Any]], what: str) -> PGresult:
-        """``statements`` as ONE implicit transaction in one round trip (see
+    def _hot(self, statements: Sequence[tuple[Prepared, Any]], what: str) -> list[PGresult]:
+        """``statements`` as ONE implicit transaction in one round trip, their results (see
         :func:`~effectgate.store._postgres_wire.trip`), classified like
         :meth:`_write_one_trip`: a server error wrote nothing (:class:`StoreError`); a lost
         connection may have committed (:class:`CommitOutcomeUnknown`), never retried."""

@@ -112,22 +112,14 @@ class Prepared:
         return [_TEXT.get(type(v), _text)(v) for v in values]
 
 
-def _float_text(value: float) -> bytes:
-    return repr(value).encode()
-
-
-def _int_text(value: int) -> bytes:
-    return str(value).encode()
-
-
 #: The text form of each parameter type. bool is an int subclass, so a type is looked up along
 #: its MRO (:func:`_text`): bool finds its own entry before int's.
 _TEXT: dict[type, Callable[[Any], bytes | None]] = {
     str: str.encode,
     type(None): lambda _: None,
     bool: lambda v: b"t" if v else b"f",
-    int: _int_text,
-    float: _float_text,
+    int: lambda v: str(v).encode(),
+    float: lambda v: repr(v).encode(),
 }
 
 
@@ -153,15 +145,15 @@ def _parsed_by(conn: Conn) -> set[bytes]:
     return known
 
 
-def trip(conn: Conn, statements: Sequence[tuple[Prepared, Any]]) -> pq.abc.PGresult:
+def trip(conn: Conn, statements: Sequence[tuple[Prepared, Any]]) -> list[pq.abc.PGresult]:
     """Send ``statements`` as one pipeline with one Sync (one implicit transaction, one round
-    trip) and return the last statement's result. Raise :class:`TripError` on any failure:
+    trip) and return their results, in order. Raise :class:`TripError` on any failure:
     the server aborted the implicit transaction (nothing written) or the connection failed
     (the outcome is unknown); the caller classifies it and must not reuse ``conn``.
     """
     pg = conn.pgconn
     known = _parsed_by(conn)
-    new = [p for p, _ in statements if p.name not in known]
+    new = list({p.name: p for p, _ in statements if p.name not in known}.values())  # each once
     try:
         pg.enter_pipeline_mode()
         for p in new:
@@ -181,7 +173,7 @@ def trip(conn: Conn, statements: Sequence[tuple[Prepared, Any]]) -> pq.abc.PGres
             error = psycopg.errors.error_from_result(res, encoding=conn.info.encoding)
             raise TripError(error, conn)
     known.update(p.name for p in new)
-    return results[-1]
+    return results[len(new) :]
 
 
 def _exchange(pg: pq.abc.PGconn) -> Generator[Wait, Ready | int, list[pq.abc.PGresult]]:

@@ -27,6 +27,7 @@ from effectgate.store import _op_sql as ops
 from effectgate.store import _postgres_conn as pgc
 from effectgate.store import _postgres_tx as pgtx
 from effectgate.store import _sql as sql
+from effectgate.store._group_commit import SharedWrite, TripsOf
 from effectgate.store._guard import SEND
 from effectgate.store._hooks import NO_HOLD, Hold
 from effectgate.store._journal import journal_new, plain_journal
@@ -109,6 +110,7 @@ _FAST_TRANSITION_CHANGED = _fast_transition_sql(ops.CHANGED_COLUMNS)
 _P_TWO_LOCKS = Prepared.positional("eg_two_locks", _TWO_LOCKS)
 _P_FAST_INSERT = Prepared.named("eg_fast_insert", _FAST_INSERT)
 _P_FAST_TRANSITION_CHANGED = Prepared.named("eg_fast_receipt", _FAST_TRANSITION_CHANGED)
+_P_ROW_LOCK = Prepared.positional("eg_row_lock", f"{pg_sql(sql.SELECT_OP)} FOR UPDATE")
 # One compare-and-set of a batch (transition_many): the same update as a single transition.
 _CAS_ONE = pgtx.cas_sql("1")
 
@@ -130,6 +132,7 @@ class PostgresStore(PgConnections, SQLStore):
     def __repr__(self) -> str:
         return f"PostgresStore(schema={self.schema!r})"  # never the URL: it may hold a password
 
+    _trips = TripsOf("_hot", limit=2)  # group commit of the hot path: 2 trips in flight
     # --- the hooks of SQLStore ------------------------------------------------------------
 
     def _rows(
@@ -230,7 +233,10 @@ class PostgresStore(PgConnections, SQLStore):
         }
 
         locks = self._journal_locks(new)
-        res = self._hot(((_P_TWO_LOCKS, locks), (_P_FAST_INSERT, params)), f"insert {new.op_key}")
+        lock, main, order = (_P_TWO_LOCKS, locks), (_P_FAST_INSERT, params), ("k", *locks[::-1])
+        res = self._trips.submit(
+            SharedWrite(f"insert {new.op_key}", (lock, main), lock, order, main, params["lane"])
+        )
         inserted = int(res.get_value(0, 0) or 0)
         active = int(res.get_value(0, 1) or 0)
         if inserted:
@@ -270,7 +276,9 @@ class PostgresStore(PgConnections, SQLStore):
                 lambda conn: conn.execute(_FAST_TRANSITION, params), what, single=True
             ).fetchone()
             return None if row is None else sql.operation_from_row(row)
-        res = self._hot(((_P_FAST_TRANSITION_CHANGED, params),), what)
+        main, lock = (_P_FAST_TRANSITION_CHANGED, params), (_P_ROW_LOCK, (scope, operation_id))
+        write = SharedWrite(what, (main,), lock, ("r", scope, operation_id), main, params["lane"])
+        res = self._trips.submit(write)
         if not res.ntuples:
             return None
         # Text results: (version, venue_id, detail, submitted_at).

@@ -325,12 +325,14 @@ def create_app(
     )
     if service.config.channels:
         app.include_router(channels_router(service, _ERRORS), tags=["channels"])
-    if mount is not None:
-        app.router.routes.append(Route("/mcp", endpoint=mount, include_in_schema=False))
+    # The MCP endpoints go first: routes are matched in order, and at the end of the list
+    # every MCP request was matched against each API route first (about 180 us of CPU each).
     if operator_mount is not None:
-        app.router.routes.append(
-            Route("/mcp/operator", endpoint=operator_mount, include_in_schema=False)
+        app.router.routes.insert(
+            0, Route("/mcp/operator", endpoint=operator_mount, include_in_schema=False)
         )
+    if mount is not None:
+        app.router.routes.insert(0, Route("/mcp", endpoint=mount, include_in_schema=False))
     from effectgate._doors.console import mount_console  # the operator console (/console)
 
     mount_console(app, service)
