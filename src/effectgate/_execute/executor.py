@@ -2,12 +2,12 @@
 
 :meth:`Gate.submit` reads top to bottom: admit the ids, parse, decide (policy and tier),
 plan, journal (:mod:`.intake`); then speculate (:mod:`.speculation`) or dispatch through the
-pre-dispatch pipeline (:mod:`.predispatch`); then call the venue once (:mod:`.call`) and
-record its answer (:mod:`.record`). The order of durable steps is the contract: the row reaches
-``submitted`` in a committed transaction *before* the adapter is called (invariant 3), the
-store's compare-and-set decides who dispatches (invariant 1), and nothing retries a mutation
-(invariant 9). An exception, timeout or crash after the journal leaves the row ``submitted``:
-uncertain, for the reconciler to settle.
+pre-dispatch pipeline and the dispatching transaction (:mod:`.dispatch_tx`); then call the venue
+once (:mod:`.call`) and record its answer (:mod:`.record`). The order of durable steps is the
+contract: the row reaches ``submitted`` in a committed transaction *before* the adapter is
+called (invariant 3), the store's compare-and-set decides who dispatches (invariant 1), and
+nothing retries a mutation (invariant 9). An exception, timeout or crash after the journal
+leaves the row ``submitted``: uncertain, for the reconciler to settle.
 """
 
 from __future__ import annotations
@@ -321,7 +321,8 @@ class Gate:
 
         Every dispatching path comes through here, so the pre-dispatch pipeline runs on each:
         authorisation, preconditions, the speculation verdict, then the dispatch transaction
-        with the in-transaction checks (docs/continuations.md)."""
+        with the in-transaction checks (docs/continuations.md); :mod:`.dispatch_tx` runs all
+        but the speculation verdict and answers a :class:`~.dispatch_tx.Dispatched`."""
         row = self._row(scope, operation_id)
         if row.state is not State.VALIDATED:
             return self._explain(row), None
