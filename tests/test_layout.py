@@ -3,6 +3,7 @@ import contracts, and every import path the docs show still importable."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import re
 import tomllib
@@ -103,6 +104,33 @@ def _dialect_lines() -> dict[str, int]:
     }
 
 
+#: The file that defines ``Gate`` stays at most this long (issue 37, item 2).
+GATE_FILE_LINES = 450
+GATE_FILE = PACKAGE / "_execute" / "executor.py"
+
+
+def _gate_imports(source: str, module: str) -> list[str]:
+    """Each import in ``source`` (of ``module``) of ``Gate`` or its module, wherever it sits:
+    under ``TYPE_CHECKING`` and inside functions too, as the import contracts count them."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [
+                a.name for a in node.names if a.name.startswith("effectgate._execute.executor")
+            ]
+        elif isinstance(node, ast.ImportFrom):
+            base = module.rsplit(".", node.level)[0] if node.level else ""
+            name = ".".join(p for p in (base, node.module or "") if p)
+            for alias in node.names:
+                target = f"{name}.{alias.name}"
+                if name == "effectgate._execute.executor" or target in {
+                    "effectgate.Gate",
+                    "effectgate._execute.executor",
+                }:
+                    found.append(target)
+    return found
+
+
 class TestShape:
     def test_at_most_six_modules_at_the_package_root(self) -> None:
         modules = sorted(p.name for p in PACKAGE.glob("*.py"))
@@ -152,6 +180,42 @@ class TestShape:
             )
         )
         assert readers == []
+
+    def test_the_gate_file_is_at_most_450_lines(self) -> None:
+        """Issue 37: the file that defines the gate is at most :data:`GATE_FILE_LINES` lines."""
+        assert "class Gate:" in GATE_FILE.read_text()
+        assert GATE_FILE.read_bytes().count(b"\n") <= GATE_FILE_LINES
+
+    def test_no_stage_imports_the_gate(self) -> None:
+        """Issue 37: no module of ``_execute/`` but the gate's own imports ``Gate`` (a stage
+        takes a narrow protocol of ``_gate_protocol`` instead), ``TYPE_CHECKING`` included."""
+        importers = {}
+        for path in sorted((PACKAGE / "_execute").rglob("*.py")):
+            if path == GATE_FILE:
+                continue
+            rel = path.relative_to(PACKAGE.parent).with_suffix("")
+            module = ".".join(rel.parts).removesuffix(".__init__")
+            if path.name == "__init__.py":
+                module += ".__init__"  # a package's relative imports resolve against itself
+            found = _gate_imports(path.read_text(), module)
+            if found:
+                importers[module] = found
+        assert importers == {}
+
+    def test_the_gate_import_finder_finds_one(self) -> None:
+        hidden = "if TYPE_CHECKING:\n    from effectgate._execute.executor import Gate\n"
+        assert _gate_imports(hidden, "effectgate._execute.x") == [
+            "effectgate._execute.executor.Gate"
+        ]
+        relative = "def f():\n    from .executor import Gate\n"
+        assert _gate_imports(relative, "effectgate._execute.x") == [
+            "effectgate._execute.executor.Gate"
+        ]
+        assert _gate_imports("from effectgate import Gate\n", "effectgate._execute.x") == [
+            "effectgate.Gate"
+        ]
+        assert _gate_imports("from effectgate._execute import executor\n", "effectgate._execute.x")
+        assert _gate_imports("from effectgate._execute.predispatch import Stage\n", "m") == []
 
     def test_at_least_eight_import_contracts_state_the_layers(self) -> None:
         config = tomllib.loads((ROOT / "pyproject.toml").read_text())

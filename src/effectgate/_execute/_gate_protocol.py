@@ -1,8 +1,9 @@
 """The narrow views of the gate that its stages need, so no stage imports :mod:`.executor`.
 
 :class:`effectgate.Gate` satisfies both structurally; the stages (``continuations``,
-``speculation``) type their ``gate`` parameter with one of these instead of importing ``Gate``,
-which keeps the executor the only module that depends on them and never the other way round.
+``speculation``, ``evaluate``) and the standing ``dispatcher`` type their ``gate`` parameter
+with one of these instead of importing ``Gate``, which keeps the executor the only module that
+depends on them and never the other way round.
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from effectgate._core.controls import Verdict
 from effectgate._core.intent import Registry
 from effectgate._execute.adapter import Adapter
 from effectgate._execute.alerts import AlertSink
 from effectgate.store.base import Operation
 from effectgate.store.roles import Store
 
-__all__ = ["ContinuationGate", "GateView", "SpeculationGate"]
+__all__ = ["ContinuationGate", "DispatchingGate", "GateView", "SpeculationGate"]
 
 
 class GateView(Protocol):
@@ -63,3 +65,15 @@ class SpeculationGate(GateView, Protocol):
 
     @property
     def alerts(self) -> AlertSink | None: ...
+
+
+class DispatchingGate(GateView, Protocol):
+    """What the standing dispatcher needs: the gate's one dispatch path, with its verdict."""
+
+    def _dispatch(
+        self,
+        scope: str,
+        operation_id: str,
+        correlation_id: str | None,
+        dispatcher: str | None = ...,
+    ) -> tuple[Operation, Verdict | None]: ...

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from effectgate._core.controls import VerdictKind
-from effectgate._execute.executor import Gate
+from effectgate._execute._gate_protocol import DispatchingGate
 from effectgate.errors import EffectgateError
 
 __all__ = ["DispatchReport", "Dispatcher"]
@@ -63,7 +63,12 @@ class Dispatcher:
     """Dispatches released rows through ``gate``, once or as a standing job."""
 
     def __init__(
-        self, gate: Gate, *, owner: str | None = None, lease_seconds: float = 60.0, batch: int = 100
+        self,
+        gate: DispatchingGate,
+        *,
+        owner: str | None = None,
+        lease_seconds: float = 60.0,
+        batch: int = 100,
     ) -> None:
         if lease_seconds <= 0 or batch < 1:
             raise ValueError("lease_seconds must be positive and batch at least 1")

@@ -2,17 +2,16 @@
 
 :meth:`Gate.submit` reads top to bottom: admit the ids, parse, decide (policy and tier),
 plan, journal (:mod:`.intake`); then speculate (:mod:`.speculation`) or dispatch through the
-pre-dispatch pipeline (:mod:`.predispatch`); then call the venue once (:mod:`.call`) and
-record its answer (:mod:`.record`). The order of durable steps is the contract: the row reaches
-``submitted`` in a committed transaction *before* the adapter is called (invariant 3), the
-store's compare-and-set decides who dispatches (invariant 1), and nothing retries a mutation
-(invariant 9). An exception, timeout or crash after the journal leaves the row ``submitted``:
-uncertain, for the reconciler to settle.
+pre-dispatch pipeline and the dispatching transaction (:mod:`.dispatch_tx`); then call the venue
+once (:mod:`.call`) and record its answer (:mod:`.record`). The order of durable steps is the
+contract: the row reaches ``submitted`` in a committed transaction *before* the adapter is
+called (invariant 3), the store's compare-and-set decides who dispatches (invariant 1), and
+nothing retries a mutation (invariant 9). An exception, timeout or crash after the journal
+leaves the row ``submitted``: uncertain, for the reconciler to settle.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import time
@@ -29,8 +28,8 @@ from effectgate._execute import tracing as _tracing
 from effectgate._execute.adapter import Adapter
 from effectgate._execute.alerts import AlertSink
 from effectgate._execute.call import call_once
-from effectgate._execute.continuation_budget import continuation_budget_check
 from effectgate._execute.continuations import continuation_may_dispatch
+from effectgate._execute.dispatch_tx import commit_dispatch, refused_before_tx
 from effectgate._execute.evaluate import Evaluator, audit_refusal, check_token, evaluate
 from effectgate._execute.intake import (
     RawIntent,
@@ -44,16 +43,7 @@ from effectgate._execute.intake import (
 )
 from effectgate._execute.minting import operation_id_for
 from effectgate._execute.model_change import Seen, note_provenance
-from effectgate._execute.predispatch import (
-    ADAPTER_CALL_CEILING,
-    DispatchContext,
-    InTxCheck,
-    Pipeline,
-    Refusal,
-    Stage,
-    apply_refusal,
-    run_in_tx,
-)
+from effectgate._execute.predispatch import ADAPTER_CALL_CEILING, InTxCheck, Pipeline, Stage
 from effectgate._execute.record import after_journal, after_lost_commit, explain
 from effectgate._execute.runs import current_run_call, journal_for
 from effectgate._execute.speculation import (
@@ -62,14 +52,7 @@ from effectgate._execute.speculation import (
     check_speculation,
     speculate,
 )
-from effectgate.errors import (
-    CommitOutcomeUnknown,
-    ConfigError,
-    DispatchRefused,
-    EvaluationTokenRefused,
-    OperationNotFound,
-    StaleState,
-)
+from effectgate.errors import ConfigError, EvaluationTokenRefused, OperationNotFound
 from effectgate.store.base import Journal, Operation
 from effectgate.store.roles import Store
 
@@ -78,8 +61,6 @@ if TYPE_CHECKING:
     from effectgate._core.runs import RunCallRef
 
 __all__ = ["Gate"]
-
-log = logging.getLogger("effectgate.executor")
 
 
 class Gate:
@@ -340,7 +321,8 @@ class Gate:
 
         Every dispatching path comes through here, so the pre-dispatch pipeline runs on each:
         authorisation, preconditions, the speculation verdict, then the dispatch transaction
-        with the in-transaction checks (docs/continuations.md)."""
+        with the in-transaction checks (docs/continuations.md); :mod:`.dispatch_tx` runs all
+        but the speculation verdict and answers a :class:`~.dispatch_tx.Dispatched`."""
         row = self._row(scope, operation_id)
         if row.state is not State.VALIDATED:
             return self._explain(row), None
@@ -350,18 +332,11 @@ class Gate:
         ):
             return self._explain(row), None
         if self.pipeline.checks_before_tx:
-            ctx = DispatchContext(row, action_class, self.store, self.clock(), dispatcher)
-            refusal = self.pipeline.before_tx(ctx)
-            if refusal is not None:
-                denied = apply_refusal(
-                    self.store,
-                    row,
-                    refusal,
-                    now=self.clock(),
-                    stage="before",
-                    pipeline=self.pipeline,
-                )
-                return self._explain(denied), None
+            denied = refused_before_tx(
+                self.store, self.clock, self.pipeline, row, action_class, dispatcher
+            )
+            if denied is not None:
+                return denied, None
         commit: dict[str, object] | None = None
         if action_class.speculation is not None:
             spec = active_speculation(self, action_class)
@@ -370,57 +345,24 @@ class Gate:
                 stopped, commit = before_dispatch(self, row, spec)
                 if stopped is not None:
                     return self._explain(stopped), None
-        guard = submit_guard(
+        done = commit_dispatch(
+            self.store,
+            self.clock,
+            row,
             action_class,
-            row.effect,
-            correlation_id,
+            pipeline=self.pipeline,
             breakers=self.breakers,
             approvals=self.approvals,
+            alerts=self.alerts,
+            correlation_id=correlation_id,
+            # Who dispatched: a continuation excludes the original's dispatcher.
+            audit={**(commit or {}), "dispatcher": dispatcher or self.process_id},
         )
-        # Who dispatched: a continuation excludes the original's dispatcher.
-        commit = {**(commit or {}), "dispatcher": dispatcher or self.process_id}
-        now = self.clock()
-        checks = self.pipeline.in_tx
-        if is_continuation_id(operation_id):
-            # Charged separately, to its original's run, in this transaction.
-            checks = (*checks, continuation_budget_check)
-        try:
-            if checks:
-                done = self.store.dispatch(
-                    scope,
-                    operation_id,
-                    now=now,
-                    guard=guard,
-                    audit=commit,
-                    checks=(lambda tx, r, at: run_in_tx(checks, tx, r, at),),
-                )
-            else:
-                done = self.store.dispatch(scope, operation_id, now=now, guard=guard, audit=commit)
-        except DispatchRefused as exc:
-            # An admission check refused inside the transaction, which rolled back: apply its
-            # move instead (docs/continuations.md).
-            answer = exc.refusal
-            if not isinstance(answer, Refusal):
-                raise
-            refused = apply_refusal(
-                self.store, row, answer, now=self.clock(), stage="admission", pipeline=self.pipeline
-            )
-            return self._explain(refused), None
-        except StaleState:
-            # Another process won the compare-and-set; it alone dispatches (invariant 1).
+        if done.then == "reread":
             return self.get(operation_id, scope=scope), None
-        except CommitOutcomeUnknown:
-            return after_lost_commit(self.store, scope, operation_id), None
-        after_journal(self.alerts, guard.action, done, now)
-        row = done.row
-        if row.state is not State.SUBMITTED:
-            return row, done.verdict
-        for hook in self.pipeline.after_commit:
-            try:
-                hook(row)
-            except Exception as exc:  # a notification must not stop a committed dispatch
-                log.error("after-commit hook for %s raised %s", row.op_key, type(exc).__name__)
-        return self._call(row), done.verdict
+        if done.then == "send":
+            return self._call(done.row), done.verdict
+        return done.row, done.verdict
 
     def _speculative(
         self, done: Journal, action: str, now: float, dispatch: bool, correlation_id: str | None
