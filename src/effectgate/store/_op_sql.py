@@ -10,7 +10,8 @@ and row locks. Imports only the store's records and :mod:`effectgate.store._sql`
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 from effectgate._core.states import State
 from effectgate.store import _sql as sql
@@ -24,6 +25,7 @@ __all__ = [
     "ROW_COLUMNS",
     "ROW_SLOTS",
     "SELECT_WITH_CONTROLS",
+    "Positional",
     "cas",
     "cas_on_copy",
     "cas_params",
@@ -47,6 +49,22 @@ def positional(template: str) -> str:
 def named(template: str) -> str:
     """``template`` with psycopg's named placeholders (``%(name)s``)."""
     return _SLOT.sub(r"%(\1)s", template)
+
+
+class Positional(NamedTuple):
+    """A template in ``?`` style (:func:`positional`) with the slot names its arguments are taken
+    by, in order: a dialect with positional placeholders binds the named parameters the other
+    one passes as they are (:func:`cas_params`, :func:`row_params`)."""
+
+    text: str
+    names: tuple[str, ...]
+
+    @classmethod
+    def of(cls, template: str) -> Positional:
+        return cls(positional(template), tuple(_SLOT.findall(template)))
+
+    def args(self, params: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(params[name] for name in self.names)
 
 
 #: A new operations row's columns, in the order :func:`row_values` gives their values.
@@ -97,8 +115,7 @@ def row_params(
 def cas(anchors: str = "") -> str:
     """The compare-and-set every transition runs, as a template: the row moves only from
     ``expected``, and its lease ends. ``anchors``: more assignments a dialect makes in the same
-    update (SQLite's audit anchors, with ``?`` placeholders of their own), placed between
-    ``submitted_at``'s and ``scope``'s parameters."""
+    update (SQLite's audit anchors, with slots of their own)."""
     return (
         "UPDATE operations SET state = {target}, updated_at = {now}, version = version + 1, "
         "venue_id = coalesce({venue_id}, venue_id), "
