@@ -90,7 +90,7 @@ def _circles(graph: grimp.ImportGraph) -> list[list[str]]:
 #: Issue 37's goal for dialect-only store code (item 5). Not reached yet: the figure below is
 #: where the shared-module moves brought it, and it may only go down (a ratchet).
 DIALECT_LINES_GOAL = 1_800
-DIALECT_LINES_RATCHET = 1_800
+DIALECT_LINES_RATCHET = 1_794
 
 
 def _dialect_lines() -> dict[str, int]:

@@ -40,16 +40,16 @@ _CAS_SET = ops.cas(
     "audit_hash = coalesce({audit_hash}, audit_hash), "
     "receipt_seq = coalesce(receipt_seq, {receipt_seq})"
 )
-_CAS = ops.Positional.of(_CAS_SET + f" RETURNING {ops.CHANGED_COLUMNS}, receipt_seq")
+_CAS = ops.Positional(_CAS_SET + f" RETURNING {ops.CHANGED_COLUMNS}, receipt_seq")
 # The receipt on a copy the caller holds: it moves the row only if the row still is that copy
 # (what the update keeps of it, and no receipt entry named yet), so the copy tells what the
 # update left. A copy that differs falls back to _CAS in the same transaction.
-_CAS_KNOWN = ops.Positional.of(
+_CAS_KNOWN = ops.Positional(
     _CAS_SET + " AND version = {k_version} AND venue_id IS {k_venue_id} "
     "AND detail IS {k_detail} AND submitted_at IS {k_submitted_at} AND receipt_seq IS NULL"
 )
 # A new row (store/_op_sql.py), with its audit anchors and the journal entry it names.
-_INSERT = ops.Positional.of(
+_INSERT = ops.Positional(
     f"INSERT INTO operations ({ops.ROW_COLUMNS}, audit_seq, audit_hash, journal_seq) "
     f"VALUES ({ops.ROW_SLOTS}, {{audit_seq}}, {{audit_hash}}, {{journal_seq}})"
 )
@@ -115,17 +115,25 @@ class SQLiteTx(SharedTx):
     def _cas(self, params: Mapping[str, Any], known: Operation | None) -> Sequence[Any] | None:
         # Only a row's move out of submitted (at most one: nothing re-enters it) names its
         # entry; any other move writes it as before.
-        named = params["expected"] == State.SUBMITTED.value
+        named = params["expected"] == _SUBMITTED
         seq = self._write_entries((params["scope"], params["operation_id"]) if named else None)
         args = {**params, **self._anchors(), "receipt_seq": seq}
-        if named and known is not None and _receipt_on_copy(known, params):
+        # What ops.cas_on_copy takes: a copy in submitted, moved without a submitted_at.
+        copy = known if named and params["submitted_at"] is None else None
+        if copy is not None and copy.state is State.SUBMITTED:
             # The receipt, on a copy taken in submitted: when the row still matches the copy,
             # the copy says what the update leaves, so no RETURNING (which costs SQLite a
             # temporary table per statement), and the row takes this seq. A copy the caller
             # altered or kept too long takes _CAS below.
-            self.cur.execute(_CAS_KNOWN.text, _CAS_KNOWN.args({**args, **_copy(known)}))
+            args.update(
+                k_version=copy.version,
+                k_venue_id=copy.venue_id,
+                k_detail=copy.detail,
+                k_submitted_at=copy.submitted_at,
+            )
+            self.cur.execute(_CAS_KNOWN.text, _CAS_KNOWN.args(args))
             if self.cur.rowcount == 1:
-                return ops.cas_on_copy(known, params["venue_id"], params["detail"])
+                return ops.cas_on_copy(copy, params["venue_id"], params["detail"])
         return _compare_and_set(self.cur, args, seq)
 
     def _insert(self, params: Mapping[str, Any]) -> None:
@@ -142,21 +150,7 @@ class SQLiteTx(SharedTx):
 
 
 _NO_ANCHORS: Mapping[str, Any] = {"audit_seq": None, "audit_hash": None}
-
-
-def _receipt_on_copy(known: Operation, params: Mapping[str, Any]) -> bool:
-    """Whether the copy tells what the move leaves (ops.cas_on_copy: no ``submitted_at``)."""
-    return known.state is State.SUBMITTED and params["submitted_at"] is None
-
-
-def _copy(known: Operation) -> dict[str, Any]:
-    """_CAS_KNOWN's view of the copy the caller holds."""
-    return {
-        "k_version": known.version,
-        "k_venue_id": known.venue_id,
-        "k_detail": known.detail,
-        "k_submitted_at": known.submitted_at,
-    }
+_SUBMITTED = State.SUBMITTED.value
 
 
 def _compare_and_set(
