@@ -88,10 +88,10 @@ def _circles(graph: grimp.ImportGraph) -> list[list[str]]:
     return found
 
 
-#: Issue 37's goal for dialect-only store code (item 5). Not reached yet: the figure below is
-#: where the shared-module moves brought it, and it may only go down (a ratchet).
+#: Issue 37's goal for dialect-only store code (item 5), reached: the ratchet below is where the
+#: shared journal and receipt paths brought it, and it may only go down.
 DIALECT_LINES_GOAL = 1_800
-DIALECT_LINES_RATCHET = 2_011
+DIALECT_LINES_RATCHET = 1_794
 
 
 def _dialect_lines() -> dict[str, int]:

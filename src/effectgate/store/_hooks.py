@@ -6,6 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from effectgate._core.frozen import quick_init
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import Operation, scope_key_range
 
@@ -15,6 +16,7 @@ T = TypeVar("T")
 Work = Callable[[SharedTx, Operation | None], T]
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Hold:
     """What one write transaction holds, for the dialect to lock: the audit lane of ``key``

@@ -26,8 +26,15 @@ from effectgate.errors import (
     SelfApproval,
     StaleState,
 )
-from effectgate.store._guard import dispatch_verdict, mark_held, observe_proposal, shadow_request
-from effectgate.store._sql import INSERT_REQUEST
+from effectgate.store._guard import (
+    SEND,
+    dispatch_verdict,
+    mark_held,
+    observe_proposal,
+    shadow_request,
+)
+from effectgate.store._op_sql import N_OP, PROBE, SELECT_WITH_CONTROLS
+from effectgate.store._sql import INSERT_REQUEST, controls_from_row, operation_from_row
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import (
     AdmissionCheck,
@@ -46,10 +53,14 @@ __all__ = [
     "check_approval",
     "dispatch_row",
     "guard_new_row",
+    "journal_locked",
     "journal_new",
     "move_locked",
     "path_audit",
+    "plain_done",
     "plain_journal",
+    "plain_passes",
+    "write_plain",
 ]
 
 
@@ -193,6 +204,57 @@ def plain_journal(
         guard.value_micros if sent and guard is not None else None,
         approval_request_args(new, guard, now) if final is State.AWAITING_APPROVAL else None,
     )
+
+
+def plain_passes(guard: DispatchGuard | None) -> bool:
+    """Whether :func:`plain_journal` may stand for the full path under ``guard`` (the class's
+    controls aside): a configured breaker records and reads its windows before deciding, and
+    a token's recheck reads more than the control row (:attr:`DispatchGuard.plain`)."""
+    return guard is None or guard.plain
+
+
+def plain_done(new: NewOperation, plain: PlainJournal, now: float) -> Journal:
+    """What journalling ``new`` by the writes of ``plain`` did."""
+    return Journal(new.journalled(plain.final, now), True, SEND if plain.dispatch else None)
+
+
+def write_plain(tx: SharedTx, new: NewOperation, plain: PlainJournal, now: float) -> Journal:
+    """The writes of :func:`plain_journal` through ``tx``: the dispatch record, the approval
+    request, the entry and the row (which a dialect may have name the entry)."""
+    if plain.dispatch:
+        tx.record_dispatch(new.action, now, new.op_key, plain.value_micros)
+    if plain.request is not None:
+        tx.write(INSERT_REQUEST, plain.request)
+    tx.audit("transition", plain.entry, now, new.scope, new.operation_id)
+    tx.insert_row(new, plain.final, None, now, plain.intent)
+    return plain_done(new, plain, now)
+
+
+def journal_locked(
+    tx: SharedTx,
+    new: NewOperation,
+    path: list[State],
+    guard: DispatchGuard | None,
+    audit: Mapping[str, object] | None,
+    *,
+    now: float,
+) -> Journal:
+    """Journal ``new`` in a transaction that holds the store's only write lock (nobody inserts
+    between these reads and the insert, and the controls are read under the same lock), or
+    return the row journalled before (``created`` False).
+
+    The common case first, in two scalars (:data:`~effectgate.store._op_sql.PROBE`): a new key
+    of a class with no active control takes the plain writes; otherwise one read brings the row
+    and the class's controls, and the full path runs on them."""
+    key = (new.scope, new.operation_id, new.action)
+    exists, active = tx.one(PROBE, key)
+    if exists is None and not active and plain_passes(guard):
+        return write_plain(tx, new, plain_journal(new, path, guard, audit, now=now), now)
+    both = tx.one(SELECT_WITH_CONTROLS, key)
+    if both[0] is not None:
+        return Journal(operation_from_row(both[:N_OP]), False)
+    tx.seed(controls_from_row(new.action, None if both[N_OP] is None else both[N_OP + 1 :]))
+    return journal_new(tx, new, path, guard, audit, now=now)
 
 
 def dispatch_row(

@@ -8,8 +8,12 @@ truly differs per engine. A dialect supplies:
   :class:`~effectgate.store._tx.SharedTx`; the :class:`~effectgate.store._hooks.Hold` says what
   the dialect locks (the operation whose audit lane it writes, the class whose controls it
   reads or changes, the operation row it reads for the transaction);
-* the hot path (``_journal``, ``_transition``, ``transition_many``), locks and leases
-  (``lease_uncertain``, ``sweep_lock``), its audit heads and its schema.
+* its audit heads and its schema.
+
+The hot path (``_journal``, ``_transition``, ``transition_many``), leases and the sweep lock are
+written here over ``_run`` too; a dialect overrides what it does in fewer round trips or with
+locks of its own (PostgreSQL: one statement per journal or receipt, ``SKIP LOCKED`` leases,
+a session lock).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from effectgate.store.base import (
     check_path,
     conflict,
     dumps,
+    moved,
     transition_event,
     where,
     where_terms,
@@ -75,6 +80,10 @@ _UNNAMED = (
 )
 _UNNAMED_PAGE = 50_000
 _LEASE = ops.positional(ops.lease_uncertain())
+
+
+class _Miss(Exception):
+    """A compare-and-set found the row elsewhere: roll back its audit entry with it."""
 
 
 class SQLStore(
@@ -98,7 +107,7 @@ class SQLStore(
 ):
     """Every store role over the dialect hooks (see the module docstring)."""
 
-    # --- the hot path: a dialect's own ----------------------------------------------------
+    # --- the hot path: written once, a dialect may write it in fewer round trips ------------
 
     def _journal(
         self,
@@ -108,23 +117,46 @@ class SQLStore(
         audit: Mapping[str, object] | None,
         guard: DispatchGuard | None,
     ) -> Journal:
-        """Journal a new row (the hot path), or return the existing one (``created`` False)."""
-        raise NotImplementedError
+        """Journal a new row (the hot path), or return the existing one (``created`` False), in
+        one transaction of a dialect whose writers are serialised (:func:`~effectgate.store.
+        _journal.journal_locked`; PostgreSQL locks the class and the key instead)."""
+        return self._run(
+            lambda tx, _: j.journal_locked(tx, new, path, guard, audit, now=now),
+            f"insert {new.op_key}",
+            Hold(key=(new.scope, new.operation_id)),
+        )
 
     def _transition(
-        self,
-        scope: str,
-        operation_id: str,
-        expected: State,
-        target: State,
-        now: float,
-        venue_id: str | None,
-        detail: str | None,
-        event: Mapping[str, object],
-        known: Operation | None,
+        self, move: Move, now: float, event: Mapping[str, object], known: Operation | None
     ) -> Operation | None:
-        """The compare-and-set and its audit entry (the receipt path); None on a miss."""
-        raise NotImplementedError
+        """The compare-and-set and its audit entry (the receipt path); None on a miss, which
+        wrote nothing. ``known``: the caller's copy of the row, which the result builds on."""
+
+        key = (move.scope, move.operation_id)
+
+        def work(tx: SharedTx, _: Operation | None) -> Operation:
+            tx.audit("transition", event, now, move.scope, move.operation_id)
+            changed = tx.cas(
+                move.scope,
+                move.operation_id,
+                move.expected,
+                move.target,
+                now=now,
+                venue_id=move.venue_id,
+                detail=move.detail,
+                known=known,
+            )
+            if changed is None:
+                raise _Miss  # rolls the entry back with the transaction
+            if known is None:
+                # No copy of the row to build on: read it back, inside the transaction.
+                return sql.operation_from_row(tx.one(sql.SELECT_OP, key))
+            return moved(known, move.target, now, changed)
+
+        try:
+            return self._run(work, f"transition {key[0]}:{key[1]}", Hold(key=key))
+        except _Miss:
+            return None
 
     # --- ledger writes ------------------------------------------------------------------
 
@@ -230,11 +262,10 @@ class SQLStore(
             else None
         )
         event = transition_event(expected, target, venue_id=venue_id, detail=detail, audit=audit)
-        moved = self._transition(
-            scope, operation_id, expected, target, now, venue_id, detail, event, known
-        )
-        if moved is not None:
-            return moved
+        move = Move(scope, operation_id, expected, target, venue_id, detail)
+        done = self._transition(move, now, event, known)
+        if done is not None:
+            return done
         # A miss wrote nothing; the state read now only classifies it.
         state = self._get_or_raise(scope, operation_id).state
         raise StaleState(f"operation {operation_id!r} is {state.value!r}, not {expected.value!r}")

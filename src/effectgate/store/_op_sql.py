@@ -10,6 +10,8 @@ and row locks. Imports only the store's records and :mod:`effectgate.store._sql`
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
+from operator import itemgetter
 from typing import Any
 
 from effectgate._core.states import State
@@ -24,6 +26,7 @@ __all__ = [
     "ROW_COLUMNS",
     "ROW_SLOTS",
     "SELECT_WITH_CONTROLS",
+    "Positional",
     "cas",
     "cas_on_copy",
     "cas_params",
@@ -33,7 +36,6 @@ __all__ = [
     "positional",
     "request_params",
     "row_params",
-    "row_values",
 ]
 
 _SLOT = re.compile(r"\{(\w+)\}")
@@ -49,35 +51,27 @@ def named(template: str) -> str:
     return _SLOT.sub(r"%(\1)s", template)
 
 
-#: A new operations row's columns, in the order :func:`row_values` gives their values.
+class Positional:
+    """A template in ``?`` style (:func:`positional`) with the slot names its arguments are taken
+    by, in order: a dialect with positional placeholders binds the named parameters the other
+    one passes as they are (:func:`cas_params`, :func:`row_params`)."""
+
+    __slots__ = ("args", "names", "text")
+
+    def __init__(self, template: str) -> None:
+        self.text = positional(template)
+        self.names = tuple(_SLOT.findall(template))
+        if len(self.names) < 2:
+            raise ValueError("a positional statement binds two slots or more")
+        #: ``params`` (a mapping holding every slot name) as the statement's arguments.
+        self.args: Callable[[Mapping[str, Any]], tuple[Any, ...]] = itemgetter(*self.names)
+
+
+#: A new operations row's columns (:func:`row_params` names their values).
 ROW_COLUMNS = (
     "scope, operation_id, op_key, action, fingerprint, state, intent, effect, tier, reason, "
     "policy_version, detail, created_at, updated_at, submitted_at"
 )
-
-
-def row_values(
-    new: NewOperation, state: State, now: float, intent_text: str, held: str | None = None
-) -> tuple[Any, ...]:
-    """The values of :data:`ROW_COLUMNS` for ``new`` journalled in ``state`` at ``now``
-    (``held``: the row's detail, a hold's reason)."""
-    return (
-        new.scope,
-        new.operation_id,
-        new.op_key,
-        new.action,
-        new.fingerprint,
-        state.value,
-        intent_text,
-        dumps(new.effect),
-        new.tier,
-        new.reason,
-        new.policy_version,
-        held,
-        now,
-        now,
-        now if state is State.SUBMITTED else None,
-    )
 
 
 _ROW_NAMES = tuple(c.strip() for c in ROW_COLUMNS.split(","))
@@ -88,17 +82,32 @@ ROW_SLOTS = ", ".join("{" + name + "}" for name in _ROW_NAMES)
 def row_params(
     new: NewOperation, state: State, now: float, intent_text: str, held: str | None = None
 ) -> dict[str, Any]:
-    """:func:`row_values` by column name, and ``now`` (the named statements' form)."""
-    params = dict(zip(_ROW_NAMES, row_values(new, state, now, intent_text, held), strict=True))
-    params["now"] = now
-    return params
+    """The values of :data:`ROW_COLUMNS` by name for ``new`` journalled in ``state`` at ``now``
+    (``held``: the row's detail, a hold's reason), and ``now``."""
+    return {
+        "scope": new.scope,
+        "operation_id": new.operation_id,
+        "op_key": new.op_key,
+        "action": new.action,
+        "fingerprint": new.fingerprint,
+        "state": state.value,
+        "intent": intent_text,
+        "effect": dumps(new.effect),
+        "tier": new.tier,
+        "reason": new.reason,
+        "policy_version": new.policy_version,
+        "detail": held,
+        "created_at": now,
+        "updated_at": now,
+        "submitted_at": now if state is State.SUBMITTED else None,
+        "now": now,
+    }
 
 
 def cas(anchors: str = "") -> str:
     """The compare-and-set every transition runs, as a template: the row moves only from
     ``expected``, and its lease ends. ``anchors``: more assignments a dialect makes in the same
-    update (SQLite's audit anchors, with ``?`` placeholders of their own), placed between
-    ``submitted_at``'s and ``scope``'s parameters."""
+    update (SQLite's audit anchors, with slots of their own)."""
     return (
         "UPDATE operations SET state = {target}, updated_at = {now}, version = version + 1, "
         "venue_id = coalesce({venue_id}, venue_id), "

@@ -24,12 +24,11 @@ from typing import Any, TypeVar
 import psycopg
 
 from effectgate._core.chain import GENESIS, content_digest, link_entries
-from effectgate._core.states import State
 from effectgate.store import _op_sql as ops
 from effectgate.store import _sql as sql
 from effectgate.store._hooks import NO_HOLD, Hold
 from effectgate.store._tx import SharedTx
-from effectgate.store.base import NewOperation, Operation, dumps
+from effectgate.store.base import Operation, dumps
 
 __all__ = ["PgTx", "audit_params", "cas_sql", "chain_ctes", "class_lock", "lock_key", "pg_sql"]
 
@@ -138,7 +137,6 @@ class PgTx(SharedTx):
         super().__init__()
         self.conn, self.schema, self.lane = conn, schema, lane
         self.writes: list[tuple[Any, Any]] = []
-        self.entries: list[tuple[float, str | None, str | None, str, str]] = []
         self._cursors: dict[str, Cur] = {}
         self._controls_name = ""
         self._window_locked: set[str] = set()
@@ -182,12 +180,12 @@ class PgTx(SharedTx):
 
     def flush(self, main: tuple[Any, Any] | None = None) -> Cur | None:
         """Send buffered writes, ``main`` and the chained audit entries in one round trip."""
-        if not (self.writes or self.entries or main):
+        if not (self.writes or self._entries or main):
             return None
-        if len(self.seqs) < len(self.entries):
-            more = self.conn.execute(_NEXTVAL, (len(self.entries) - len(self.seqs),))
+        if len(self.seqs) < len(self._entries):
+            more = self.conn.execute(_NEXTVAL, (len(self._entries) - len(self.seqs),))
             self.seqs += [int(r[0]) for r in more.fetchall()]
-        rows = link_entries(self.lane, self.head[1], self.entries, self.seqs)
+        rows = link_entries(self.lane, self.head[1], self._entries, self.seqs)
         result: Cur | None = None
         with self.conn.pipeline():
             for statement, params in self.writes:
@@ -201,7 +199,7 @@ class PgTx(SharedTx):
                     (rows[-1][0], rows[-1][-1], self.lane),
                 )
         self.writes.clear()
-        self.entries.clear()
+        self._entries.clear()
         if rows:
             self.head = (rows[-1][0], rows[-1][-1])
             self.seqs = self.seqs[len(rows) :]
@@ -223,42 +221,12 @@ class PgTx(SharedTx):
     def write(self, query: str, args: Sequence[Any] = ()) -> None:
         self.writes.append((pg_sql(query), args))
 
-    def audit(
-        self,
-        kind: str,
-        detail: Mapping[str, object],
-        at: float,
-        scope: str | None = None,
-        operation_id: str | None = None,
-    ) -> None:
-        self.entries.append((float(at), scope, operation_id, kind, dumps(detail)))
-
-    def cas(
-        self,
-        scope: str,
-        operation_id: str,
-        expected: State,
-        target: State,
-        *,
-        now: float,
-        venue_id: str | None = None,
-        detail: str | None = None,
-        submitted_at: float | None = None,
-    ) -> Sequence[Any] | None:
-        cur = self.flush(
-            main=(
-                _CAS_CHANGED,
-                ops.cas_params(
-                    scope, operation_id, expected, target, now, venue_id, detail, submitted_at
-                ),
-            )
-        )
+    def _cas(self, params: Mapping[str, Any], known: Operation | None) -> Sequence[Any] | None:
+        cur = self.flush(main=(_CAS_CHANGED, params))
         return cur.fetchone() if cur is not None else None
 
-    def insert_row(
-        self, new: NewOperation, state: State, held: str | None, now: float, intent_text: str
-    ) -> None:
-        self.flush(main=(_INSERT_ROW, ops.row_params(new, state, now, intent_text, held)))
+    def _insert(self, params: Mapping[str, Any]) -> None:
+        self.flush(main=(_INSERT_ROW, params))
 
     def lock_window(self, action: str) -> None:
         if action not in self._window_locked:

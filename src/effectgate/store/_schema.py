@@ -16,6 +16,7 @@ from effectgate._core.chain import rechain
 from effectgate.store.base import refuse_newer_schema
 
 __all__ = [
+    "SET_HEAD",
     "Types",
     "apply_migrations",
     "backfill_chain",
@@ -69,6 +70,10 @@ class Types:
     #: Drops ``dispatch_log``'s own key where the dialect still has one (PostgreSQL): nothing
     #: reads it, and each dispatch wrote one index entry for it (migration ``dispatch_log_key``).
     drop_dispatch_id: str = ""
+    #: ``schema_migrations.applied_at``'s column type, and the SQL for the instant a migration
+    #: is recorded at (SQLite keeps a Julian day number, PostgreSQL a timestamp).
+    applied_at: str = "REAL NOT NULL"
+    now: str = "julianday('now')"
 
 
 def ledger_tables(t: Types) -> str:
@@ -504,11 +509,17 @@ def dispatch_log_key(t: Types) -> str:
     return t.drop_dispatch_id
 
 
-def backfill_chain(execute: Callable[..., Any], set_head: str) -> None:
-    """Chain entries written before the log was hash-chained (migration 2, once).
+#: Records ``(seq, hash)`` as lane 0's head, whether a dialect seeded the row or not.
+SET_HEAD = (
+    "INSERT INTO audit_heads (lane, seq, hash) VALUES (0, ?, ?) "
+    "ON CONFLICT (lane) DO UPDATE SET seq = excluded.seq, hash = excluded.hash"
+)
 
-    ``execute(query, args)`` runs one statement with ``?`` placeholders; ``set_head`` records
-    ``(seq, hash)`` as lane 0's head.
+
+def backfill_chain(execute: Callable[..., Any]) -> None:
+    """Chain entries written before the log was hash-chained (migration 2, once), and record
+    the last one as lane 0's head. ``execute(query, args)`` runs one statement with ``?``
+    placeholders.
     """
     rows = execute(
         "SELECT seq, at, scope, operation_id, kind, detail FROM audit_log ORDER BY seq"
@@ -520,7 +531,7 @@ def backfill_chain(execute: Callable[..., Any], set_head: str) -> None:
         )
         last = (seq, entry_hash)
     if last is not None:
-        execute(set_head, last)
+        execute(SET_HEAD, last)
 
 
 def apply_migrations(
@@ -548,24 +559,29 @@ def migrate(
     execute: Callable[..., Any],
     ddl: Callable[[str], object],
     migrations: Sequence[str],
-    after: Mapping[int, Callable[[], None]],
-    *,
-    table: object,
-    versions: object,
-    record: object,
+    t: Types,
+    after: Mapping[int, Callable[[], None]] | None = None,
 ) -> None:
-    """Apply pending migrations in the caller's write transaction (one process at a time: the
-    dialect's lock). ``execute(query, args=())`` runs one dialect statement and returns its
-    cursor; ``ddl`` runs one migration statement; ``table`` creates ``schema_migrations`` if
-    it is missing, ``versions`` selects its versions and ``record`` inserts one (its one
-    parameter)."""
-    execute(table)
+    """Apply a dialect's pending ``migrations`` in the caller's write transaction (one process
+    at a time: the dialect's lock), recording each in ``schema_migrations``.
+
+    ``execute(query, args=())`` runs one statement with ``?`` placeholders and returns its
+    cursor; ``ddl`` runs one migration statement; ``after`` maps a version to a Python step of
+    the dialect's own, which runs after its DDL. Migration 2's step is the same in both
+    dialects: :func:`backfill_chain`.
+    """
+    execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations "
+        f"(version {t.int} PRIMARY KEY, applied_at {t.applied_at})"
+    )
     apply_migrations(
-        {r[0] for r in execute(versions).fetchall()},
+        {r[0] for r in execute("SELECT version FROM schema_migrations").fetchall()},
         migrations,
         ddl,
-        after,
-        lambda version: execute(record, (version,)),
+        {2: lambda: backfill_chain(execute), **(after or {})},
+        lambda version: execute(
+            f"INSERT INTO schema_migrations (version, applied_at) VALUES (?, {t.now})", (version,)
+        ),
     )
 
 

@@ -14,7 +14,6 @@ from effectgate.errors import StoreError
 from effectgate.store import _schema
 from effectgate.store._schema import (
     Types,
-    backfill_chain,
     chain_columns,
     controls_tables,
     ledger_tables,
@@ -70,10 +69,8 @@ _CHAINED_INSERT = (
     f"coalesce({_TAIL.format('hash')}, ?), "
     f"{CHAIN_FUNCTION}(coalesce({_TAIL.format('hash')}, ?), ?))"
 )
-_ADVANCE_HEAD = (
-    "INSERT INTO audit_heads (lane, seq, hash) VALUES (0, ?, ?) ON CONFLICT (lane) DO UPDATE "
-    "SET seq = excluded.seq, hash = excluded.hash WHERE excluded.seq > audit_heads.seq"
-)
+# The shared upsert of lane 0's head, never moving it back.
+_ADVANCE_HEAD = f"{_schema.SET_HEAD} WHERE excluded.seq > audit_heads.seq"
 
 # Kept for migration 3, which created it; migration 4 drops it (see MIGRATION_ANCHORS).
 MIGRATION_HEAD_TRIGGER = """
@@ -203,15 +200,5 @@ def _head_trigger(conn: sqlite3.Connection) -> None:
 def migrate(conn: sqlite3.Connection) -> None:
     """Apply pending migrations in the caller's write transaction."""
     _schema.migrate(
-        conn.execute,
-        conn.execute,
-        MIGRATIONS,
-        {
-            2: lambda: backfill_chain(conn.execute, "INSERT INTO audit_heads VALUES (0, ?, ?)"),
-            3: lambda: _head_trigger(conn),
-        },
-        table="CREATE TABLE IF NOT EXISTS schema_migrations "
-        "(version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)",
-        versions="SELECT version FROM schema_migrations",
-        record="INSERT INTO schema_migrations VALUES (?, julianday('now'))",
+        conn.execute, conn.execute, MIGRATIONS, _TYPES, {3: lambda: _head_trigger(conn)}
     )

@@ -3,8 +3,9 @@ control primitives written once on top of them.
 
 A dialect subclasses :class:`SharedTx` and supplies how a statement runs now (:meth:`rows`),
 how a write with no result runs (:meth:`write`: SQLite runs it at once, PostgreSQL buffers it
-for the transaction's next round trip), how an audit entry is chained (:meth:`audit`), the
-compare-and-set (:meth:`cas`) and the insert of a new row (:meth:`insert_row`). Everything
+for the transaction's next round trip), how the audit entries :meth:`audit` takes are chained,
+the compare-and-set (:meth:`_cas`) and the insert of a new row (:meth:`_insert`), both over
+the named parameters of :mod:`effectgate.store._op_sql`. Everything
 :mod:`effectgate.store._guard` needs is then here, once.
 """
 
@@ -17,10 +18,14 @@ from typing import Any
 from effectgate._core.controls import AuthorityStep, ClassControls
 from effectgate._core.states import State
 from effectgate.errors import StoreError
+from effectgate.store import _op_sql as ops
 from effectgate.store import _sql as sql
-from effectgate.store.base import NewOperation, dumps
+from effectgate.store.base import NewOperation, Operation, dumps
 
-__all__ = ["SharedTx", "SignalStats"]
+__all__ = ["Entry", "SharedTx", "SignalStats"]
+
+#: An audit entry taken and not yet written: ``(at, scope, operation_id, kind, detail text)``.
+Entry = tuple[float, str | None, str | None, str, str]
 
 
 class SignalStats:
@@ -47,6 +52,7 @@ class SharedTx(ABC):
         # A class's controls are read once per transaction: the transaction holds the lock
         # that orders them (SQLite's write lock, PostgreSQL's class advisory lock).
         self._controls: dict[str, ClassControls] = {}
+        self._entries: list[Entry] = []
 
     # --- dialect hooks --------------------------------------------------------------------
 
@@ -58,7 +64,6 @@ class SharedTx(ABC):
     def write(self, query: str, args: Sequence[Any] = ()) -> None:
         """A write whose result nobody reads; it may travel with the transaction's next trip."""
 
-    @abstractmethod
     def audit(
         self,
         kind: str,
@@ -67,9 +72,11 @@ class SharedTx(ABC):
         scope: str | None = None,
         operation_id: str | None = None,
     ) -> None:
-        """Append one chained audit entry in this transaction."""
+        """Append one chained audit entry in this transaction. It is encoded now (the caller may
+        reuse its mapping) and waits in :attr:`_entries` until the dialect writes it: with the
+        transaction's next statement (SQLite) or in its last round trip (PostgreSQL)."""
+        self._entries.append((float(at), scope, operation_id, kind, dumps(detail)))
 
-    @abstractmethod
     def cas(
         self,
         scope: str,
@@ -81,15 +88,30 @@ class SharedTx(ABC):
         venue_id: str | None = None,
         detail: str | None = None,
         submitted_at: float | None = None,
+        known: Operation | None = None,
     ) -> Sequence[Any] | None:
         """The compare-and-set, after its audit entry: ``(version, venue_id, detail,
-        submitted_at)`` as updated, or None when the row was not in ``expected``."""
+        submitted_at)`` as updated, or None when the row was not in ``expected``. ``known``: a
+        copy of the row the caller holds, which a dialect may use to skip ``RETURNING``."""
+        params = ops.cas_params(
+            scope, operation_id, expected, target, now, venue_id, detail, submitted_at
+        )
+        return self._cas(params, known)
 
-    @abstractmethod
     def insert_row(
         self, new: NewOperation, state: State, held: str | None, now: float, intent_text: str
     ) -> None:
         """Insert a new operations row (after its audit entries)."""
+        self._insert(ops.row_params(new, state, now, intent_text, held))
+
+    @abstractmethod
+    def _cas(self, params: Mapping[str, Any], known: Operation | None) -> Sequence[Any] | None:
+        """:func:`~effectgate.store._op_sql.cas` with its named ``params``
+        (:func:`~effectgate.store._op_sql.cas_params`), as :meth:`cas` returns it."""
+
+    @abstractmethod
+    def _insert(self, params: Mapping[str, Any]) -> None:
+        """The new row of :func:`~effectgate.store._op_sql.row_params`."""
 
     def lock_window(self, action: str) -> None:
         """Serialise a class's envelope-window check and charge (a no-op where the

@@ -300,6 +300,7 @@ class Divergence:
     first_seen: float
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Move:
     """One compare-and-set of a ``transition_many`` batch (``expected -> target``)."""

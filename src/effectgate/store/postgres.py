@@ -28,16 +28,14 @@ from effectgate.store import _postgres_conn as pgc
 from effectgate.store import _postgres_tx as pgtx
 from effectgate.store import _sql as sql
 from effectgate.store._group_commit import SharedWrite, TripsOf
-from effectgate.store._guard import SEND
 from effectgate.store._hooks import NO_HOLD, Hold
-from effectgate.store._journal import journal_new, plain_journal
+from effectgate.store._journal import journal_new, plain_done, plain_journal, plain_passes
 from effectgate.store._ledger import SQLStore, Work
-from effectgate.store._op_sql import cas_params
 from effectgate.store._postgres_conn import PgConnections, drop_schema, split_schema
-from effectgate.store._postgres_schema import LANES, MIGRATIONS
+from effectgate.store._postgres_schema import LANES, MIGRATIONS, TYPES
 from effectgate.store._postgres_tx import PgTx, audit_params, pg_sql
 from effectgate.store._postgres_wire import Prepared
-from effectgate.store._schema import backfill_chain, migrate
+from effectgate.store._schema import migrate
 from effectgate.store.base import (
     Journal,
     LedgerEntry,
@@ -174,7 +172,7 @@ class PostgresStore(PgConnections, SQLStore):
             conn.execute(_TWO_LOCKS, self._journal_locks(new))
 
         # A breaker's windows or a token's recheck (DispatchGuard.plain): the full path.
-        if guard is None or guard.plain:
+        if plain_passes(guard):
             done = self._journal_fast(new, path, now, audit, guard)
             if done is not None:
                 return done
@@ -216,9 +214,8 @@ class PostgresStore(PgConnections, SQLStore):
         """One round trip: the locks, the statement and the commit. None: a control is active,
         the statement wrote nothing, and the full path must run."""
         plain = plain_journal(new, path, guard, audit, now=now)
-        final = plain.final
         params = {
-            **ops.row_params(new, final, now, plain.intent),
+            **ops.row_params(new, plain.final, now, plain.intent),
             "dispatch": plain.dispatch,
             "value_micros": plain.value_micros,
             **ops.request_params(plain.request),
@@ -240,7 +237,7 @@ class PostgresStore(PgConnections, SQLStore):
         inserted = int(res.get_value(0, 0) or 0)
         active = int(res.get_value(0, 1) or 0)
         if inserted:
-            return Journal(new.journalled(final, now), True, SEND if plain.dispatch else None)
+            return plain_done(new, plain, now)
         if active:
             return None
         # The insert conflicted: the winner had committed (ON CONFLICT waits for it), so a
@@ -251,20 +248,12 @@ class PostgresStore(PgConnections, SQLStore):
         return Journal(existing, False)
 
     def _transition(
-        self,
-        scope: str,
-        operation_id: str,
-        expected: State,
-        target: State,
-        now: float,
-        venue_id: str | None,
-        detail: str | None,
-        event: Mapping[str, object],
-        known: Operation | None,
+        self, move: Move, now: float, event: Mapping[str, object], known: Operation | None
     ) -> Operation | None:
         """Compare-and-set plus its chained audit entry in one statement (the receipt path)."""
+        scope, operation_id = move.scope, move.operation_id
         params = {
-            **cas_params(scope, operation_id, expected, target, now, venue_id, detail),
+            **ops.move_params(move, now),
             **audit_params(
                 lane_for(scope, operation_id, LANES), now, scope, operation_id, "transition", event
             ),
@@ -289,7 +278,7 @@ class PostgresStore(PgConnections, SQLStore):
             None if held is None else bytes(held).decode(),
             None if sent is None else float(sent),
         )
-        return moved(known, target, now, changed)
+        return moved(known, move.target, now, changed)
 
     def transition_many(self, moves: Sequence[Move], *, now: float) -> list[bool]:
         """Every move's compare-and-set, then each lane's chained audit entries: one transaction.
@@ -348,23 +337,10 @@ class PostgresStore(PgConnections, SQLStore):
         def then(conn: Conn, _: Cur) -> None:
             conn.execute(psql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))
             migrate(
-                conn.execute,
+                lambda q, args=(): conn.execute(pg_sql(q), args),
                 lambda ddl: conn.execute(ddl.encode()),
                 MIGRATIONS,
-                {
-                    2: lambda: backfill_chain(
-                        lambda q, args=(): conn.execute(pg_sql(q), args),
-                        "UPDATE audit_heads SET seq = ?, hash = ? WHERE lane = 0",
-                    )
-                },
-                table=psql.SQL(
-                    "CREATE TABLE IF NOT EXISTS {}.schema_migrations (version integer PRIMARY KEY, "
-                    "applied_at timestamptz NOT NULL DEFAULT now())"
-                ).format(ident),
-                versions=psql.SQL("SELECT version FROM {}.schema_migrations").format(ident),
-                record=psql.SQL("INSERT INTO {}.schema_migrations (version) VALUES (%s)").format(
-                    ident
-                ),
+                TYPES,
             )
 
         self._write(first, then, "migrate")

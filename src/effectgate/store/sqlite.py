@@ -3,9 +3,9 @@
 Several processes may share one file: ``BEGIN IMMEDIATE`` serialises writers, the primary key on
 ``(scope, operation_id)`` makes the first insert win, and every transition is a conditional
 ``UPDATE ... WHERE state = ?`` whose row count is checked. Only what is SQLite's own lives
-here: the connections, the hot path's statements (a journal or receipt records its audit
-entry's ``(seq, hash)`` in the operations row, migration 4), the lease and sweep-lock tables and
-the recorded audit heads. The ledger logic is :class:`~effectgate.store._ledger.SQLStore`.
+here: the connections, the transaction hooks and their statements (a journal or receipt records
+its audit entry's ``(seq, hash)`` in the operations row, migration 4) and the recorded audit
+heads. All the ledger logic, journal and receipt too: :class:`~effectgate.store._ledger.SQLStore`.
 """
 
 from __future__ import annotations
@@ -16,20 +16,17 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
 from typing import Any, TypeVar
 
-from effectgate._core.controls import DispatchGuard
 from effectgate._core.states import State
 from effectgate.errors import LedgerNotFound, StoreError
 from effectgate.store import _op_sql as ops
 from effectgate.store import _sql as sql
 from effectgate.store import _sqlite_schema as schema
 from effectgate.store._group_commit import FinishingBody, TxGate, store_error
-from effectgate.store._guard import SEND
 from effectgate.store._hooks import NO_HOLD, Hold
-from effectgate.store._journal import PlainJournal, journal_new, plain_journal
 from effectgate.store._ledger import SQLStore, Work
 from effectgate.store._sqlite_tx import SQLiteEngine
 from effectgate.store._tx import SharedTx
-from effectgate.store.base import Journal, NewOperation, Operation, dumps, moved
+from effectgate.store.base import Operation
 
 __all__ = ["SQLiteStore"]
 
@@ -38,31 +35,26 @@ T = TypeVar("T")
 # The compare-and-set (store/_op_sql.py). It hands back only what it changed: the caller
 # already holds the snapshot. It also records the transaction's latest audit entry (migration
 # 4), when given.
-_CAS_SET = ops.positional(
-    ops.cas(
-        ", audit_seq = coalesce(?, audit_seq), audit_hash = coalesce(?, audit_hash), "
-        "receipt_seq = coalesce(receipt_seq, ?)"
-    )
+_CAS_SET = ops.cas(
+    ", audit_seq = coalesce({audit_seq}, audit_seq), "
+    "audit_hash = coalesce({audit_hash}, audit_hash), "
+    "receipt_seq = coalesce(receipt_seq, {receipt_seq})"
 )
-_CAS = _CAS_SET + f" RETURNING {ops.CHANGED_COLUMNS}, receipt_seq"
+_CAS = ops.Positional(_CAS_SET + f" RETURNING {ops.CHANGED_COLUMNS}, receipt_seq")
 # The receipt on a copy the caller holds: it moves the row only if the row still is that copy
 # (what the update keeps of it, and no receipt entry named yet), so the copy tells what the
 # update left. A copy that differs falls back to _CAS in the same transaction.
-_CAS_KNOWN = (
-    _CAS_SET + " AND version = ? AND venue_id IS ? AND detail IS ? AND submitted_at IS ? "
-    "AND receipt_seq IS NULL"
+_CAS_KNOWN = ops.Positional(
+    _CAS_SET + " AND version = {k_version} AND venue_id IS {k_venue_id} "
+    "AND detail IS {k_detail} AND submitted_at IS {k_submitted_at} AND receipt_seq IS NULL"
 )
 # A new row (store/_op_sql.py), with its audit anchors and the journal entry it names.
-_INSERT = (
+_INSERT = ops.Positional(
     f"INSERT INTO operations ({ops.ROW_COLUMNS}, audit_seq, audit_hash, journal_seq) "
-    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    f"VALUES ({ops.ROW_SLOTS}, {{audit_seq}}, {{audit_hash}}, {{journal_seq}})"
 )
 # An entry written in_row that its row ended up not naming goes back to the index.
 _TO_INDEX = "UPDATE audit_log SET in_row = 0 WHERE seq = ?"
-
-
-class _Miss(Exception):
-    """A compare-and-set found the row elsewhere: roll back its audit entry with it."""
 
 
 class SQLiteTx(SharedTx):
@@ -72,8 +64,8 @@ class SQLiteTx(SharedTx):
     The last entry of a transaction is recorded as the chain's head: in the operations row a
     compare-and-set or insert writes anyway (no extra page), otherwise by :meth:`finish`.
 
-    An entry is written when the transaction's next statement runs (it is encoded at once).
-    If that statement writes the entry's own row and names it there (the journal's insert:
+    The entries :meth:`audit` takes are written when the transaction's next statement runs.
+    If that statement writes the last entry's own row and names it there (the journal's insert:
     ``journal_seq``; the move out of ``submitted``: ``receipt_seq``), the entry is written
     ``in_row`` and stays out of ``audit_by_operation``: one index page less per commit
     (migration ``row_audit_columns``; readers: ``_sql.op_entries``).
@@ -90,113 +82,84 @@ class SQLiteTx(SharedTx):
         self._link = link
         self._last: tuple[int, str] | None = None
         self._anchored: tuple[int, str] | None = None
-        # The entry audit() took and the next statement writes: (at, scope, op, kind, text).
-        self._pending: tuple[float, str | None, str | None, str, str] | None = None
 
     def rows(self, query: str, args: Sequence[Any] = ()) -> list[Sequence[Any]]:
-        if self._pending is not None:
-            self._write_pending(False)
+        if self._entries:
+            self._write_entries()
         return self.cur.execute(query, args).fetchall()
 
     def write(self, query: str, args: Sequence[Any] = ()) -> None:
-        if self._pending is not None:
-            self._write_pending(False)
+        if self._entries:
+            self._write_entries()
         self.cur.execute(query, args)
 
-    def audit(
-        self,
-        kind: str,
-        detail: Mapping[str, object],
-        at: float,
-        scope: str | None = None,
-        operation_id: str | None = None,
-    ) -> None:
-        if self._pending is not None:
-            self._write_pending(False)
-        # Encoded now: the caller may reuse its mapping before the entry is written.
-        self._pending = (float(at), scope, operation_id, kind, dumps(detail))
+    def _write_entries(self, row: tuple[str, str] | None = None) -> int | None:
+        """Write the waiting entries in order; the last one's seq if it is ``row``'s (which
+        names it: the entry is written ``in_row``)."""
+        entries, last, seq = self._entries, len(self._entries) - 1, None
+        for i, (at, scope, operation_id, kind, text) in enumerate(entries):
+            mine = i == last and row == (scope, operation_id)
+            self._last = schema.append_entry(
+                self.cur, self._link, at, scope, operation_id, kind, text, in_row=mine
+            )
+            if mine:
+                seq = self._last[0]
+        entries.clear()
+        return seq
 
-    def _write_pending(self, in_row: bool) -> int:
-        if self._pending is None:
-            raise StoreError("no audit entry is waiting to be written")
-        at, scope, operation_id, kind, text = self._pending
-        self._pending = None
-        self._last = schema.append_entry(
-            self.cur, self._link, at, scope, operation_id, kind, text, in_row=in_row
-        )
-        return self._last[0]
+    def _anchors(self) -> Mapping[str, Any]:
+        """The chain's latest entry, for the row being written to record."""
+        self._anchored = last = self._last
+        return _NO_ANCHORS if last is None else {"audit_seq": last[0], "audit_hash": last[1]}
 
-    def _row_entry(self, scope: str, operation_id: str) -> int | None:
-        """Write the waiting entry, if any; its seq if it is this row's (the row names it)."""
-        pending = self._pending
-        if pending is None:
-            return None
-        mine = pending[1] == scope and pending[2] == operation_id
-        seq = self._write_pending(mine)
-        return seq if mine else None
-
-    def _anchor(self) -> tuple[int | None, str | None]:
-        self._anchored = self._last
-        return self._last if self._last is not None else (None, None)
-
-    def cas(
-        self,
-        scope: str,
-        operation_id: str,
-        expected: State,
-        target: State,
-        *,
-        now: float,
-        venue_id: str | None = None,
-        detail: str | None = None,
-        submitted_at: float | None = None,
-    ) -> Sequence[Any] | None:
+    def _cas(self, params: Mapping[str, Any], known: Operation | None) -> Sequence[Any] | None:
         # Only a row's move out of submitted (at most one: nothing re-enters it) names its
         # entry; any other move writes it as before.
-        seq = None
-        if expected is State.SUBMITTED:
-            seq = self._row_entry(scope, operation_id)
-        elif self._pending is not None:
-            self._write_pending(False)
-        return _compare_and_set(
-            self.cur,
-            (
-                target.value,
-                now,
-                venue_id,
-                detail,
-                submitted_at,
-                *self._anchor(),
-                seq,
-                scope,
-                operation_id,
-                expected.value,
-            ),
-            seq,
-        )
+        named = params["expected"] == _SUBMITTED
+        seq = self._write_entries((params["scope"], params["operation_id"]) if named else None)
+        args = {**params, **self._anchors(), "receipt_seq": seq}
+        # What ops.cas_on_copy takes: a copy in submitted, moved without a submitted_at.
+        copy = known if named and params["submitted_at"] is None else None
+        if copy is not None and copy.state is State.SUBMITTED:
+            # The receipt, on a copy taken in submitted: when the row still matches the copy,
+            # the copy says what the update leaves, so no RETURNING (which costs SQLite a
+            # temporary table per statement), and the row takes this seq. A copy the caller
+            # altered or kept too long takes _CAS below.
+            args.update(
+                k_version=copy.version,
+                k_venue_id=copy.venue_id,
+                k_detail=copy.detail,
+                k_submitted_at=copy.submitted_at,
+            )
+            self.cur.execute(_CAS_KNOWN.text, _CAS_KNOWN.args(args))
+            if self.cur.rowcount == 1:
+                return ops.cas_on_copy(copy, params["venue_id"], params["detail"])
+        return _compare_and_set(self.cur, args, seq)
 
-    def insert_row(
-        self, new: NewOperation, state: State, held: str | None, now: float, intent_text: str
-    ) -> None:
-        seq = self._row_entry(new.scope, new.operation_id)
-        values = ops.row_values(new, state, now, intent_text, held)
-        self.cur.execute(_INSERT, (*values, *self._anchor(), seq))
+    def _insert(self, params: Mapping[str, Any]) -> None:
+        seq = self._write_entries((params["scope"], params["operation_id"]))
+        args = {**params, **self._anchors(), "journal_seq": seq}
+        self.cur.execute(_INSERT.text, _INSERT.args(args))
 
     def finish(self) -> None:
-        """Write the waiting entry; record the last entry as the head unless a row does."""
-        if self._pending is not None:
-            self._write_pending(False)
+        """Write the waiting entries; record the last entry as the head unless a row does."""
+        if self._entries:
+            self._write_entries()
         if self._last is not None and self._last != self._anchored:
             schema.advance_head(self.cur, *self._last)
 
 
+_NO_ANCHORS: Mapping[str, Any] = {"audit_seq": None, "audit_hash": None}
+_SUBMITTED = State.SUBMITTED.value
+
+
 def _compare_and_set(
-    cur: sqlite3.Cursor, args: Sequence[Any], seq: int | None
+    cur: sqlite3.Cursor, params: Mapping[str, Any], seq: int | None
 ) -> Sequence[Any] | None:
-    """_CAS with ``args``: ``(version, venue_id, detail, submitted_at)`` as updated, or None. A
-    ``seq`` the row was to name goes to the index when the row did not take it."""
+    """_CAS with ``params``: ``(version, venue_id, detail, submitted_at)`` as updated, or None.
+    A ``seq`` the row was to name goes to the index when the row did not take it."""
     # fetchall() runs the UPDATE to completion before COMMIT.
-    changed = cur.execute(_CAS, args).fetchall()
+    changed = cur.execute(_CAS.text, _CAS.args(params)).fetchall()
     if seq is not None and (not changed or changed[0][4] != seq):
         # No row moved (the caller rolls back or goes on without it), or the row names an
         # earlier entry: this one must be found through the index.
@@ -295,119 +258,6 @@ class SQLiteStore(SQLStore):
         with self._shared_tx() as tx:
             found = tx.rows(sql.SELECT_OP, hold.row) if hold.row is not None else []
             return work(tx, sql.operation_from_row(found[0]) if found else None)
-
-    def _journal(
-        self,
-        new: NewOperation,
-        path: list[State],
-        now: float,
-        audit: Mapping[str, object] | None,
-        guard: DispatchGuard | None,
-    ) -> Journal:
-        cur = self._cur
-        key = (new.scope, new.operation_id, new.action)
-        with self._gate.transaction() as conn:
-            # BEGIN IMMEDIATE holds the write lock: nobody can insert between these reads and
-            # the insert, and the controls are read under the same lock.
-            exists, active = cur.execute(ops.PROBE, key).fetchone()
-            if exists is None and not active and (guard is None or guard.plain):
-                plain = plain_journal(new, path, guard, audit, now=now)
-                return self._journal_plain(cur, new, plain, now)
-            both = cur.execute(ops.SELECT_WITH_CONTROLS, key).fetchone()
-            if both[0] is not None:
-                return Journal(sql.operation_from_row(both[: ops.N_OP]), False)
-            ctl = sql.controls_from_row(
-                new.action, None if both[ops.N_OP] is None else both[ops.N_OP + 1 :]
-            )
-            tx = SQLiteTx(conn, cur, self._link)
-            tx.seed(ctl)
-            done = journal_new(tx, new, path, guard, audit, now=now)
-            tx.finish()
-            return done
-
-    def _journal_plain(
-        self, cur: sqlite3.Cursor, new: NewOperation, plain: PlainJournal, now: float
-    ) -> Journal:
-        """The writes of :func:`plain_journal`, straight on the cursor: the dispatch record, the
-        entry (named by the row, so not indexed), the approval request, the row."""
-        op_key = new.op_key
-        if plain.dispatch:
-            cur.execute(sql.INSERT_DISPATCH, (new.action, now, op_key, plain.value_micros))
-        if plain.request is not None:
-            cur.execute(sql.INSERT_REQUEST, plain.request)
-        seq, entry_hash = schema.append_entry(
-            cur,
-            self._link,
-            now,
-            new.scope,
-            new.operation_id,
-            "transition",
-            dumps(plain.entry),
-            in_row=True,
-        )
-        final = plain.final
-        cur.execute(_INSERT, (*ops.row_values(new, final, now, plain.intent), seq, entry_hash, seq))
-        return Journal(new.journalled(final, now), True, SEND if plain.dispatch else None)
-
-    def _transition(
-        self,
-        scope: str,
-        operation_id: str,
-        expected: State,
-        target: State,
-        now: float,
-        venue_id: str | None,
-        detail: str | None,
-        event: Mapping[str, object],
-        known: Operation | None,
-    ) -> Operation | None:
-        # A move out of submitted (at most one: nothing re-enters it) is named by its row.
-        named = expected is State.SUBMITTED
-        text = dumps(event)
-        cur = self._cur
-        try:
-            with self._gate.transaction():
-                # The entry first, so the compare-and-set records it as the chain's head.
-                seq, entry_hash = schema.append_entry(
-                    cur, self._link, now, scope, operation_id, "transition", text, in_row=named
-                )
-                args = (
-                    target.value,
-                    now,
-                    venue_id,
-                    detail,
-                    None,
-                    seq,
-                    entry_hash,
-                    seq if named else None,
-                    scope,
-                    operation_id,
-                    expected.value,
-                )
-                changed: Sequence[Any] | None = None
-                if named and known is not None and known.state is State.SUBMITTED:
-                    # The receipt, on a copy taken in submitted: when the row still matches
-                    # the copy, the copy says what the update leaves, so no RETURNING (which
-                    # costs SQLite a temporary table per statement), and the row takes this
-                    # seq. A copy the caller altered or kept too long takes _CAS below.
-                    cur.execute(
-                        _CAS_KNOWN,
-                        (*args, known.version, known.venue_id, known.detail, known.submitted_at),
-                    )
-                    if cur.rowcount == 1:
-                        changed = ops.cas_on_copy(known, venue_id, detail)
-                if changed is None:
-                    changed = _compare_and_set(cur, args, seq if named else None)
-                if changed is None:
-                    raise _Miss  # rolls the entry back with the transaction
-                if known is None:
-                    # No copy of the row to build on: read it back, inside the transaction.
-                    return sql.operation_from_row(
-                        cur.execute(sql.SELECT_OP, (scope, operation_id)).fetchone()
-                    )
-        except _Miss:
-            return None
-        return moved(known, target, now, changed)
 
     # --- schema, leases, locks, heads: SQLite's own -----------------------------------------
 
