@@ -26,9 +26,9 @@ from effectgate._evidence.audit import verify_store
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import CommitOutcomeUnknown, StoreError
 from effectgate.examples import EXAMPLE_ORDER, default_registry
-from effectgate.store._group_commit import SharedTrips, SharedWrite, shared_trip
 from effectgate.store._postgres_tx import lock_key
 from effectgate.store._postgres_wire import Prepared, trip
+from effectgate.store._shared_trips import SharedTrips, SharedWrite, shared_trip
 from effectgate.store.base import split_schema
 from effectgate.store.postgres import PostgresStore, drop_schema
 

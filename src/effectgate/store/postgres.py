@@ -27,7 +27,6 @@ from effectgate.store import _op_sql as ops
 from effectgate.store import _postgres_conn as pgc
 from effectgate.store import _postgres_tx as pgtx
 from effectgate.store import _sql as sql
-from effectgate.store._group_commit import SharedWrite, TripsOf
 from effectgate.store._hooks import NO_HOLD, Hold
 from effectgate.store._journal import journal_new, plain_done, plain_journal, plain_passes
 from effectgate.store._ledger import SQLStore, Work
@@ -36,6 +35,7 @@ from effectgate.store._postgres_schema import LANES, MIGRATIONS, TYPES
 from effectgate.store._postgres_tx import PgTx, audit_params, pg_sql
 from effectgate.store._postgres_wire import Prepared
 from effectgate.store._schema import migrate
+from effectgate.store._shared_trips import SharedWrite, TripsOf
 from effectgate.store.base import (
     Journal,
     LedgerEntry,
