@@ -34,6 +34,7 @@ JSON = {"Content-Type": "application/json"}
 BODY_ROUTES = [
     ("POST", "/v1/actions/submit_order", ORDER, AGENT_A),
     ("PUT", "/v1/admin/kill/submit_order", {"reason": "r"}, OPERATOR),
+    ("POST", "/v1/admin/kill/submit_order/rehearsals", {"reason": "r"}, OPERATOR),
     ("POST", "/v1/admin/breakers/submit_order/reset", {"reason": "r"}, OPERATOR),
     ("POST", "/v1/admin/approvals/alpha/op-1/approve", {"fingerprint": "0" * 64}, OPERATOR),
     ("POST", "/v1/admin/approvals/alpha/op-1/refuse", {"fingerprint": "0" * 64}, OPERATOR),
