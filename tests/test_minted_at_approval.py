@@ -20,14 +20,18 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from effectgate import Dispatcher, IntentError, State
+from effectgate import Dispatcher, Gate, IntentError, State
+from effectgate._core.budgets import RunBudget
+from effectgate._core.runs import RunCall
 from effectgate._doors.http.app import create_app
+from effectgate._execute.budgets import budget_dispatch_check
 from effectgate._service import Service, parse_config
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import NotAwaitingApproval
 from effectgate.examples import EXAMPLE_ORDER
 from effectgate.store.roles import Store
-from effectgate.testing import assert_invariants
+from effectgate.testing import ManualClock, assert_invariants
+from runkit import RUN, SCOPE, tool_call
 from servicekit import AGENT_A, OPERATOR, ORDER, bearer
 from test_minted_ids import BIG, INTENT, MINTED, World, make_world, minted_config
 
@@ -321,3 +325,61 @@ class TestHandOverUnderConcurrencyAndRounds:
         assert minted.venue.effect_count == 1 and minted_ids(minted) == {minted_id}
         assert sorted(minted.store.count_by_state().values()) == [1, 1]
         checked(minted)
+
+
+class TestARunsBindingCrossesTheHandOver:
+    """A run-bound proposal of a minted-id class keeps its run across the hand-over: the binding
+    (``run_effects``) moves from the handle to the minted id in the approval's transaction, so
+    the run's budget still governs the effect (invariant 12: budgets are never overspent) and a
+    re-proposal under the request key is the same bound operation (invariant 1)."""
+
+    def bound(self, store: Store, budget: RunBudget) -> tuple[World, RunCall]:
+        w = make_world(store, "minted")
+        w.gate = Gate(
+            store=store,
+            registry=w.gate.registry,
+            adapters=w.gate.adapters,
+            policy=w.gate.policy,
+            clock=w.gate.clock,
+            admission_checks=[budget_dispatch_check],
+        )
+        store.set_run_budget(SCOPE, RUN, budget, now=0.5, actor="harness-1")
+        call = tool_call("t-1")
+        store.record_run_call(SCOPE, call, now=1.0, actor="harness-1")
+        return w, call
+
+    def test_the_binding_moves_to_the_minted_id(self, store: Store) -> None:
+        w, call = self.bound(store, RunBudget(max_tool_calls=5))
+        waiting = w.gate.submit("submit_order", "req-big", BIG, run_call=call.ref, dispatch=False)
+        handle = waiting.operation_id
+        assert store.run_binding(SCOPE, handle) == call.ref
+        op = w.operator.approve(handle, fingerprint=waiting.fingerprint, approver="al").operation
+        assert store.run_binding(SCOPE, op.operation_id) == call.ref
+        assert store.run_binding(SCOPE, handle) is None, "the handle is never an effect"
+        (entry,) = [e for e in store.iter_audit() if e.kind == "operation_id_minted"]
+        assert entry.detail["run_call"] == call.ref.to_dict()
+        again = w.gate.submit("submit_order", "req-big", BIG, run_call=call.ref, dispatch=False)
+        assert (again.operation_id, again.replayed) == (op.operation_id, True)
+        run = store.get_run(SCOPE, RUN)
+        state = store.run_budget(SCOPE, RUN)
+        assert run is not None and run.effects == 1
+        assert state is not None and state.usage.tool_calls == 1, "one slot, charged once"
+        assert w.gate.dispatch(op.operation_id).state is State.ACKNOWLEDGED
+        checked(w)
+
+    def test_the_runs_deadline_still_refuses_the_minted_operation(self, store: Store) -> None:
+        """Before the fix the minted id had no binding, so the dispatch check never saw the
+        run: past the run's deadline the effect was sent anyway."""
+        deadline = ManualClock().now + 50.0  # the minted world's clock starts there
+        w, call = self.bound(store, RunBudget(deadline=deadline))
+        waiting = w.gate.submit("submit_order", "req-big", BIG, run_call=call.ref, dispatch=False)
+        op = w.operator.approve(
+            waiting.operation_id, fingerprint=waiting.fingerprint, approver="al"
+        ).operation
+        clock = w.gate.clock
+        if not isinstance(clock, ManualClock):
+            raise TypeError("the minted world runs on a manual clock")
+        clock.advance(60.0)
+        out = w.gate.dispatch(op.operation_id)
+        assert out.state is State.REJECTED and "deadline" in (out.detail or "")
+        assert w.adapter.execute_calls == 0 and w.venue.effect_count == 0

@@ -12,7 +12,9 @@ last approval, :func:`hand_over` (written once, for both dialects):
 3. carries the approvals and the approval request over to it, so every later check (authority,
    preconditions, a new round) reads them under the operation's own id;
 4. releases it to the standing dispatcher when its proposer asked for it to be sent;
-5. rebinds the request key to the operation, so the same key again returns the operation.
+5. rebinds the request key to the operation, so the same key again returns the operation;
+6. moves a run-bound proposal's binding (``run_effects``) to the operation, so its run's budget
+   still governs it at dispatch (invariant 12) and the run's journal names the effect.
 
 All of it commits or none of it does: a crash leaves the proposal awaiting approval, or the
 operation validated under its minted id; never both, never neither (invariants 1 and 3).
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from effectgate._core.runs import RunCallRef
 from effectgate._core.states import State
 from effectgate.store import _journal as j
 from effectgate.store._tx import SharedTx
@@ -70,6 +73,13 @@ def hand_over(
         "RETURNING request_key",
         (minted, scope, handle),
     )
+    # A run-bound proposal's binding moves with it: the run's budget (deadline, value) is
+    # checked at dispatch under the operation's id, and a re-proposal names the same call.
+    bound = tx.rows(
+        "UPDATE run_effects SET operation_id = ? WHERE scope = ? AND operation_id = ? "
+        "RETURNING run_id, slot, call_id",
+        (minted, scope, handle),
+    )
     tx.audit(
         "operation_id_minted",
         {
@@ -77,6 +87,7 @@ def hand_over(
             "request_key": str(keys[0][0]) if keys else None,
             "fingerprint": proposal.fingerprint,
             "proposal": handle,
+            "run_call": RunCallRef(*(str(v) for v in bound[0])).to_dict() if bound else None,
         },
         now,
         scope,
