@@ -25,6 +25,7 @@ from effectgate._core.speculation import (
 from effectgate._core.states import State
 from effectgate._core.venue import VenueContract
 from effectgate._execute.adapter import DryRun, OutboundRequest
+from effectgate._execute.operator import Operator
 from effectgate._service import Service, parse_config
 from effectgate.adapters._paper_sandbox import PaperSandbox, SandboxMode
 from effectgate.adapters._paper_server import PaperVenueServer, serve_paper_venue
@@ -40,9 +41,11 @@ INTENT = dict(EXAMPLE_ORDER)  # notional 400
 BIG = {**INTENT, "quantity": "9.5"}  # notional 950: needs an approval
 
 
-def registry(spec: Speculation | None, venue: VenueContract | None = None) -> Registry:
+def registry(
+    spec: Speculation | None, venue: VenueContract | None = None, operation_ids: str = "caller"
+) -> Registry:
     ac = submit_order_class()
-    ac = replace(ac, speculation=spec, venue=venue or ac.venue)
+    ac = replace(ac, speculation=spec, venue=venue or ac.venue, operation_ids=operation_ids)
     return Registry([ac, cancel_order_class()])
 
 
@@ -66,6 +69,7 @@ def make_world(
     venue_contract: VenueContract | None = None,
     lifetime: float = 60.0,
     max_quantity: int | None = None,
+    operation_ids: str = "caller",
 ) -> World:
     clock = ManualClock()
     venue = PaperVenue(clock=clock, max_quantity=max_quantity)
@@ -73,7 +77,7 @@ def make_world(
     spec = spec or Speculation(verdict_lifetime=lifetime)
     gate = Gate(
         store=store,
-        registry=registry(spec, venue_contract),
+        registry=registry(spec, venue_contract, operation_ids),
         adapters={"paper": PaperAdapter(venue, sandbox=sandbox)},
         policy=PolicySet(
             {
@@ -217,6 +221,51 @@ class TestIncidentTwoEvictedVerdict:
         assert commit[0]["speculation"]["sandbox_key"] == "default:op-1"
         assert commit[0]["speculation"]["seq"] == 2
         assert commit[0]["speculation"]["strategy"] == "refuse"
+
+
+class TestMintedIdsAtApproval:
+    """A speculating class whose operation ids are minted at approval (docs/service.md). The
+    proposal speculates under its handle, so the approvers see a verdict; the handle never
+    reaches the venue, so the operation minted at the approval speculates again under its own
+    key before it commits: the commit's key is the key its verdict was given for (one key
+    authority, invariant 11), and one deliberate action makes one effect (invariant 1)."""
+
+    def minted(self, store: Store, max_quantity: int | None = None) -> tuple[World, Operator]:
+        w = make_world(store, operation_ids="minted", max_quantity=max_quantity)
+        return w, Operator(store=store, registry=w.gate.registry, clock=w.clock)
+
+    def test_the_minted_operation_commits_under_the_key_it_was_speculated_for(
+        self, store: Store
+    ) -> None:
+        w, operator = self.minted(store)
+        waiting = w.gate.submit("submit_order", "req-1", BIG)
+        handle = waiting.operation_id
+        assert waiting.state is State.AWAITING_APPROVAL and handle.startswith("proposal:")
+        seen = w.store.latest_speculation("default", handle)
+        assert seen is not None and seen.verdict is SpeculationVerdict.ALLOW
+        w.clock.advance(3600)  # longer than the verdict lives: it could not be used anyway
+        op = operator.approve(handle, fingerprint=waiting.fingerprint, approver="al").operation
+        key = f"default:{op.operation_id}"
+        assert w.gate.dispatch(op.operation_id).state is State.ACKNOWLEDGED
+        records = w.store.speculations("default", op.operation_id)
+        assert [(r.operation_key, r.sandbox_key) for r in records] == [(key, key)]
+        assert [r.operation_key for r in w.venue.visible_records()] == [key]
+        assert w.venue.effect_count == 1
+        assert w.gate.dispatch(handle).state is State.SUPERSEDED  # the handle never runs
+
+    def test_a_deny_the_approvers_saw_still_rejects_the_minted_operation(
+        self, store: Store
+    ) -> None:
+        w, operator = self.minted(store, max_quantity=5)
+        waiting = w.gate.submit("submit_order", "req-1", BIG)
+        seen = w.store.latest_speculation("default", waiting.operation_id)
+        assert seen is not None and seen.verdict is SpeculationVerdict.DENY
+        op = operator.approve(
+            waiting.operation_id, fingerprint=waiting.fingerprint, approver="al"
+        ).operation
+        out = w.gate.dispatch(op.operation_id)
+        assert out.state is State.REJECTED
+        assert w.venue.effect_count == 0
 
 
 class TestVerdicts:
