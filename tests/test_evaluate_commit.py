@@ -245,6 +245,32 @@ class TestBreakerForecast:
         }  # fmt: skip
         assert after.outcome == "held"
 
+    def test_a_token_that_quoted_no_trip_is_stale_once_the_window_would_trip(
+        self, store: Store
+    ) -> None:
+        """The token covers the forecast, not only the open/closed state: signals recorded
+        since the evaluation that make this proposal trip the breaker refuse the submit
+        (``breaker``) instead of holding a row the agent was told would be sent."""
+        w = world(store, breaker=BreakerConfig(window=300, max_repeats=1))
+        ev = w.gate.evaluate("submit_order", order(), principal="agent-1")
+        assert ev.breaker is not None and ev.breaker["would_trip"] is False
+        w.gate.submit("submit_order", "rival", order(), principal="agent-2")
+        now = w.gate.evaluate("submit_order", order(), principal="agent-1")
+        assert now.breaker is not None and now.breaker["would_trip"] is True
+        before = snapshot(store)
+        with pytest.raises(EvaluationTokenStale) as caught:
+            w.gate.submit(
+                "submit_order", "op-1", order(), principal="agent-1", evaluation_token=ev.token
+            )
+        assert (caught.value.reason, caught.value.stage) == ("breaker", "pre")
+        assert "would now trip" in caught.value.message
+        assert snapshot(store) == before and not store.controls("submit_order").breaker_open
+        # A token quoted after the window filled still holds: it said "would trip".
+        held = w.gate.submit(
+            "submit_order", "op-2", order(), principal="agent-1", evaluation_token=now.token
+        )
+        assert held.state is State.VALIDATED and (held.detail or "").startswith("held: breaker")
+
     def test_no_breaker_no_forecast(self, store: Store) -> None:
         w = world(store)
         got = w.gate.evaluate("submit_order", order(), principal="agent-1")
@@ -440,6 +466,25 @@ class TestTokenRecheckedInTheJournal:
         between.append(lambda: other.kill("submit_order", operator="ops", reason="drill"))
         self._refused(w, token, "controls")
         assert w.store.run_budget(SCOPE, "run-a") == slots
+
+    def test_signals_committed_after_the_pre_check_that_now_trip_the_breaker(
+        self, store_factory: Any, between: list[Callable[[], None]]
+    ) -> None:
+        """A rival's proposal committed after the pre-check fills the breaker's window: this
+        proposal would now trip the breaker, so the journal's transaction refuses it
+        (``breaker``); the breaker is not tripped by a proposal that was never journalled."""
+        cfg = BreakerConfig(window=300, max_repeats=1)
+        w = world(store_factory(), breaker=cfg)
+        rival = world(store_factory(), breaker=cfg)
+        ev = w.gate.evaluate("submit_order", order(), principal="alice")
+        assert ev.breaker is not None and ev.breaker["would_trip"] is False
+        between.append(
+            lambda: rival.gate.submit("submit_order", "rival", order(), principal="bob")
+        )  # fmt: skip
+        theirs = frozenset({"operations", "dispatch_log", "control_signals", "known_targets"})
+        exc = self._refused(w, ev.token, "breaker", theirs)
+        assert "would now trip" in exc.message
+        assert not w.store.controls("submit_order").breaker_open
 
     def test_nothing_changed_the_token_is_accepted(
         self, store: Store, between: list[Callable[[], None]]

@@ -624,7 +624,8 @@ class EvaluationTokenInvalid(EvaluationTokenRefused):
 class EvaluationTokenStale(EvaluationTokenRefused):
     """Something the token covers changed since the evaluation: it expired, the payload's
     fingerprint differs, the policy or its decision, the class's controls (kill switch,
-    breaker, shadow, envelope), or a budget's headroom fell below what was quoted."""
+    breaker, shadow, envelope), the breaker's window now trips on this proposal, or a
+    budget's headroom fell below what was quoted."""
 
     code = "evaluation_token_stale"
 

@@ -75,6 +75,10 @@ class StateQuote:
     #: The store's active governed policy version (None: none is active): a policy another
     #: replica activated counts as a change even before this process follows it.
     active_policy: str | None = None
+    #: The breaker's forecast for this proposal: True, it would trip the class's breaker;
+    #: False, it would not; None, no closed breaker watches the class (an open one is in
+    #: ``controls``). A token that quoted False is stale once the window says True.
+    breaker_trips: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +168,7 @@ def sign_token(
         "controls": state.controls,
         "active_policy": state.active_policy,
         "budgets": {b.name: b.left for b in state.budgets},
+        "breaker_trips": state.breaker_trips,
         "exp": expires_at,
     }
     raw = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
@@ -222,6 +227,12 @@ def stale_reason(
         )
     if payload["controls"] != state.controls:
         return "controls", "the class's controls changed since the evaluation"
+    # Only a change for the worse: the signals since the evaluation now trip the breaker.
+    if payload.get("breaker_trips") is False and state.breaker_trips:
+        return "breaker", (
+            "the breaker's window changed since the evaluation: this proposal would now trip "
+            "the class's breaker"
+        )
     now_left = {b.name: b.left for b in state.budgets}
     for name, quoted in sorted(payload["budgets"].items()):
         if name in now_left and now_left[name] < int(quoted):

@@ -9,19 +9,26 @@ same rule (:func:`effectgate._core.breaker_signals.trips`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from effectgate._core.breaker_signals import WindowCounts, trips
 from effectgate._core.controls import ApprovalRules, BreakerConfig, ClassControls
 from effectgate._core.intent import ActionClass, Intent
 from effectgate._execute.intake import submit_guard
-from effectgate.store.roles import Store
 
-__all__ = ["forecast"]
+__all__ = ["BreakerReads", "forecast"]
+
+
+class BreakerReads(Protocol):
+    """The store's breaker reads, or a transaction's (store/_tx_reads.py)."""
+
+    def breaker_window(self, action: str, since: float, repeat: str) -> WindowCounts: ...
+    def seen_targets(self, targets: Sequence[tuple[str, str]]) -> set[tuple[str, str]]: ...
 
 
 def forecast(
-    store: Store,
+    store: BreakerReads,
     breakers: Mapping[str, BreakerConfig],
     ac: ActionClass,
     parsed: Intent,

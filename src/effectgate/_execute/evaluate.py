@@ -29,8 +29,7 @@ from effectgate._core.runs import RunCallRef
 from effectgate._core.states import State
 from effectgate._execute._gate_protocol import SpeculationGate
 from effectgate._execute.adapter import OutboundRequest, speculator
-from effectgate._execute.breaker_forecast import forecast
-from effectgate._execute.evaluate_state import read_state, recheck, value_target
+from effectgate._execute.evaluate_state import read_state, recheck
 from effectgate._execute.intake import RawIntent, check_principal, decide, new_operation, parse
 from effectgate._execute.predispatch import DispatchContext, Pipeline, Refusal
 from effectgate._execute.speculation import active_speculation
@@ -215,16 +214,11 @@ def evaluate(
     ac = gate.registry.get(action)
     decision = decide(gate.policy, ac, parsed, None)
     run = (scope, op_id, run_call)
-    found = read_state(store, gate.pipeline, ac, parsed, decision, now, run, principal)
+    found = read_state(
+        store, gate.pipeline, ac, parsed, decision, now, run, principal, gate.breakers
+    )
     state, ctl, holds, over = found.quote, found.controls, found.holds, found.refusals
-    shadow = ctl.shadow
-    value, target = value_target(ac, parsed)
-    journalled_rejected = not decision.allowed or bool(
-        ctl.envelope.per_action_breach(value, target)
-    )
-    breaker = forecast(
-        store, gate.breakers, ac, parsed, ctl=ctl, rejected=journalled_rejected, now=now
-    )
+    shadow, breaker = ctl.shadow, found.breaker
     if breaker is not None and breaker["would_trip"]:
         holds.append(f"breaker would trip on {ac.name} ({breaker['reason']})")
     reasons = [f"policy: {decision.reason}"]
@@ -303,8 +297,9 @@ def check_token(
             gate.evaluator.secret, token, principal=principal, scope=scope, action=ac.name
         )
         state = read_state(
-            gate.store, gate.pipeline, ac, parsed, decision, now, (scope, *run), principal
-        ).quote
+            gate.store, gate.pipeline, ac, parsed, decision, now, (scope, *run), principal,
+            gate.breakers,
+        ).quote  # fmt: skip
         why = stale_reason(payload, fingerprint=parsed.fingerprint, state=state, now=now)
         if why is not None:
             raise EvaluationTokenStale(why[1], reason=why[0])
@@ -312,8 +307,9 @@ def check_token(
         audit_refusal(gate, ac, exc, scope, principal, now)
         raise
     return recheck(
-        lambda: gate.policy, gate.pipeline, ac, parsed, payload, (scope, *run), principal
-    )
+        lambda: gate.policy, gate.pipeline, ac, parsed, payload, (scope, *run), principal,
+        gate.breakers,
+    )  # fmt: skip
 
 
 def audit_refusal(

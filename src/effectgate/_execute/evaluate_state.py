@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any, Protocol
 
+from effectgate._core.breaker_signals import WindowCounts
 from effectgate._core.budgets import RunBudgetState
-from effectgate._core.controls import ClassControls, to_micros
+from effectgate._core.controls import BreakerConfig, ClassControls, to_micros
 from effectgate._core.evaluation import BudgetQuote, StateQuote, stale_reason
 from effectgate._core.governed_policy import ActivePolicy
 from effectgate._core.grants import Grant
@@ -25,6 +26,7 @@ from effectgate._core.intent import ActionClass, Intent
 from effectgate._core.policy import Decision, PolicySet
 from effectgate._core.run_value import LeafValue
 from effectgate._core.runs import RunCallRef
+from effectgate._execute.breaker_forecast import forecast
 from effectgate._execute.budgets import budget_dispatch_check
 from effectgate._execute.intake import decide
 from effectgate._execute.predispatch import Pipeline
@@ -47,18 +49,27 @@ class StateReads(Protocol):
     def live_grants_for(self, holder: str, now: float) -> list[Grant]: ...
     def dispatched_micros(self, holder: str, actions: frozenset[str], since: float) -> int: ...
     def active_policy(self) -> ActivePolicy | None: ...
+    def breaker_window(self, action: str, since: float, repeat: str) -> WindowCounts: ...
+    def seen_targets(self, targets: Sequence[tuple[str, str]]) -> set[tuple[str, str]]: ...
 
 
 class Found:
     """What :func:`read_state` found: the quote, and the controls, holds and refusals it was
-    read from (``refusals``: the run budget's, ``holds``: the controls')."""
+    read from (``refusals``: the run budget's, ``holds``: the controls'), and the breaker's
+    forecast (:func:`~effectgate._execute.breaker_forecast.forecast`; None: no breaker)."""
 
-    __slots__ = ("controls", "holds", "quote", "refusals")
+    __slots__ = ("breaker", "controls", "holds", "quote", "refusals")
 
     def __init__(
-        self, quote: StateQuote, controls: ClassControls, holds: list[str], refusals: list[str]
+        self,
+        quote: StateQuote,
+        controls: ClassControls,
+        holds: list[str],
+        refusals: list[str],
+        breaker: dict[str, object] | None = None,
     ) -> None:
         self.quote, self.controls, self.holds, self.refusals = quote, controls, holds, refusals
+        self.breaker = breaker
 
 
 def _controls_digest(ctl: ClassControls) -> str:
@@ -198,9 +209,13 @@ def read_state(
     now: float,
     run: tuple[str, str, RunCallRef | None],
     principal: str | None,
+    breakers: Mapping[str, BreakerConfig],
 ) -> Found:
     """What the token covers, with the controls, holds and run refusals it was read from."""
     ctl, holds, quotes = _controls(reads, ac, parsed, now)
+    value, target = value_target(ac, parsed)
+    rejected = not decision.allowed or bool(ctl.envelope.per_action_breach(value, target))
+    breaker = forecast(reads, breakers, ac, parsed, ctl=ctl, rejected=rejected, now=now)
     run_quotes, refusals = _run_budget(reads, ac, parsed, run, pipeline, now)
     grants_on = pipeline.authorise is not None
     run_quotes += _grant_budgets(reads, ac, parsed, (run[0], principal, grants_on), now)
@@ -212,8 +227,9 @@ def read_state(
         _controls_digest(ctl),
         tuple(quotes + run_quotes),
         None if active is None else active.policy_hash,
+        None if breaker is None or ctl.breaker_open else bool(breaker["would_trip"]),
     )
-    return Found(quote, ctl, holds, refusals)
+    return Found(quote, ctl, holds, refusals, breaker)
 
 
 def recheck(
@@ -224,6 +240,7 @@ def recheck(
     payload: Mapping[str, Any],
     run: tuple[str, str, RunCallRef | None],
     principal: str | None,
+    breakers: Mapping[str, BreakerConfig],
 ) -> Callable[[Any, float], None]:
     """The token's re-check in the journal's transaction (``DispatchGuard.recheck``): the
     policy decided again from the gate's policy as it is now, the state read in ``tx``;
@@ -231,7 +248,8 @@ def recheck(
 
     def check(tx: SharedTx, now: float) -> None:
         decision = decide(policy(), ac, parsed, None)
-        found = read_state(TxReads(tx), pipeline, ac, parsed, decision, now, run, principal)
+        reads = TxReads(tx)
+        found = read_state(reads, pipeline, ac, parsed, decision, now, run, principal, breakers)
         why = stale_reason(payload, fingerprint=parsed.fingerprint, state=found.quote, now=now)
         if why is not None:
             raise EvaluationTokenStale(why[1], reason=why[0], stage="in_tx")

@@ -28,7 +28,7 @@ from effectgate.store._hooks import Hold, StoreHooks, scoped
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import Operation, credential_marker, dumps, where
 
-__all__ = ["ControlRoles"]
+__all__ = ["ControlRoles", "SignalReads"]
 
 
 def _approval(r: Sequence[Any]) -> ApprovalRecord:
@@ -39,7 +39,24 @@ def _approval(r: Sequence[Any]) -> ApprovalRecord:
     )  # fmt: skip
 
 
-class ControlRoles(StoreHooks):
+class SignalReads(StoreHooks):
+    """The breaker's reads: its signal window and the targets seen (also inside a journal's
+    transaction, for an evaluation token's recheck: store/_tx_reads.py)."""
+
+    def breaker_window(self, action: str, since: float, repeat: str) -> WindowCounts:
+        r = self._rows(sql.SIGNAL_STATS, (repeat, action, since), "breaker window")[0]
+        return WindowCounts(int(r[0]), int(r[1]), int(r[2]), int(r[4]), int(r[3]))
+
+    def seen_targets(self, targets: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
+        if not targets:
+            return set()
+        terms = " OR ".join("(action = ? AND target = ?)" for _ in targets)
+        args = [x for pair in targets for x in pair]
+        found = self._rows(f"SELECT action, target FROM known_targets WHERE {terms}", args)
+        return {(str(r[0]), str(r[1])) for r in found}
+
+
+class ControlRoles(SignalReads):
     """Controls (switches, breakers, steps, shadow), approvals and alerts."""
 
     # --- controls -----------------------------------------------------------------------
@@ -67,18 +84,6 @@ class ControlRoles(StoreHooks):
     def dispatch_window(self, action: str, since: float) -> tuple[int, int]:
         r = self._rows(sql.DISPATCH_USAGE, (action, since), "dispatch window")[0]
         return int(r[0]), int(r[1])
-
-    def breaker_window(self, action: str, since: float, repeat: str) -> WindowCounts:
-        r = self._rows(sql.SIGNAL_STATS, (repeat, action, since), "breaker window")[0]
-        return WindowCounts(int(r[0]), int(r[1]), int(r[2]), int(r[4]), int(r[3]))
-
-    def seen_targets(self, targets: Sequence[tuple[str, str]]) -> set[tuple[str, str]]:
-        if not targets:
-            return set()
-        terms = " OR ".join("(action = ? AND target = ?)" for _ in targets)
-        args = [x for pair in targets for x in pair]
-        found = self._rows(f"SELECT action, target FROM known_targets WHERE {terms}", args)
-        return {(str(r[0]), str(r[1])) for r in found}
 
     def _change_controls(
         self,

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from effectgate._core.controls import ClassControls
 from effectgate.errors import StoreError
+from effectgate.store._controls import SignalReads
 from effectgate.store._grants import GrantRoles
 from effectgate.store._hooks import NO_HOLD, Hold, Work
 from effectgate.store._policies import PolicyRoles
@@ -27,9 +28,10 @@ __all__ = ["TxReads"]
 T = TypeVar("T")
 
 
-class TxReads(GrantRoles, PolicyRoles, RunPlanRoles):
-    """Grant, policy, run-budget and value reads in ``tx``; the class's controls and its
-    envelope windows as the transaction's own guard reads them (the window's lock taken)."""
+class TxReads(GrantRoles, PolicyRoles, RunPlanRoles, SignalReads):
+    """Grant, policy, run-budget, value and breaker-window reads in ``tx``; the class's
+    controls and its envelope windows as the transaction's own guard reads them (the window's
+    lock taken)."""
 
     def __init__(self, tx: SharedTx) -> None:
         self._tx = tx
