@@ -12,7 +12,6 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -21,11 +20,13 @@ from fastapi.testclient import TestClient
 from mcp import Client
 
 from effectgate import BreakerConfig, Gate, LimitPolicy, Operator, PolicySet, State, Tier
+from effectgate._core.approver_roles import ApproverRoles
 from effectgate._core.intent import ActionClass, EffectClass, Registry
 from effectgate._core.speculation import Speculation
 from effectgate._doors.http.app import EVALUATION_HEADER, create_app
 from effectgate._doors.mcp.server import build_server
 from effectgate._execute.evaluate import Evaluator
+from effectgate._execute.predispatch import DispatchContext, Refusal, Stage
 from effectgate._service import Principal, Service, parse_config
 from effectgate.adapters._paper_sandbox import PaperSandbox, SandboxMode
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
@@ -90,6 +91,8 @@ def world(
     spec: Speculation | None = None,
     mode: str = "honest",
     max_qty: int | None = None,
+    preconditions: tuple[Stage, ...] = (),
+    evaluator: Evaluator | None = None,
 ) -> World:
     clock = ManualClock()
     venue = PaperVenue(clock=clock, max_quantity=max_qty)
@@ -102,7 +105,8 @@ def world(
         policy=policy(),
         clock=clock,
         breakers={"submit_order": BreakerConfig(window=300.0, max_repeats=50, max_new_targets=9)},
-        evaluator=Evaluator(b"s" * 32),
+        evaluator=evaluator or Evaluator(b"s" * 32),
+        preconditions=preconditions,
     )
     operator = Operator(store=store, registry=gate.registry, clock=clock)
     return World(store, venue, gate, operator, clock)
@@ -238,6 +242,77 @@ class TestEvaluateWritesNothing:
         assert w.venue.records_after(None, 100) == []
 
 
+def small_orders_only(ctx: DispatchContext) -> Refusal | None:
+    """A host precondition: a quantity above 5 must be re-approved (e.g. the book moved)."""
+    if Decimal(str(ctx.entry.effect["quantity"])) > 5:
+        return Refusal("reject", "quantity_stale", "quantity above the approved book depth")
+    return None
+
+
+def broken(ctx: DispatchContext) -> Refusal | None:
+    raise RuntimeError("the host's feed is down")
+
+
+class TestPreconditions:
+    """The pre-dispatch pipeline's preconditions run over the unjournalled row: evaluate
+    reports each stage and refuses as a submit would, and writes nothing (invariant 3)."""
+
+    def test_a_refusing_precondition_is_a_rejection_the_submit_agrees_with(
+        self, store: Store
+    ) -> None:
+        w = world(store, preconditions=(small_orders_only,))
+        before = snapshot(store)
+        ok = w.gate.evaluate("submit_order", order("4"), principal="agent-1")
+        no = w.gate.evaluate("submit_order", order("6"), principal="agent-1")
+        assert ok.outcome == "dispatch"
+        assert ok.checks == ({"stage": "precondition", "passed": True},)
+        assert no.outcome == "rejected"
+        assert no.checks == (
+            {"stage": "precondition", "passed": False, "code": "quantity_stale",
+             "move": "reject", "reason": "quantity above the approved book depth"},
+        )  # fmt: skip
+        assert "precondition: quantity_stale: quantity above the approved book depth" in (
+            no.reasons
+        )
+        assert snapshot(store) == before
+        assert w.venue.records_after(None, 100) == []
+        done = w.gate.submit("submit_order", "op-6", order("6"), principal="agent-1")
+        assert done.state is State.REJECTED  # what evaluate said a submit would do
+        assert w.venue.records_after(None, 100) == []
+
+    def test_a_hook_that_raises_denies_as_at_dispatch(self, store: Store) -> None:
+        w = world(store, preconditions=(broken,))
+        got = w.gate.evaluate("submit_order", order("4"), principal="agent-1")
+        assert got.outcome == "rejected"
+        assert got.checks[0]["code"] == "precondition_hook_failed"
+        assert got.checks[0]["reason"] == "the precondition hook failed (RuntimeError)"
+
+
+class TestApproversFromWhom:
+    """The approvals an evaluation needs name the roles and the principals who may give them,
+    never the proposer itself (the four-eyes rule)."""
+
+    def test_roles_and_approvers_without_the_proposer(self, store: Store) -> None:
+        roles = ApproverRoles(
+            members={"desk": frozenset({"agent-1", "alice", "bob"}), "risk": frozenset({"carol"})},
+            by_class={"submit_order": frozenset({"desk"})},
+        )
+        w = world(store, evaluator=Evaluator(b"s" * 32, approver_roles=roles))
+        got = w.gate.evaluate("submit_order", order("60"), principal="agent-1")
+        assert got.outcome == "awaiting_approval"
+        assert got.approvals is not None
+        assert got.approvals["roles"] == ["desk"]
+        assert got.approvals["approvers"] == ["alice", "bob"]  # not agent-1, not carol
+        assert got.approvals["excluded"] == ["agent-1"]
+        small = w.gate.evaluate("submit_order", order("4"), principal="agent-1")
+        assert small.approvals is None
+
+    def test_no_roles_configured_names_no_approvers(self, store: Store) -> None:
+        got = world(store).gate.evaluate("submit_order", order("60"), principal="agent-1")
+        assert got.approvals is not None
+        assert (got.approvals["roles"], got.approvals["approvers"]) == (None, None)
+
+
 class TestAuditIsRateLimited:
     def test_per_principal_lines_per_minute(self, store: Store) -> None:
         w = world(store)
@@ -363,8 +438,9 @@ class TestStrictParse:
 
 
 @pytest.fixture
-def service(tmp_path: Path) -> Iterator[Service]:
-    cfg = parse_config(config_text(store_url=f"sqlite:///{tmp_path}/ledger.db"), "test.toml")
+def service(store_factory: Any) -> Iterator[Service]:
+    """The service on every store (SQLite; PostgreSQL under EFFECTGATE_TEST_PG_URL)."""
+    cfg = parse_config(config_text(store_url=store_factory.url), "test.toml")
     svc = Service(cfg, adapters={"venue": PaperAdapter(PaperVenue())})
     yield svc
     svc.close()
