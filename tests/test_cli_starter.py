@@ -135,6 +135,38 @@ def test_help_imports_no_lazy_command_module() -> None:
     assert done.stdout.strip() == "[]"
 
 
+_TAB_IMPORTS = """
+import sys
+from effectgate._doors.cli._lazy import LAZY
+from effectgate._doors.cli.main import app
+try:
+    app(prog_name="effectgate")
+except SystemExit:
+    pass
+print("LOADED", sorted({m for m, _ in LAZY.values()} & set(sys.modules)))
+"""
+
+
+def test_a_tab_lists_commands_without_importing_them() -> None:
+    """Item 6: a Tab runs the completion path, which must list every command and import no
+    command's module (that import was what cost about 2 s a Tab)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(effectgate.__file__).parents[1]),
+        "_EFFECTGATE_COMPLETE": "complete_bash",
+        "COMP_WORDS": "effectgate ",
+        "COMP_CWORD": "1",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", _TAB_IMPORTS], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    offered, _, loaded = done.stdout.rpartition("LOADED ")
+    assert loaded.strip() == "[]"
+    names = set(offered.split())
+    assert {"init", "serve", "simulate", "reconcile", "receipt"} <= names, offered
+
+
 def test_the_lazy_list_is_the_loaded_list(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

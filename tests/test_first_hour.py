@@ -699,6 +699,47 @@ class TestQuickstart:
         assert out.returncode == 3, out.stdout + out.stderr
         assert "ALARM orphan key=default:op-outside venue_ids=['V-000001']" in out.stderr
         assert "ledger_rows=0, venue_records=1" in out.stdout, out.stdout
+        # Item 5: what the page says it printed is what these commands print today.
+        recorded = (DOCS / "quickstart.md").read_text()
+        summary = next(x for x in out.stdout.splitlines() if "swept=" in x)
+        summary = summary[summary.index("swept=") :]
+        assert summary in recorded
+        assert "ALARM orphan key=default:op-outside venue_ids=['V-000001'] ledger=None" in recorded
+
+    def test_the_recorded_outputs_are_current(self, tmp_path: Path) -> None:
+        """Item 5: the page's recorded pip line installs no server extra, and its recorded
+        reply to the first action has the fields, in the order, the HTTP door gives today."""
+        from fastapi.testclient import TestClient
+
+        from effectgate._doors.http.app import create_app
+        from effectgate.adapters.paper import PaperAdapter
+
+        recorded = (DOCS / "quickstart.md").read_text()
+        pip = next(x for x in recorded.splitlines() if x.startswith("Successfully installed"))
+        installed = {p.rsplit("-", 1)[0].lower() for p in pip.split()[2:]}
+        assert "effectgate" in installed
+        assert not installed & {"fastapi", "uvicorn", "mcp", "starlette"}, installed
+        doc_reply = json.loads(
+            next(x for x in recorded.splitlines() if x.startswith('{"operation_id"'))
+        )
+        cfg = parse_config(config_text(store_url=f"sqlite:///{tmp_path}/l.db"), "t.toml")
+        svc = Service(cfg, adapters={"venue": PaperAdapter(PaperVenue())})
+        try:
+            with TestClient(create_app(svc, mcp_http=False)) as client:
+                reply = client.post(
+                    "/v1/actions/submit_order",
+                    content=json.dumps(ORDER).encode(),
+                    headers=bearer(
+                        AGENT_A,
+                        **{"Idempotency-Key": "op-0001", "Content-Type": "application/json"},
+                    ),
+                ).json()
+        finally:
+            svc.close()
+        assert list(doc_reply) == list(reply)
+        for field in ("outcome", "state", "cause", "detail", "replayed"):
+            assert doc_reply[field] == reply[field], field
+        assert list(doc_reply["decision"]) == list(reply["decision"])
 
 
 def test_the_licence_file_is_the_one_pyproject_declares() -> None:

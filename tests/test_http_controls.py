@@ -117,6 +117,13 @@ class TestKillSwitch:
         retry = propose(client, "op-1")
         assert retry.status_code == 200 and retry.json()["state"] == "acknowledged"
         assert venue.effect_count == 2
+        # Issue 39 item 3 (invariant 10): the row moved on, so its "held:" note is gone, in
+        # the reply, the agent's GET and the operator's view alike.
+        assert retry.json()["detail"] is None
+        got = client.get("/v1/operations/op-1", headers=bearer(AGENT_A))
+        assert got.status_code == 200 and got.json()["detail"] is None
+        row = admin(client, "GET", "/operations/alpha/op-1").json()
+        assert row["state"] == "acknowledged" and row["detail"] is None
 
     def test_blast_radius_rehearses_without_flipping(
         self, client: TestClient, service: Service

@@ -254,6 +254,31 @@ class TestKitOnShippedKeyOrderAdapters:
         assert result["status"] == "fail" and "1 under the dry run's key" in result["detail"]
         assert "speculation-leaves-no-effect" in rep.failed
 
+    def test_a_dry_run_that_leaks_under_another_key_is_caught_by_the_listing(self) -> None:
+        """Seed 000 (invariant: no speculation with a real effect): an effect made under a key
+        other than the dry run's is invisible to a probe of that key; the kit's before/after
+        listing of the venue still finds it and names the new record."""
+        import dataclasses
+
+        from effectgate._execute.adapter import DryRun
+        from effectgate.adapters._paper_sandbox import PaperSandbox
+        from venuekit import PaperDriver
+
+        class LeakyElsewhere(PaperAdapter):
+            def speculate(self, request, *, attempt, timeout):  # type: ignore[no-untyped-def]
+                other = dataclasses.replace(request, operation_key=request.operation_key + "~x")
+                self.execute(other, timeout=timeout)  # the bug: an effect under another key
+                return DryRun("ALLOW", "looks fine", request.operation_key, 60.0)
+
+        venue = PaperVenue(max_quantity=1000)
+        leaky = LeakyElsewhere(venue, sandbox=PaperSandbox(venue))
+        rep = run_conformance(leaky, PaperDriver(venue), horizon=1.0)
+        result = rep.results["speculation-leaves-no-effect"]
+        assert result["status"] == "fail", result
+        assert "0 under the dry run's key" in result["detail"]
+        assert "; new: " in result["detail"]
+        assert "speculation-leaves-no-effect" in rep.failed
+
     def test_paper_venue_ignoring_keys_is_reported_not_kept(self) -> None:
         from venuekit import PaperDriver
 
