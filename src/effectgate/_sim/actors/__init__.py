@@ -12,6 +12,7 @@ from effectgate._sim.actors.continuations import Continuations
 from effectgate._sim.actors.doors import Doors
 from effectgate._sim.actors.grants import Grants
 from effectgate._sim.actors.speculation import Speculating
+from effectgate._sim.actors.tenants import Tenants
 from effectgate._sim.actors.venues import VenueModels
 
 __all__ = ["default_actors"]
@@ -20,7 +21,14 @@ __all__ = ["default_actors"]
 def default_actors() -> list[Actor]:
     """Fresh actors for one seed (they keep per-seed state). The doors actor needs the
     ``server`` extra (FastAPI, the MCP SDK): on a bare install the world runs without it."""
-    actors: list[Actor] = [Continuations(), Speculating(), Budgets(), Grants(), VenueModels()]
+    actors: list[Actor] = [
+        Continuations(),
+        Speculating(),
+        Budgets(),
+        Grants(),
+        VenueModels(),
+        Tenants(),
+    ]
     if _HAS_DOORS:
         actors.append(Doors())
     return actors

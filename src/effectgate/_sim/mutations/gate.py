@@ -137,7 +137,7 @@ _J = "effectgate.store._journal"
 GATE: tuple[Mutation, ...] = (
     Mutation(
         "redispatch_uncertain",
-        "1 at_most_one_dispatch",
+        "1,7 at_most_one_dispatch",
         f"{_EX}:Gate._replay_redispatches",
         _replay_sends(State.SUBMITTED),
     ),
