@@ -11,6 +11,7 @@ import pytest
 from effectgate._sim.actor import Actor
 from effectgate._sim.actors import default_actors
 from effectgate._sim.actors.doors import Doors
+from effectgate._sim.actors.gateway import GatewayActor
 from effectgate._sim.mutations import applied, by_name
 from effectgate._sim.mutations.hunt import hunt
 from effectgate._sim.simulator import run_seed
@@ -53,7 +54,8 @@ class TestDoorActor:
         m = by_name(name)
 
         def others() -> list[Actor]:  # fresh per seed: actors keep per-seed state
-            return [a for a in default_actors() if not isinstance(a, Doors)]
+            # The gateway is an MCP door too: its hostile calls send floats as well.
+            return [a for a in default_actors() if not isinstance(a, Doors | GatewayActor)]
 
         with applied(m):
             assert all(not run_seed(s, actors=others()).violations for s in range(4))

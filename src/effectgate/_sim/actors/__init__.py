@@ -9,8 +9,8 @@ import importlib.util
 from effectgate._sim.actor import Actor
 from effectgate._sim.actors.budgets import Budgets
 from effectgate._sim.actors.continuations import Continuations
-from effectgate._sim.actors.doors import Doors
 from effectgate._sim.actors.grants import Grants
+from effectgate._sim.actors.operator import OperatorActor
 from effectgate._sim.actors.speculation import Speculating
 from effectgate._sim.actors.tenants import Tenants
 from effectgate._sim.actors.venues import VenueModels
@@ -19,19 +19,19 @@ __all__ = ["default_actors"]
 
 
 def default_actors() -> list[Actor]:
-    """Fresh actors for one seed (they keep per-seed state). The doors actor needs the
-    ``server`` extra (FastAPI, the MCP SDK): on a bare install the world runs without it."""
+    """Fresh actors for one seed (they keep per-seed state). The doors and gateway actors
+    need the ``server`` extra (FastAPI, the MCP SDK): on a bare install the world runs
+    without them."""
     actors: list[Actor] = [
-        Continuations(),
-        Speculating(),
-        Budgets(),
-        Grants(),
-        VenueModels(),
-        Tenants(),
-    ]
+        Continuations(), Speculating(), Budgets(), Grants(), VenueModels(), OperatorActor(),
+        Tenants()
+    ]  # fmt: skip
     if _HAS_DOORS:
-        actors.append(Doors())
+        from effectgate._sim.actors.doors import Doors
+        from effectgate._sim.actors.gateway import GatewayActor
+
+        actors += [Doors(), GatewayActor()]
     return actors
 
 
-_HAS_DOORS = all(importlib.util.find_spec(m) is not None for m in ("fastapi", "mcp"))
+_HAS_DOORS = all(importlib.util.find_spec(m) is not None for m in ("fastapi", "mcp", "mcp_types"))

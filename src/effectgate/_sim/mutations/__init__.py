@@ -21,13 +21,24 @@ from effectgate._sim.actor import Mutation
 from effectgate._sim.mutations.capabilities import CAPABILITIES
 from effectgate._sim.mutations.doors import DOORS
 from effectgate._sim.mutations.gate import GATE
+from effectgate._sim.mutations.gateway import GATEWAY
+from effectgate._sim.mutations.operator import OPERATOR
 from effectgate._sim.mutations.reconcile import RECONCILE
 from effectgate._sim.mutations.tenants import TENANTS
 from effectgate._sim.mutations.venues import VENUES
 
 __all__ = ["CATALOGUE", "applied", "by_name", "expected_invariant", "resolve"]
 
-CATALOGUE: tuple[Mutation, ...] = (*GATE, *RECONCILE, *CAPABILITIES, *VENUES, *DOORS, *TENANTS)
+CATALOGUE: tuple[Mutation, ...] = (
+    *GATE,
+    *RECONCILE,
+    *CAPABILITIES,
+    *VENUES,
+    *DOORS,
+    *GATEWAY,
+    *OPERATOR,
+    *TENANTS,
+)
 
 _NAMES = [m.name for m in CATALOGUE]
 if len(set(_NAMES)) != len(_NAMES):  # pragma: no cover - a name used twice
