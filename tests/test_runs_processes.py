@@ -90,9 +90,15 @@ class TestAdmissionsRaceASeal:
             )
             for i in range(children)
         ]
-        # Let the children admit for a while, then seal while they keep going.
-        time.sleep(max(0.0, start_at - time.time()) + 0.8)
+        # Seal once the children have admitted some, while they keep going: wait on the journal,
+        # not the clock, since a loaded machine may start the children seconds late.
         sealer = open_store(url)
+        deadline = time.time() + 90
+        while time.time() < deadline:
+            run = sealer.get_run(SCOPE, RUN)
+            if run is not None and run.effects >= 2 * children:
+                break
+            time.sleep(0.05)
         sealer.seal_run(SCOPE, RUN, actor="ops-1", reason="race", now=time.time())
         sealed_returned = time.time()
         # The journal as it stood when the seal's commit returned, children still running: an
