@@ -45,17 +45,18 @@ from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.responses import JSONResponse
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from effectgate import __version__
 from effectgate._core.principals import Capability
 from effectgate._core.runs import RunCallRef
-from effectgate._doors._shared.mcp_screen import REFUSED_META, ScreenedLines, screen
+from effectgate._doors._shared.mcp_screen import REFUSED_META, ScreenedLines
 from effectgate._doors._shared.models import OperationOut, operation_out, problem_for
 from effectgate._doors._shared.offload import offload
 from effectgate._doors._shared.receipts import ReceiptIssuer
 from effectgate._doors._shared.run_wire import RUN_CALL_META_KEY, parse_run_call
 from effectgate._doors._shared.tracing import mcp_carrier
+from effectgate._doors.mcp._exchange import Exchange, screened_request
 from effectgate._doors.mcp.budgets import BUDGET_TOOL_NAMES, BUDGET_TOOLS, budget_call
 from effectgate._doors.mcp.receipts import RECEIPT_TOOL, receipt_call, receipt_tool
 from effectgate._execute import tracing as _tracing
@@ -380,6 +381,7 @@ class McpHttpMount:
         server: Server[Any] | None = None,
         *,
         capability: Capability = Capability.PROPOSE,
+        fast_path: bool = True,
     ) -> None:
         self._service = service
         # ``server``: another MCP server over the same service (the gateway's, the operator's).
@@ -387,7 +389,11 @@ class McpHttpMount:
         # What the bearer must be able to do: propose (the agent's tools), approve (the
         # operator's): one credential never opens the other door.
         self._capability = capability
+        # ``fast_path=False``: every request through the SDK's transport (the equivalence
+        # test compares the two).
+        self._fast_path = fast_path
         self._manager: StreamableHTTPSessionManager | None = None
+        self._exchange: Exchange | None = None
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -411,10 +417,16 @@ class McpHttpMount:
         )
         async with manager.run():
             self._manager = manager
+            if self._fast_path:
+                # The manager entered the server's lifespan once; the fast path shares its state.
+                self._exchange = Exchange(
+                    self._server, security, manager.max_request_body_size, manager._lifespan_state
+                )
             try:
                 yield
             finally:
                 self._manager = None
+                self._exchange = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self._manager is None:
@@ -437,46 +449,16 @@ class McpHttpMount:
                 body, status_code=status, headers=extra, media_type="application/problem+json"
             )(scope, receive, send)
             return
-        scope, receive = await _screened_request(
+        scope, receive, data = await screened_request(
             scope, receive, self._service.config.service.max_body_bytes
         )
-        await self._manager.handle_request({**scope, _PRINCIPAL_KEY: who}, receive, send)
-
-
-async def _screened_request(scope: Scope, receive: Receive, cap: int) -> tuple[Scope, Receive]:
-    """Buffer a POST body (up to ``cap``), screen it for duplicate keys, and replay it."""
-    if scope.get("method") != "POST":
-        return scope, receive
-    chunks: list[bytes] = []
-    size, more = 0, True
-    while more and size <= cap + 4096:
-        message = await receive()
-        if message["type"] != "http.request":
-            return scope, _replay([message])
-        chunks.append(message.get("body", b""))
-        size += len(chunks[-1])
-        more = message.get("more_body", False)
-    body = b"".join(chunks)
-    if more:  # over the cap: let the SDK refuse it, untouched
-        return scope, _replay(
-            [{"type": "http.request", "body": body, "more_body": True}], then=receive
-        )
-    screened = screen(body)
-    data = screened if isinstance(screened, bytes) else screened.encode()
-    if data is not body:
-        headers = [(k, v) for k, v in scope.get("headers", []) if k.lower() != b"content-length"]
-        scope = {**scope, "headers": [*headers, (b"content-length", str(len(data)).encode())]}
-    return scope, _replay([{"type": "http.request", "body": data, "more_body": False}])
-
-
-def _replay(messages: list[Message], then: Receive | None = None) -> Receive:
-    pending = list(messages)
-
-    async def receive() -> Message:
-        if pending:
-            return pending.pop(0)
-        if then is not None:
-            return await then()
-        return {"type": "http.disconnect"}
-
-    return receive
+        scope = {**scope, _PRINCIPAL_KEY: who}
+        exchange = self._exchange
+        # A plain stateless tools/call is answered here; everything else by the SDK.
+        if (
+            data is not None
+            and exchange is not None
+            and await exchange.answer(scope, receive, send, data)
+        ):
+            return
+        await self._manager.handle_request(scope, receive, send)
