@@ -286,6 +286,12 @@ class Reconciler:
                 run.report.ledger_rows += 1
                 if window_start is None or judged_in_window(entry.submitted_at, window_start):
                     self._absent(entry, run)
+                elif entry.state is State.SUBMITTED:
+                    # Older than the window: the listing is no evidence either way (EC2 drops
+                    # terminated instances), so only a probe of its key settles it. repair()
+                    # probes only while another replica holds the sweep: a lone sweeper that
+                    # skipped the row would leave it uncertain for good (invariant 11).
+                    self._probe(adapter, entry, run)
                 entry = next(ledger, None)
                 continue
             if group is None:  # unreachable: the loop condition and the branch above exclude it
@@ -490,6 +496,10 @@ class Reconciler:
             run.report.probe_errors += 1
             return
         run.report.ledger_rows += 1
+        self._probe(adapter, entry, run)
+
+    def _probe(self, adapter: Adapter, entry: LedgerEntry, run: _Pass) -> None:
+        """Settle one uncertain row from a probe of its key (a failed probe settles nothing)."""
         try:
             venue_ids = adapter.probe(entry.op_key, timeout=self.call_timeout)
         except AdapterError as exc:

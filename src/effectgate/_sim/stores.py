@@ -19,7 +19,7 @@ import logging
 import os
 import shutil
 import tempfile
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 from effectgate._sim.ledger_faults import (
@@ -53,9 +53,16 @@ class SimLedger:
         """The seed is over: close everything and remove the ledger."""
         raise NotImplementedError
 
+    def sibling(self, name: str) -> SimLedger:
+        """Another empty ledger of the same kind for this seed, closed and removed with this
+        one: for an actor whose changes are whole-ledger (a prune cuts every lane's prefix,
+        whoever's rows are in it) and so must not run on the world's shared ledger."""
+        raise NotImplementedError
+
 
 class _SQLiteLedger(SimLedger):
     def __init__(self) -> None:
+        self._siblings: list[SimLedger] = []
         self.faults = LedgerFaults(SQLITE_KINDS)
         self._folder = Path(tempfile.mkdtemp(prefix="effectgate-sim-"))
         self._path = self._folder / "ledger.db"
@@ -79,19 +86,32 @@ class _SQLiteLedger(SimLedger):
             store.close()
 
     def close(self) -> None:
+        for sibling in self._siblings:
+            sibling.close()
         self.crash()
         shutil.rmtree(self._folder, ignore_errors=True)
 
+    def sibling(self, name: str) -> SimLedger:
+        ledger = _SQLiteLedger()
+        self._siblings.append(ledger)
+        return ledger
+
 
 class _PostgresLedger(SimLedger):
-    def __init__(self, url: str, seed: int) -> None:
+    def __init__(self, url: str, seed: int, *, faulty: bool = True) -> None:
         conninfo, schema = split_schema(url)
+        self._siblings: list[SimLedger] = []
+        self._conninfo, self._prefix, self._seed = conninfo, schema or "eg_sim", seed
         # The pid keeps two runs on one database apart; it never reaches a history.
-        self._schema = f"{schema or 'eg_sim'}_{os.getpid()}_{seed}"
+        self._schema = f"{self._prefix}_{os.getpid()}_{seed}"
         self._url = with_schema(conninfo, self._schema)
         self.faults = LedgerFaults(PG_KINDS)
         self._drop()  # a schema left by a killed run under the same pid and seed
-        self._patch: AbstractContextManager[None] = postgres_connections(self.faults)
+        # A sibling's connections are made while the world's patch is on (faulty, but only a
+        # fault the world arms fires, and it arms none during a sibling's steps): no second one.
+        self._patch: AbstractContextManager[None] = (
+            postgres_connections(self.faults) if faulty else nullcontext()
+        )
         self._patch.__enter__()
         # The driver and the pool warn of every connection a fault dropped: here that is the
         # workload (as the effectgate logger's alarms are, see run_seed).
@@ -117,8 +137,16 @@ class _PostgresLedger(SimLedger):
         for store in stores.values():
             store.close()
 
+    def sibling(self, name: str) -> SimLedger:
+        url = with_schema(self._conninfo, f"{self._prefix}_{name}")
+        ledger = _PostgresLedger(url, self._seed, faulty=False)
+        self._siblings.append(ledger)
+        return ledger
+
     def close(self) -> None:
         try:
+            for sibling in self._siblings:
+                sibling.close()
             self.crash()
             self._drop()
         finally:

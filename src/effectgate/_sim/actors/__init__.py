@@ -9,6 +9,7 @@ import importlib.util
 from effectgate._sim.actor import Actor
 from effectgate._sim.actors.budgets import Budgets
 from effectgate._sim.actors.continuations import Continuations
+from effectgate._sim.actors.evidence import Evidence
 from effectgate._sim.actors.grants import Grants
 from effectgate._sim.actors.operator import OperatorActor
 from effectgate._sim.actors.speculation import Speculating
@@ -26,6 +27,7 @@ def default_actors() -> list[Actor]:
         Continuations(), Speculating(), Budgets(), Grants(), VenueModels(), OperatorActor(),
         Tenants()
     ]  # fmt: skip
+    actors.append(Evidence())
     if _HAS_DOORS:
         from effectgate._sim.actors.doors import Doors
         from effectgate._sim.actors.gateway import GatewayActor

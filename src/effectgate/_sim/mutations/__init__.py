@@ -20,6 +20,7 @@ from unittest import mock
 from effectgate._sim.actor import Mutation
 from effectgate._sim.mutations.capabilities import CAPABILITIES
 from effectgate._sim.mutations.doors import DOORS
+from effectgate._sim.mutations.evidence import EVIDENCE
 from effectgate._sim.mutations.gate import GATE
 from effectgate._sim.mutations.gateway import GATEWAY
 from effectgate._sim.mutations.operator import OPERATOR
@@ -38,6 +39,7 @@ CATALOGUE: tuple[Mutation, ...] = (
     *GATEWAY,
     *OPERATOR,
     *TENANTS,
+    *EVIDENCE,
 )
 
 _NAMES = [m.name for m in CATALOGUE]
