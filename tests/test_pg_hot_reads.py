@@ -18,7 +18,8 @@ import pytest
 
 from conftest import require_pg
 from effectgate._core.principals import Principal, Role
-from effectgate.errors import StoreError
+from effectgate.errors import CommitOutcomeUnknown, StoreError
+from effectgate.store._attempts import read_twice
 from effectgate.store.postgres import PostgresStore, drop_schema
 
 
@@ -84,3 +85,30 @@ class TestTokenLookupOnHotConnections:
     def test_a_server_error_is_a_store_error(self, pg_store: PostgresStore) -> None:
         with pytest.raises(StoreError, match="hot read"):
             pg_store._hot_rows("SELECT * FROM no_such_table WHERE x = ?", ("1",), "hot read")
+
+
+class TestReadTwice:
+    """A read through a one-trip call: a lost connection (CommitOutcomeUnknown there) is tried
+    once more; a second loss is a StoreError, never an uncertain outcome."""
+
+    def test_one_loss_is_tried_once_more(self) -> None:
+        answers: list[object] = [CommitOutcomeUnknown("lost"), "row"]
+
+        def read() -> object:
+            answer = answers.pop(0)
+            if isinstance(answer, Exception):
+                raise answer
+            return answer
+
+        assert read_twice(read) == "row" and not answers
+
+    def test_a_second_loss_is_a_store_error(self) -> None:
+        calls: list[int] = []
+
+        def read() -> object:
+            calls.append(1)
+            raise CommitOutcomeUnknown("lost")
+
+        with pytest.raises(StoreError, match="lost its connection twice") as info:
+            read_twice(read)
+        assert not isinstance(info.value, CommitOutcomeUnknown) and len(calls) == 2

@@ -111,8 +111,13 @@ def one_trip(driver: Driver[C], work: Callable[[C], T], what: str) -> T:
 def read_twice(read: Callable[[], T]) -> T:
     """A read sent through a one-trip call, once more when its connection was lost: that call
     answers a lost connection with :class:`CommitOutcomeUnknown` (a write may have committed),
-    but a read changed nothing, so trying it again is safe."""
+    but a read changed nothing, so trying it again is safe, and a second loss is a plain
+    :class:`StoreError` (nothing is uncertain about a read)."""
     try:
         return read()
     except CommitOutcomeUnknown:
+        pass
+    try:
         return read()
+    except CommitOutcomeUnknown as exc:
+        raise StoreError(f"a read lost its connection twice: {first_line(exc)}") from exc
