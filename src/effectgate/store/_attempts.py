@@ -18,10 +18,10 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from effectgate.errors import StoreError
+from effectgate.errors import CommitOutcomeUnknown, StoreError
 from effectgate.store._outcome import first_line, in_flight, no_connection, not_written
 
-__all__ = ["ONE_TRIP", "Driver", "commit", "one_trip", "retried", "trip_failed"]
+__all__ = ["ONE_TRIP", "Driver", "commit", "one_trip", "read_twice", "retried", "trip_failed"]
 
 C = TypeVar("C")
 T = TypeVar("T")
@@ -106,3 +106,18 @@ def one_trip(driver: Driver[C], work: Callable[[C], T], what: str) -> T:
         raise no_connection(what, driver.timeout) from exc
     except driver.error as exc:
         raise trip_failed(what, exc, driver.lost(exc, conn)) from exc
+
+
+def read_twice(read: Callable[[], T]) -> T:
+    """A read sent through a one-trip call, once more when its connection was lost: that call
+    answers a lost connection with :class:`CommitOutcomeUnknown` (a write may have committed),
+    but a read changed nothing, so trying it again is safe, and a second loss is a plain
+    :class:`StoreError` (nothing is uncertain about a read)."""
+    try:
+        return read()
+    except CommitOutcomeUnknown:
+        pass
+    try:
+        return read()
+    except CommitOutcomeUnknown as exc:
+        raise StoreError(f"a read lost its connection twice: {first_line(exc)}") from exc

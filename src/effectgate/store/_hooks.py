@@ -43,6 +43,12 @@ class StoreHooks:
     def _run(self, work: Work[T], what: str, hold: Hold = NO_HOLD) -> T:
         raise NotImplementedError
 
+    def _hot_rows(self, query: str, args: Sequence[str], what: str) -> list[Sequence[Any]]:
+        """A read that runs on every request (the token lookup), text parameters and text
+        columns only: as :meth:`_rows` unless the dialect sends it cheaper (PostgreSQL: a
+        prepared statement on a hot connection)."""
+        return self._rows(query, args, what)
+
 
 def scoped(column: str, scope: str | None) -> tuple[str, Sequence[Any]]:
     """A key-range filter on one scope's operation keys (see ``scope_key_range``)."""

@@ -31,18 +31,9 @@ from effectgate.store._attempts import Driver, commit, one_trip, retried, trip_f
 from effectgate.store._conn_stack import ConnStack
 from effectgate.store._outcome import first_line, no_connection, not_written
 from effectgate.store._postgres_wire import Prepared, TripError, reusable, trip
-from effectgate.store.base import DEFAULT_SCHEMA, check_schema_name, split_schema, store_schema
+from effectgate.store.base import check_schema_name, split_schema, store_schema
 
-__all__ = [
-    "DEFAULT_SCHEMA",
-    "PgConnections",
-    "check_schema_name",
-    "drop_schema",
-    "first_line",
-    "lock_key_sql",
-    "log",
-    "split_schema",
-]
+__all__ = ["PgConnections", "drop_schema", "first_line", "lock_key_sql", "log", "split_schema"]
 
 log = logging.getLogger("effectgate.store.postgres")
 

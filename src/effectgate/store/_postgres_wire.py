@@ -32,7 +32,7 @@ from psycopg.waiting import Ready, Wait
 
 from effectgate.errors import StoreError
 
-__all__ = ["Prepared", "TripError", "reusable", "trip"]
+__all__ = ["Prepared", "TripError", "reusable", "text_row", "trip"]
 
 Conn = psycopg.Connection[Any]
 
@@ -195,6 +195,13 @@ def _exchange(pg: pq.abc.PGconn) -> Generator[Wait, Ready | int, list[pq.abc.PGr
         if res.status == pq.ExecStatus.PIPELINE_SYNC:
             return results
         results.append(res)
+
+
+def text_row(res: pq.abc.PGresult, row: int) -> tuple[str | None, ...]:
+    """Row ``row`` of a text result, each value ``str`` or None (NULL)."""
+    return tuple(
+        None if (v := res.get_value(row, c)) is None else v.decode() for c in range(res.nfields)
+    )
 
 
 def reusable(conn: Conn) -> bool:

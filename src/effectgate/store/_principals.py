@@ -109,6 +109,13 @@ def _record(r: Sequence[Any]) -> PrincipalRecord:
     )
 
 
+# Read on every authenticated request, never cached (a revoked token is refused from the next
+# request on): the dialect's cheapest read (StoreHooks._hot_rows).
+_PRINCIPAL_BY_DIGEST = (
+    "SELECT name, role, scope FROM principals WHERE token_sha256 = ? AND revoked_at IS NULL"
+)
+
+
 class PrincipalRoles(StoreHooks):
     """Principals and their tokens: create, list, revoke, and authenticate a token."""
 
@@ -213,12 +220,7 @@ class PrincipalRoles(StoreHooks):
         """
         if not isinstance(token, str) or not token or len(token) > MAX_TOKEN_CHARS:
             return None
-        rows = self._rows(
-            "SELECT name, role, scope FROM principals "
-            "WHERE token_sha256 = ? AND revoked_at IS NULL",
-            (token_digest(token),),
-            "principal_for_token",
-        )
+        rows = self._hot_rows(_PRINCIPAL_BY_DIGEST, (token_digest(token),), "principal_for_token")
         if not rows:
             return None
         name, role, scope = rows[0]

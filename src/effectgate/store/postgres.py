@@ -12,6 +12,8 @@ and commit classification are :mod:`effectgate.store._postgres_conn`; the ledger
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
@@ -27,13 +29,14 @@ from effectgate.store import _op_sql as ops
 from effectgate.store import _postgres_conn as pgc
 from effectgate.store import _postgres_tx as pgtx
 from effectgate.store import _sql as sql
+from effectgate.store._attempts import read_twice
 from effectgate.store._hooks import NO_HOLD, Hold
 from effectgate.store._journal import journal_new, plain_done, plain_journal, plain_passes
 from effectgate.store._ledger import SQLStore, Work
 from effectgate.store._postgres_conn import PgConnections, drop_schema, split_schema
 from effectgate.store._postgres_schema import LANES, MIGRATIONS, TYPES
 from effectgate.store._postgres_tx import PgTx, audit_params, pg_sql
-from effectgate.store._postgres_wire import Prepared
+from effectgate.store._postgres_wire import Prepared, text_row
 from effectgate.store._schema import migrate
 from effectgate.store._shared_trips import SharedWrite, TripsOf
 from effectgate.store.base import (
@@ -112,6 +115,15 @@ _P_ROW_LOCK = Prepared.positional("eg_row_lock", f"{pg_sql(sql.SELECT_OP)} FOR U
 # One compare-and-set of a batch (transition_many): the same update as a single transition.
 _CAS_ONE = pgtx.cas_sql("1")
 
+
+@functools.cache
+def _read_statement(query: str) -> Prepared:
+    """A per-request read (``_hot_rows``), prepared under a name its text decides."""
+    return Prepared.positional(
+        f"eg_read_{hashlib.sha256(query.encode()).hexdigest()[:16]}", pg_sql(query)
+    )
+
+
 # Replicas skip the rows another one is claiming (store/_op_sql.py).
 _LEASE = ops.named(ops.lease_uncertain(" FOR UPDATE SKIP LOCKED"))
 
@@ -139,6 +151,12 @@ class PostgresStore(PgConnections, SQLStore):
         text = pg_sql(query)
         return self._read(lambda conn: conn.execute(text, args).fetchall(), what)
 
+    def _hot_rows(self, query: str, args: Sequence[str], what: str) -> list[Sequence[Any]]:
+        """A per-request read (the token lookup) prepared on a hot connection: no pool checkout,
+        no cursor."""
+        res = read_twice(lambda: self._hot([(_read_statement(query), args)], what)[0])
+        return [text_row(res, r) for r in range(res.ntuples)]
+
     def _run(self, work: Work[T], what: str, hold: Hold = NO_HOLD) -> T:
         """One transaction: the class lock, the row FOR UPDATE, then the audit lane's head of
         ``hold.key`` (operator actions: lane 0); ``work``'s writes and entries go at COMMIT."""
@@ -165,12 +183,6 @@ class PostgresStore(PgConnections, SQLStore):
         audit: Mapping[str, object] | None,
         guard: DispatchGuard | None,
     ) -> Journal:
-        def locks(conn: Conn) -> None:
-            # The class's shared lock (a flip waits for us, and we see any flip committed
-            # before us), then this key's lock; both are released by the commit. One
-            # statement (_TWO_LOCKS nests them so the order is fixed).
-            conn.execute(_TWO_LOCKS, self._journal_locks(new))
-
         # A breaker's windows or a token's recheck (DispatchGuard.plain): the full path.
         if plain_passes(guard):
             done = self._journal_fast(new, path, now, audit, guard)
@@ -180,7 +192,10 @@ class PostgresStore(PgConnections, SQLStore):
         # The full path: controls are active or a breaker watches. Two round trips, as its
         # guard decides further writes in the same transaction.
         def first_full(conn: Conn) -> Cur:
-            locks(conn)
+            # The class's shared lock (a flip waits for us, and we see any flip committed
+            # before us), then this key's lock; both are released by the commit. One
+            # statement (_TWO_LOCKS nests them so the order is fixed).
+            conn.execute(_TWO_LOCKS, self._journal_locks(new))
             return conn.execute("SELECT 1")
 
         def then(conn: Conn, _: Cur) -> Journal:
@@ -214,28 +229,21 @@ class PostgresStore(PgConnections, SQLStore):
         """One round trip: the locks, the statement and the commit. None: a control is active,
         the statement wrote nothing, and the full path must run."""
         plain = plain_journal(new, path, guard, audit, now=now)
+        lane = lane_for(new.scope, new.operation_id, LANES)
         params = {
             **ops.row_params(new, plain.final, now, plain.intent),
             "dispatch": plain.dispatch,
             "value_micros": plain.value_micros,
             **ops.request_params(plain.request),
-            **audit_params(
-                lane_for(new.scope, new.operation_id, LANES),
-                now,
-                new.scope,
-                new.operation_id,
-                "transition",
-                plain.entry,
-            ),
+            **audit_params(lane, now, new.scope, new.operation_id, "transition", plain.entry),
         }
 
         locks = self._journal_locks(new)
         lock, main, order = (_P_TWO_LOCKS, locks), (_P_FAST_INSERT, params), ("k", *locks[::-1])
         res = self._trips.submit(
-            SharedWrite(f"insert {new.op_key}", (lock, main), lock, order, main, params["lane"])
+            SharedWrite(f"insert {new.op_key}", (lock, main), lock, order, main, lane)
         )
-        inserted = int(res.get_value(0, 0) or 0)
-        active = int(res.get_value(0, 1) or 0)
+        inserted, active = (int(v or 0) for v in text_row(res, 0))
         if inserted:
             return plain_done(new, plain, now)
         if active:
@@ -252,11 +260,10 @@ class PostgresStore(PgConnections, SQLStore):
     ) -> Operation | None:
         """Compare-and-set plus its chained audit entry in one statement (the receipt path)."""
         scope, operation_id = move.scope, move.operation_id
+        lane = lane_for(scope, operation_id, LANES)
         params = {
             **ops.move_params(move, now),
-            **audit_params(
-                lane_for(scope, operation_id, LANES), now, scope, operation_id, "transition", event
-            ),
+            **audit_params(lane, now, scope, operation_id, "transition", event),
         }
         what = f"transition {scope}:{operation_id}"
         # One round trip: the compare-and-set and its commit. A miss wrote nothing.
@@ -266,18 +273,13 @@ class PostgresStore(PgConnections, SQLStore):
             ).fetchone()
             return None if row is None else sql.operation_from_row(row)
         main, lock = (_P_FAST_TRANSITION_CHANGED, params), (_P_ROW_LOCK, (scope, operation_id))
-        write = SharedWrite(what, (main,), lock, ("r", scope, operation_id), main, params["lane"])
+        write = SharedWrite(what, (main,), lock, ("r", scope, operation_id), main, lane)
         res = self._trips.submit(write)
         if not res.ntuples:
             return None
         # Text results: (version, venue_id, detail, submitted_at).
-        version, venue, held, sent = (res.get_value(0, i) for i in range(4))
-        changed = (
-            int(version or 0),
-            None if venue is None else bytes(venue).decode(),
-            None if held is None else bytes(held).decode(),
-            None if sent is None else float(sent),
-        )
+        version, venue, held, sent = text_row(res, 0)
+        changed = (int(version or 0), venue, held, None if sent is None else float(sent))
         return moved(known, move.target, now, changed)
 
     def transition_many(self, moves: Sequence[Move], *, now: float) -> list[bool]:
