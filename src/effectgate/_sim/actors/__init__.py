@@ -11,6 +11,7 @@ from effectgate._sim.actors.budgets import Budgets
 from effectgate._sim.actors.continuations import Continuations
 from effectgate._sim.actors.grants import Grants
 from effectgate._sim.actors.operator import OperatorActor
+from effectgate._sim.actors.runs import Runs
 from effectgate._sim.actors.speculation import Speculating
 from effectgate._sim.actors.tenants import Tenants
 from effectgate._sim.actors.venues import VenueModels
@@ -24,7 +25,7 @@ def default_actors() -> list[Actor]:
     without them."""
     actors: list[Actor] = [
         Continuations(), Speculating(), Budgets(), Grants(), VenueModels(), OperatorActor(),
-        Tenants()
+        Tenants(), Runs()
     ]  # fmt: skip
     if _HAS_DOORS:
         from effectgate._sim.actors.doors import Doors

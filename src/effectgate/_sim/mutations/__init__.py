@@ -24,6 +24,7 @@ from effectgate._sim.mutations.gate import GATE
 from effectgate._sim.mutations.gateway import GATEWAY
 from effectgate._sim.mutations.operator import OPERATOR
 from effectgate._sim.mutations.reconcile import RECONCILE
+from effectgate._sim.mutations.runs import RUNS
 from effectgate._sim.mutations.tenants import TENANTS
 from effectgate._sim.mutations.venues import VENUES
 
@@ -38,6 +39,7 @@ CATALOGUE: tuple[Mutation, ...] = (
     *GATEWAY,
     *OPERATOR,
     *TENANTS,
+    *RUNS,
 )
 
 _NAMES = [m.name for m in CATALOGUE]
