@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from effectgate._doors.cli.main import app
 from effectgate._sim.actor import Mutation
 from effectgate._sim.mutations import CATALOGUE, applied, by_name, expected_invariant, resolve
-from effectgate._sim.mutations.hunt import hunt
+from effectgate._sim.mutations.hunt import DEFAULT_BUDGET, hunt
 from effectgate._sim.runner import shrink, simulate
 from effectgate._sim.simulator import run_seed
 
@@ -22,7 +22,7 @@ from effectgate._sim.simulator import run_seed
 #: docs/simulation.md (``effectgate simulate --seeds 2000``).
 CI_SEEDS = 100
 #: Each mutation must be caught within this many seeds (docs/simulation.md lists where).
-BUDGET = 30  # the CLI's default: more actors dilute each one's steps
+BUDGET = DEFAULT_BUDGET  # the CLI's default: more actors dilute each one's steps
 SRC = Path(__file__).resolve().parent.parent / "src" / "effectgate"
 
 
@@ -231,3 +231,10 @@ def test_cli_reports_progress_on_stderr_for_a_long_run(monkeypatch: pytest.Monke
     assert re.search(r"^progress: 2 seeds in \d+ s; failing: none$", out.stderr, re.M)
     assert re.search(r"^progress: 4 seeds in \d+ s; failing: none$", out.stderr, re.M)
     assert "progress" not in out.stdout
+
+
+def test_the_cli_hunts_as_far_as_the_tests() -> None:
+    """``simulate --mutations`` without ``--budget`` tries as many seeds as these tests do."""
+    out = CliRunner().invoke(app, ["simulate", "--help"], env={"COLUMNS": "200"})
+    assert out.exit_code == 0, out.output
+    assert f"[default: {DEFAULT_BUDGET}]" in out.output.split("--budget", 1)[1].split("\n", 1)[0]

@@ -76,7 +76,7 @@ def test_its_mutations_are_caught_only_when_the_evidence_actor_runs(name: str) -
 
     with applied(m):
         assert all(not run_seed(s, actors=others()).violations for s in range(2))
-    found = hunt(m, budget=10)
+    found = hunt(m, budget=20)
     assert found.caught, found.line()
     assert expected_invariant(m) & {v.invariant for v in found.violations}
     assert found.seed is not None

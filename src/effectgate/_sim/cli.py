@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
         ] = False,
         budget: Annotated[
             int, typer.Option("--budget", min=1, help="With --mutations: seeds per mutation.")
-        ] = 30,
+        ] = 50,  # hunt.DEFAULT_BUDGET (imported lazily, as the catalogue is)
         store: Annotated[
             str | None,
             typer.Option(

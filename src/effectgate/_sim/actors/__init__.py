@@ -12,6 +12,7 @@ from effectgate._sim.actors.continuations import Continuations
 from effectgate._sim.actors.evidence import Evidence
 from effectgate._sim.actors.grants import Grants
 from effectgate._sim.actors.operator import OperatorActor
+from effectgate._sim.actors.runs import Runs
 from effectgate._sim.actors.speculation import Speculating
 from effectgate._sim.actors.tenants import Tenants
 from effectgate._sim.actors.venues import VenueModels
@@ -25,7 +26,7 @@ def default_actors() -> list[Actor]:
     without them."""
     actors: list[Actor] = [
         Continuations(), Speculating(), Budgets(), Grants(), VenueModels(), OperatorActor(),
-        Tenants()
+        Tenants(), Runs()
     ]  # fmt: skip
     actors.append(Evidence())
     if _HAS_DOORS:

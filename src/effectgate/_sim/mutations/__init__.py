@@ -25,6 +25,7 @@ from effectgate._sim.mutations.gate import GATE
 from effectgate._sim.mutations.gateway import GATEWAY
 from effectgate._sim.mutations.operator import OPERATOR
 from effectgate._sim.mutations.reconcile import RECONCILE
+from effectgate._sim.mutations.runs import RUNS
 from effectgate._sim.mutations.tenants import TENANTS
 from effectgate._sim.mutations.venues import VENUES
 
@@ -40,6 +41,7 @@ CATALOGUE: tuple[Mutation, ...] = (
     *OPERATOR,
     *TENANTS,
     *EVIDENCE,
+    *RUNS,
 )
 
 _NAMES = [m.name for m in CATALOGUE]

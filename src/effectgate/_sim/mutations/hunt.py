@@ -13,7 +13,7 @@ from effectgate._sim.simulator import DEFAULT_STEPS, run_seed
 __all__ = ["DEFAULT_BUDGET", "Hunt", "hunt", "hunt_all"]
 
 #: Seeds tried per mutation before it counts as not caught.
-DEFAULT_BUDGET = 30
+DEFAULT_BUDGET = 50
 
 
 @dataclass(frozen=True)
