@@ -430,11 +430,24 @@ class Reconciler:
         """Venue records whose key the ledger page did not hold: an orphan, or a row too new."""
         fresh = self._fresh(key)
         if fresh is None:
-            self._diverge("orphan", key, venue_ids, None, run)
+            self._unmatched_row(key, venue_ids, run)
             return
         # Journalled (always before the venue call) after the sweep read that ledger page.
         run.report.ledger_rows += 1
         self._present(fresh, venue_ids, run)
+
+    def _unmatched_row(self, key: str, venue_ids: list[str], run: _Pass) -> None:
+        """Records under a key with no row: the record of a row a prune removed is accounted
+        by what the prune kept (store/_prune.py); any other record is an effect made outside
+        the boundary (``orphan``) or, beside the pruned row's own, a second one."""
+        scope, sep, operation_id = key.partition(":")
+        pruned = self.store.pruned_operation(scope, operation_id) if sep else None
+        if pruned is not None and pruned[1] is not None and pruned[1] in venue_ids:
+            run.report.ledger_rows += 1
+            if venue_ids != [pruned[1]]:
+                self._diverge("duplicate-effect", key, venue_ids, pruned[0], run)
+            return
+        self._diverge("orphan", key, venue_ids, None, run)
 
     def _fresh(self, op_key: str) -> LedgerEntry | None:
         """The row under ``op_key`` as it stands now (None: no row, or not a ledger key)."""

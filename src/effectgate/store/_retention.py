@@ -144,6 +144,17 @@ class RetentionRoles(StoreHooks):
             )
         ]
 
+    def pruned_operation(self, scope: str, operation_id: str) -> tuple[str, str | None] | None:
+        """``(final state, venue id)`` of an operation a prune removed, None if none did."""
+        rows = self._rows(
+            "SELECT state, venue_id FROM pruned_operations WHERE scope = ? AND operation_id = ?",
+            (scope, operation_id),
+            "pruned_operation",
+        )
+        if not rows:
+            return None
+        return str(rows[0][0]), None if rows[0][1] is None else str(rows[0][1])
+
     def audit_starts(self) -> dict[int, tuple[int, str]]:
         """Per pruned lane, the last removed entry ``(seq, hash)``: the checkpoint the lane's
         first remaining entry must follow."""

@@ -301,7 +301,22 @@ def shared_migrations(t: Types) -> list[str]:
         model_window_tables(t),  # a comparison window per new proposer model (_model_windows.py)
         model_window_end_columns(t),  # how each window ended (store/_model_windows.py)
         proposal_handle_index(t),  # a proposal handed over at approval (store/_handover.py)
+        pruned_operations_table(t),  # keys a prune removed (store/_prune.py)
     ]
+
+
+def pruned_operations_table(t: Types) -> str:
+    """What a prune keeps of each operation it removes (store/_prune.py): the key, the final
+    state and the venue record it settled with. The venue may list that record for ever (a
+    key-ordered listing does): the reconciler accounts it by this row instead of calling it an
+    orphan, and a second record under the key is still a duplicate effect."""
+    return """
+CREATE TABLE pruned_operations (
+    scope {text} NOT NULL, operation_id {text} NOT NULL, action {text} NOT NULL,
+    state {text} NOT NULL, venue_id {text}, pruned_at {real} NOT NULL,
+    PRIMARY KEY (scope, operation_id)
+){clustered}
+""".format(**asdict(t))
 
 
 def value_record_columns(t: Types) -> str:

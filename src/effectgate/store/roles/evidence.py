@@ -85,6 +85,9 @@ class Retention(Protocol):
     def list_holds(self, *, active_only: bool = True) -> list[LegalHold]:
         """Holds, oldest first."""
 
+    def pruned_operation(self, scope: str, operation_id: str) -> tuple[str, str | None] | None:
+        """``(final state, venue id)`` of an operation a prune removed, None if none did."""
+
     def audit_starts(self) -> dict[int, tuple[int, str]]:
         """Per pruned lane, the checkpoint ``(seq, hash)`` its first entry must follow."""
 
