@@ -257,7 +257,9 @@ class Runs(RunSteps):
         if edit == "call" and doc["calls"]:
             doc["calls"][-1]["record_digest"] = digest_of("another call")
         elif edit == "effect" and doc["effects"]:
-            doc["effects"][-1]["state"] = "failed"
+            # Another state than the one it has (an effect already failed must change too).
+            last = doc["effects"][-1]
+            last["state"] = "acknowledged" if last["state"] == "failed" else "failed"
         else:
             edit, doc["seal"]["reason"] = "reason", "rewritten"
         forged = json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
