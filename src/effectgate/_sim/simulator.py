@@ -646,7 +646,7 @@ def run_seed(
     if actors is None:
         from effectgate._sim.actors import default_actors
 
-        actors = default_actors()
+        actors = default_actors(postgres=store is not None and store.startswith("postgres"))
     if steps < 0:
         raise ValueError("steps must be non-negative")
     # The reconciler and gate log every alarm at ERROR; here alarms are the workload.
