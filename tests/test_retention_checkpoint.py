@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from effectgate import Gate, LimitPolicy, PolicySet
-from effectgate._core.chain import chain_hash, content_digest
+from effectgate._core.chain import chain_hash, content_digest, lane_for
 from effectgate._core.governed_policy import canonical_text, document_of, policy_hash
 from effectgate._core.grants import parse_spec
 from effectgate._evidence.anchor import FileAnchor, anchor_heads, verify_against_anchors
@@ -202,6 +202,44 @@ class TestPruneAnInitLedger:
         made_up = {lane: (first.heads[lane][0], "f" * 64)}
         problems = [f.problem for f in verify_store(store, expect_heads=made_up).findings]
         assert problems == ["head"]
+
+    def test_invariant_8_heads_named_by_an_anchoring_the_prune_keeps_are_recorded(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        """Simulator, PostgreSQL seed 59: an anchoring's entry (operators' lane) is that lane's
+        anchored head, so it stays; the heads it names in other lanes are cut all the same,
+        and the checkpoint must record them (SQLite's one lane explains them by its start)."""
+        ledger = Ledger(store, tmp_path)
+        early = FileAnchor(tmp_path / "early.jsonl")  # an anchor the prune does not write to
+        first, _ = anchor_heads(store, [early], key=KEY, clock=ledger.clock)
+        (kept,) = [e for e in store.audit_entries(limit=100_000) if e.kind == "audit_anchored"]
+        lanes = 1 if _is_sqlite(store) else 16
+        # Later orders only in lanes other than the operators' lane: its head stays the
+        # anchoring entry until the prune's own anchoring.
+        more = [k for k in (f"more-{i}" for i in range(60)) if lane_for("default", k, lanes)][:40]
+        for op in more:
+            ledger.gate.submit("submit_order", op, {**EXAMPLE_ORDER, "quantity": "1"})
+            ledger.clock.advance(1)
+        ledger.age()
+        _, after = ledger.prune(key=KEY)
+        assert after.ok, after.findings
+        starts = store.audit_starts()
+        if not _is_sqlite(store):
+            assert (kept.lane, kept.seq) in {(e.lane, e.seq) for e in store.audit_entries()}
+            passed = {
+                lane
+                for lane, (seq, _) in first.heads.items()
+                if lane != kept.lane and seq < starts.get(lane, (0, ""))[0]
+            }
+            assert passed  # the case: heads the cuts passed, named by an entry that stays
+        result, _ = verify_against_anchors(store, [early], key=KEY)
+        assert result.ok, result.findings
+        gone = {
+            lane for lane, (seq, _) in first.heads.items() if seq <= starts.get(lane, (0, ""))[0]
+        }
+        assert {(lane, seq) for lane, seq, _ in result.covered} == {
+            (lane, first.heads[lane][0]) for lane in gone
+        }
 
 
 class TestAnchoringAfterThePrune:

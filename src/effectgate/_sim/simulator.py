@@ -646,8 +646,7 @@ def run_seed(
     if actors is None:
         from effectgate._sim.actors import default_actors
 
-        # sim_ledger's own rule: anything but SQLite is a PostgreSQL URL (it refuses the rest).
-        actors = default_actors(postgres=store not in (None, "sqlite"))
+        actors = default_actors()
     if steps < 0:
         raise ValueError("steps must be non-negative")
     # The reconciler and gate log every alarm at ERROR; here alarms are the workload.

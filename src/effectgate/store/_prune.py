@@ -9,7 +9,9 @@ The cut of a lane is the longest prefix whose every entry may go or be carried:
   restated whole in the prune's checkpoint (:mod:`effectgate._core.prune_checkpoint`);
 * an earlier checkpoint (``audit_pruned``) is absorbed: its carried entries still in force are
   carried again, and its recorded anchored heads kept; an anchoring (``audit_anchored``) is
-  absorbed too, its heads recorded.
+  absorbed too, its heads recorded. An anchoring that stays (the cut of its own lane stopped
+  before it) may still name heads of other lanes that their cuts passed: those are recorded
+  too (:func:`record_passed_heads`), so every head ever anchored stays explained.
 
 The prefix also stops at an operation whose entries extend past the cut, past the cut-off,
 before the lane's anchored head (which stays), and when the checkpoint would carry more than
@@ -37,6 +39,7 @@ __all__ = [
     "cut_lane",
     "has_live_continuation",
     "prunable_operation",
+    "record_passed_heads",
 ]
 
 #: Why the prefix stops at an entry about a key with no row: an orphan's divergence (an effect
@@ -291,3 +294,26 @@ def cut_lane(
     report.cuts[lane] = cut
     report.entries += sum(1 for e in entries if e.seq <= cut_seq)
     report.operations += len(gone)
+
+
+def record_passed_heads(
+    tx: SharedTx,
+    cuts: Mapping[int, tuple[int, str]],
+    starts: Mapping[int, tuple[int, str]],
+    carry: Carry,
+) -> None:
+    """Record in ``carry`` the heads that anchorings still in the log name in the span this
+    prune cut from each lane (after its old start, up to its cut). An anchoring is an
+    operators' entry (no scope, no operation), read through the operation index."""
+    for row in tx.rows(
+        f"SELECT {sql.CHAIN_COLUMNS} FROM audit_log WHERE scope IS NULL "
+        "AND operation_id IS NULL AND kind = 'audit_anchored' ORDER BY seq",
+        (),
+    ):
+        for lane, pairs in _anchoring_heads(sql.chain_entry_from_row(row)).items():
+            if lane not in cuts:
+                continue
+            low, high = starts.get(lane, (0, ""))[0], cuts[lane][0]
+            passed = {(seq, h) for seq, h in pairs if low < seq <= high}
+            if passed:
+                carry.anchored.setdefault(lane, set()).update(passed)

@@ -21,7 +21,13 @@ from effectgate._core.prune_checkpoint import checkpoint_detail
 from effectgate._core.retention import LegalHold, PruneReport
 from effectgate.errors import ConfigError, ControlError, OperationNotFound
 from effectgate.store._hooks import StoreHooks
-from effectgate.store._prune import Carry, cut_lane, has_live_continuation, prunable_operation
+from effectgate.store._prune import (
+    Carry,
+    cut_lane,
+    has_live_continuation,
+    prunable_operation,
+    record_passed_heads,
+)
 from effectgate.store._tx import SharedTx
 from effectgate.store.base import IDENTITY_PATTERN, SYSTEM_PREFIX
 
@@ -227,6 +233,7 @@ class RetentionRoles(StoreHooks):
                         "VALUES (?,?,?,?)",
                         (lane, seq, h, now),
                     )
+            record_passed_heads(tx, report.cuts, starts, carry)
             report.carried = len(carry.carried)
             detail = checkpoint_detail(
                 report.to_dict(),

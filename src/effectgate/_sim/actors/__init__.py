@@ -20,17 +20,15 @@ from effectgate._sim.actors.venues import VenueModels
 __all__ = ["default_actors"]
 
 
-def default_actors(*, postgres: bool = False) -> list[Actor]:
+def default_actors() -> list[Actor]:
     """Fresh actors for one seed (they keep per-seed state). The doors and gateway actors
     need the ``server`` extra (FastAPI, the MCP SDK): on a bare install the world runs
-    without them. ``postgres``: the evidence actor is held out of PostgreSQL runs while the
-    defect it found there is open (docs/simulation.md, "Open findings")."""
+    without them."""
     actors: list[Actor] = [
         Continuations(), Speculating(), Budgets(), Grants(), VenueModels(), OperatorActor(),
         Tenants(), Runs()
     ]  # fmt: skip
-    if not postgres:
-        actors.append(Evidence())
+    actors.append(Evidence())
     if _HAS_DOORS:
         from effectgate._sim.actors.doors import Doors
         from effectgate._sim.actors.gateway import GatewayActor
