@@ -8,13 +8,10 @@ import re
 
 import pytest
 
-from effectgate._sim.actor import Actor
-from effectgate._sim.actors import default_actors
 from effectgate._sim.actors.doors import Doors
 from effectgate._sim.actors.gateway import GatewayActor
-from effectgate._sim.mutations import applied, by_name
-from effectgate._sim.mutations.hunt import hunt
 from effectgate._sim.simulator import run_seed
+from simkit import assert_caught_only_with
 
 SEEDS = range(5)
 
@@ -51,16 +48,7 @@ class TestDoorActor:
     def test_its_mutations_are_caught_only_when_the_doors_run(self, name: str) -> None:
         """Invariant 6: a float in the money field let through a door is caught by the door
         actor alone; the failing seed replays to the same digest under the mutation."""
-        m = by_name(name)
-
-        def others() -> list[Actor]:  # fresh per seed: actors keep per-seed state
-            # The gateway is an MCP door too: its hostile calls send floats as well.
-            return [a for a in default_actors() if not isinstance(a, Doors | GatewayActor)]
-
-        with applied(m):
-            assert all(not run_seed(s, actors=others()).violations for s in range(4))
-        found = hunt(m, budget=15)
-        assert found.caught and 6 in {v.invariant for v in found.violations}, found.line()
-        assert found.seed is not None
-        with applied(m):
-            assert run_seed(found.seed).digest == run_seed(found.seed).digest
+        # The gateway is an MCP door too: its hostile calls send floats as well.
+        assert_caught_only_with(
+            name, (Doors, GatewayActor), clean_seeds=4, budget=15, invariants={6}
+        )

@@ -10,13 +10,10 @@ import re
 
 import pytest
 
-from effectgate._sim.actor import Actor
-from effectgate._sim.actors import default_actors
 from effectgate._sim.actors.evidence import Evidence
-from effectgate._sim.mutations import applied, by_name, expected_invariant
 from effectgate._sim.mutations.evidence import EVIDENCE
-from effectgate._sim.mutations.hunt import hunt
 from effectgate._sim.simulator import run_seed
+from simkit import assert_caught_only_with
 
 KINDS = [kind for kind, _ in Evidence().steps()]
 
@@ -69,16 +66,4 @@ def test_its_mutations_are_caught_only_when_the_evidence_actor_runs(name: str) -
     """Each planted bug goes unseen without the actor (nothing else prunes, anchors or issues
     receipts) and is caught with it by the invariant the catalogue names; the failing seed
     replays to the same digest under the mutation."""
-    m = by_name(name)
-
-    def others() -> list[Actor]:  # fresh per seed: actors keep per-seed state
-        return [a for a in default_actors() if not isinstance(a, Evidence)]
-
-    with applied(m):
-        assert all(not run_seed(s, actors=others()).violations for s in range(2))
-    found = hunt(m, budget=20)
-    assert found.caught, found.line()
-    assert expected_invariant(m) & {v.invariant for v in found.violations}
-    assert found.seed is not None
-    with applied(m):
-        assert run_seed(found.seed).digest == run_seed(found.seed).digest
+    assert_caught_only_with(name, Evidence, clean_seeds=2, budget=20)

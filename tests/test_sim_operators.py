@@ -8,12 +8,10 @@ from __future__ import annotations
 import pytest
 
 from effectgate._sim.actor import Actor
-from effectgate._sim.actors import default_actors
 from effectgate._sim.actors.gateway import GatewayActor
 from effectgate._sim.actors.operator import OperatorActor
-from effectgate._sim.mutations import applied, by_name
-from effectgate._sim.mutations.hunt import hunt
 from effectgate._sim.simulator import run_seed
+from simkit import assert_caught_only_with
 
 SEEDS = range(3)
 
@@ -72,15 +70,4 @@ def test_its_mutations_are_caught_only_when_the_actor_runs(
 ) -> None:
     """A planted bug of the gateway or the operator's actions is caught by its actor alone;
     the failing seed replays to the same digest under the mutation."""
-    m = by_name(name)
-
-    def others() -> list[Actor]:  # fresh per seed: actors keep per-seed state
-        return [a for a in default_actors() if not isinstance(a, actor)]
-
-    with applied(m):
-        assert all(not run_seed(s, actors=others()).violations for s in range(3))
-    found = hunt(m, budget=15)
-    assert found.caught and invariant in {v.invariant for v in found.violations}, found.line()
-    assert found.seed is not None
-    with applied(m):
-        assert run_seed(found.seed).digest == run_seed(found.seed).digest
+    assert_caught_only_with(name, actor, clean_seeds=3, budget=15, invariants={invariant})

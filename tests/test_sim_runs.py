@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from effectgate._sim.actor import Actor
 from effectgate._sim.actors import default_actors
 from effectgate._sim.actors.runs import Runs
-from effectgate._sim.mutations import applied, by_name, expected_invariant
-from effectgate._sim.mutations.hunt import hunt
 from effectgate._sim.simulator import run_seed
+from simkit import assert_caught_only_with
 
 SEEDS = range(4)
 
@@ -84,16 +82,4 @@ def test_its_mutations_are_caught_only_when_the_runs_actor_runs(name: str) -> No
     """A planted bug of journals, seals, snapshots or run budgets goes unseen without the runs
     actor (nothing else records a run call) and is caught with it by the invariant it names;
     the failing seed replays to the same digest under the mutation."""
-    m = by_name(name)
-
-    def others() -> list[Actor]:  # fresh per seed: actors keep per-seed state
-        return [a for a in default_actors() if not isinstance(a, Runs)]
-
-    with applied(m):
-        assert all(not run_seed(s, actors=others()).violations for s in range(3))
-    found = hunt(m, budget=15)
-    assert found.caught, found.line()
-    assert expected_invariant(m) & {v.invariant for v in found.violations}, found.line()
-    assert found.seed is not None
-    with applied(m):
-        assert run_seed(found.seed).digest == run_seed(found.seed).digest
+    assert_caught_only_with(name, Runs, clean_seeds=3, budget=15)

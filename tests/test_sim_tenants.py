@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from effectgate._sim.actor import Actor
-from effectgate._sim.actors import default_actors
 from effectgate._sim.actors.tenants import SCOPES, Tenants
-from effectgate._sim.mutations import applied, by_name
-from effectgate._sim.mutations.hunt import hunt
 from effectgate._sim.simulator import run_seed
 from effectgate.store.base import scope_key_range
+from simkit import assert_caught_only_with
 
 
 def test_the_scopes_are_byte_neighbours_of_each_other() -> None:
@@ -47,15 +44,4 @@ def test_clean_code_keeps_every_view_to_its_tenant_and_replays() -> None:
 def test_its_mutations_are_caught_only_when_the_tenants_run(name: str) -> None:
     """Invariant 2: without the tenants actor the bug goes unseen (every other actor works in
     one scope each); with it, it is caught and the failing seed replays to the same digest."""
-    m = by_name(name)
-
-    def others() -> list[Actor]:  # fresh per seed: actors keep per-seed state
-        return [a for a in default_actors() if not isinstance(a, Tenants)]
-
-    with applied(m):
-        assert all(not run_seed(s, actors=others()).violations for s in range(3))
-    found = hunt(m, budget=15)
-    assert found.caught and 2 in {v.invariant for v in found.violations}
-    assert found.seed is not None
-    with applied(m):
-        assert run_seed(found.seed).digest == run_seed(found.seed).digest
+    assert_caught_only_with(name, Tenants, clean_seeds=3, budget=15, invariants={2})

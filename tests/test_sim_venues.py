@@ -11,15 +11,13 @@ import pytest
 
 from effectgate._core.clock import ManualClock
 from effectgate._execute.adapter import OutboundRequest, Outcome
-from effectgate._sim.actor import Actor
-from effectgate._sim.actors import default_actors
 from effectgate._sim.actors.venues import GATEWAY, MODELS, VenueModels
-from effectgate._sim.mutations import applied, by_name
-from effectgate._sim.mutations.hunt import DEFAULT_BUDGET, hunt
+from effectgate._sim.mutations.hunt import DEFAULT_BUDGET
 from effectgate._sim.simulator import run_seed
 from effectgate._sim.venues import adapters as va
 from effectgate._sim.venues import models
 from effectgate.errors import AdapterError
+from simkit import assert_caught_only_with
 
 SEEDS = range(6)
 
@@ -150,17 +148,8 @@ class TestVenueActor:
     def test_its_mutations_are_caught_only_when_the_venue_models_run(self, name: str) -> None:
         """Invariants 4, 5: without the venue models the bug goes unseen; with them it is
         caught, and the failing seed replays to the same digest."""
-        m = by_name(name)
-
-        def others() -> list[Actor]:  # fresh per seed: actors keep per-seed state
-            return [a for a in default_actors() if not isinstance(a, VenueModels)]
-
-        with applied(m):
-            assert all(not run_seed(s, actors=others()).violations for s in range(4))
         # The catalogue's own budget: where a bug is first caught moves whenever an actor is
         # added (window_listing_unsorted moved from seed 6 to seed 21 with the evidence actor).
-        found = hunt(m, budget=DEFAULT_BUDGET)
-        assert found.caught and {4, 5} & {v.invariant for v in found.violations}
-        assert found.seed is not None
-        with applied(m):
-            assert run_seed(found.seed).digest == run_seed(found.seed).digest
+        assert_caught_only_with(
+            name, VenueModels, clean_seeds=4, budget=DEFAULT_BUDGET, invariants={4, 5}
+        )
