@@ -50,5 +50,5 @@ class TestDoorActor:
         actor alone; the failing seed replays to the same digest under the mutation."""
         # The gateway is an MCP door too: its hostile calls send floats as well.
         assert_caught_only_with(
-            name, (Doors, GatewayActor), clean_seeds=4, budget=15, invariants={6}
+            name, (Doors, GatewayActor), clean_seeds=4, budget=25, invariants={6}
         )

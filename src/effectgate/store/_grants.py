@@ -25,7 +25,7 @@ from effectgate.store._tx import SharedTx
 from effectgate.store._value_record import principal_value
 from effectgate.store.base import IDENTITY_PATTERN, Operation, credential_marker
 
-__all__ = ["GrantRoles"]
+__all__ = ["GrantRoles", "live_children"]
 
 _COLUMNS = (
     "grant_id, holder, spec, created_by, created_at, parent_id, depth, revoked_at, revoked_by"
@@ -65,6 +65,19 @@ def _holder(name: object) -> str:
     if not isinstance(name, str) or not IDENTITY_PATTERN.fullmatch(name):
         raise ControlError(f"{name!r} must match {IDENTITY_PATTERN.pattern}", field="holder")
     return name
+
+
+def live_children(tx: SharedTx, grant_ids: Sequence[str]) -> list[str]:
+    """The unrevoked grants delegated directly beneath ``grant_ids``: the next step of a
+    transitive revocation."""
+    marks = ",".join("?" * len(grant_ids))
+    return [
+        str(r[0])
+        for r in tx.rows(
+            f"SELECT grant_id FROM grants WHERE parent_id IN ({marks}) AND revoked_at IS NULL",
+            tuple(grant_ids),
+        )
+    ]
 
 
 class GrantRoles(StoreHooks):
@@ -160,14 +173,7 @@ class GrantRoles(StoreHooks):
                     (now, who, *frontier),
                 )
                 done.extend(_grant(r) for r in rows)
-                frontier = [
-                    str(r[0])
-                    for r in tx.rows(
-                        f"SELECT grant_id FROM grants WHERE parent_id IN ({marks}) "
-                        "AND revoked_at IS NULL",
-                        tuple(frontier),
-                    )
-                ]
+                frontier = live_children(tx, frontier)
             tx.audit(
                 "grants_revoked",
                 {

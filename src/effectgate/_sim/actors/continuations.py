@@ -51,7 +51,7 @@ class Continuations:
         self.step_violations: list[Violation] = []
 
     def steps(self) -> Steps:
-        return (("continue", 6),)
+        return (("continue", 9),)
 
     def configure(self, spec: ProcessSpec) -> None:
         classes = [spec.registry.get(n) for n in spec.registry.names()]

@@ -103,6 +103,31 @@ def _revocation_unread(original: F) -> F:
     return list_grants
 
 
+def _containment_skipped(original: F) -> F:
+    # A delegation is accepted whatever it claims beyond its parent.
+    def check_contained(parent: Any, child: Any, *, now: float) -> None:
+        return None
+
+    return check_contained
+
+
+def _target_unchecked(original: F) -> F:
+    # A grant covers any target: the target axis is not read.
+    def grant_refusal(grant: Any, **kw: Any) -> Any:
+        why = original(grant, **kw)
+        return None if why is not None and why[0] == "grant_target" else why
+
+    return grant_refusal
+
+
+def _revocation_one_level(original: F) -> F:
+    # A revocation stops at the grants named: the delegations beneath them stay live.
+    def live_children(tx: Any, grant_ids: Any) -> list[str]:
+        return []
+
+    return live_children
+
+
 _C = "effectgate._execute.continuations"
 
 CAPABILITIES: tuple[Mutation, ...] = (
@@ -135,6 +160,24 @@ CAPABILITIES: tuple[Mutation, ...] = (
         "6 dispatched_under_a_live_grant",
         "effectgate.store._grants:GrantRoles.list_grants",
         _revocation_unread,
+    ),
+    Mutation(
+        "delegation_wider_accepted",
+        "6 dispatched_under_a_live_grant",
+        "effectgate.store._grants:check_contained",
+        _containment_skipped,
+    ),
+    Mutation(
+        "grant_target_unchecked",
+        "6 dispatched_under_a_live_grant",
+        "effectgate._execute.authority:grant_refusal",
+        _target_unchecked,
+    ),
+    Mutation(
+        "revocation_not_transitive",
+        "6 dispatched_under_a_live_grant",
+        "effectgate.store._grants:live_children",
+        _revocation_one_level,
     ),
     Mutation(
         "continue_without_proof",
