@@ -241,3 +241,86 @@ class TestPostgresGroupCommit:
         with psycopg.connect(conninfo, autocommit=True) as conn:
             results = trip(conn, [(once, ("1",)), (once, ("2",)), (once, ("3",))])
             assert [bytes(r.get_value(0, 0) or b"") for r in results] == [b"2", b"3", b"4"]
+
+    def test_an_insert_racing_its_rows_transition_waits_before_any_lane_head(
+        self, pg: tuple[str, str]
+    ) -> None:
+        """Invariant 1 without a deadlock: a shared trip holds a journal of one key and a
+        second journal of a key whose row another transaction is moving (a racing caller's,
+        as in tests/test_pg_hot_lane.py). The second insert must wait for that row in the lock
+        phase: waiting in its main, after the trip took its lane's head, it deadlocked with the
+        transition, which takes the row and then the same head (CI, PostgreSQL)."""
+        from effectgate._core.chain import lane_for
+        from effectgate.store._postgres_schema import LANES
+        from effectgate.store.base import NewOperation
+
+        url, schema = pg
+        store = PostgresStore(url, schema=schema, lock_timeout_ms=10_000)
+
+        def new(op: str) -> NewOperation:
+            return NewOperation(
+                scope="default", operation_id=op, action="submit_order", fingerprint="f" * 64,
+                intent={"q": "4"}, effect={"q": "4"}, tier="validate", reason="ok",
+                policy_version="t",
+            )  # fmt: skip
+
+        path = [State.PROPOSED, State.VALIDATED, State.SUBMITTED]
+        store.insert_operation(new("op-x"), path, now=1.0)
+        before = store.get("default", "op-x")
+        lane = lane_for("default", "op-x", LANES)
+        first = next(f"op-{i}" for i in range(999) if lane_for("default", f"op-{i}", LANES) == lane)
+
+        class Captured(BaseException):
+            pass
+
+        captured: list[SharedWrite] = []
+
+        class Capture:
+            def submit(self, write: SharedWrite) -> Any:
+                captured.append(write)
+                raise Captured
+
+        real = store.__dict__.get("_trips")
+        store.__dict__["_trips"] = Capture()
+        for op in (first, "op-x"):  # the fresh key's journal, then the racer's (sorted mains)
+            with pytest.raises(Captured):
+                store.insert_operation(new(op), path, now=2.0)
+        if real is not None:
+            store.__dict__["_trips"] = real
+        conninfo, _ = split_schema(url)
+        outcome: dict[str, Any] = {}
+
+        def run() -> None:
+            try:
+                outcome["results"] = shared_trip(captured, store._hot)
+            except BaseException as exc:  # reported below
+                outcome["error"] = exc
+
+        with (
+            psycopg.connect(conninfo, autocommit=False) as mover,
+            psycopg.connect(conninfo, autocommit=True) as watcher,
+        ):
+            mover.execute(f'SET search_path TO "{schema}"')
+            mover.execute(
+                "UPDATE operations SET updated_at = updated_at "
+                "WHERE scope = 'default' AND operation_id = 'op-x'"
+            )  # the transition holds the row ...
+            trip_thread = threading.Thread(target=run)
+            trip_thread.start()
+
+            def waiting() -> bool:
+                row = watcher.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()
+                return bool(row and row[0])
+
+            wait_for(waiting)  # ... and the trip waits on it
+            # ... and then takes its lane's head, which the trip must not hold yet.
+            mover.execute("SELECT hash FROM audit_heads WHERE lane = %s FOR UPDATE", (lane,))
+            mover.rollback()
+            trip_thread.join(20)
+        try:
+            assert "error" not in outcome, outcome.get("error")
+            assert store.get("default", first) is not None
+            assert store.get("default", "op-x") == before  # the racer's journal changed nothing
+            assert verify_store(store).ok
+        finally:
+            store.close()

@@ -133,6 +133,10 @@ class SharedWrite(NamedTuple):
     order: tuple[str, ...]  # where that lock sorts: (class, key) so classes come in order
     main: Any  # the statement whose result is the caller's; it locks the audit lane's head
     lane: int
+    #: A second lock and where it sorts (an insert's lock of the row it may conflict with):
+    #: taken in the lock phase with the others, not by the main after lane heads are held.
+    also: Any = None
+    also_order: tuple[str, ...] = ()
 
 
 def shared_trip(
@@ -141,13 +145,18 @@ def shared_trip(
     """``items`` as one trip (``trip(statements, what)``: one transaction, every result).
 
     Lock order, the same in every trip and as every other writer's (class, operation, lane
-    head): the operations' locks sorted by ``order``, then the main statements by ascending
-    lane. So two trips, or a trip and a single transaction, never wait on each other in a
-    cycle. A lone item runs as it would alone.
+    head): the operations' locks sorted by ``order`` (an insert's key lock, then every row
+    lock, a transition's and an insert's ``also``, by key), then the main statements by
+    ascending lane. So two trips, or a trip and a single transaction, never wait on each other
+    in a cycle: no main waits on a row after its trip holds a lane head (an insert that
+    conflicts with a row another transaction is updating waits for it in the lock phase).
+    A lone item runs as it would alone.
     """
     if len(items) == 1:
         return [trip(list(items[0].alone), items[0].what)[-1]]
-    locks = [w.lock for w in sorted(items, key=lambda w: w.order)]
+    phase = [(w.order, w.lock) for w in items]
+    phase += [(w.also_order, w.also) for w in items if w.also is not None]
+    locks = [lock for _, lock in sorted(phase, key=lambda p: p[0])]
     by_lane = sorted(range(len(items)), key=lambda i: items[i].lane)
     res = trip(locks + [items[i].main for i in by_lane], f"{len(items)} shared writes")
     out: list[Out] = list(res[: len(items)])  # placeholders, each replaced below

@@ -226,8 +226,7 @@ class PostgresStore(PgConnections, SQLStore):
         audit: Mapping[str, object] | None,
         guard: DispatchGuard | None,
     ) -> Journal | None:
-        """One round trip: the locks, the statement and the commit. None: a control is active,
-        the statement wrote nothing, and the full path must run."""
+        """One round trip: locks, statement, commit. None: a control is active, none written."""
         plain = plain_journal(new, path, guard, audit, now=now)
         lane = lane_for(new.scope, new.operation_id, LANES)
         params = {
@@ -238,10 +237,11 @@ class PostgresStore(PgConnections, SQLStore):
             **audit_params(lane, now, new.scope, new.operation_id, "transition", plain.entry),
         }
 
-        locks = self._journal_locks(new)
+        locks, key = self._journal_locks(new), (new.scope, new.operation_id)
         lock, main, order = (_P_TWO_LOCKS, locks), (_P_FAST_INSERT, params), ("k", *locks[::-1])
+        also = (_P_ROW_LOCK, key), ("r", *key)  # a shared trip's: its row, before any lane head
         res = self._trips.submit(
-            SharedWrite(f"insert {new.op_key}", (lock, main), lock, order, main, lane)
+            SharedWrite(f"insert {new.op_key}", (lock, main), lock, order, main, lane, *also)
         )
         inserted, active = (int(v or 0) for v in text_row(res, 0))
         if inserted:
