@@ -7,7 +7,7 @@ from collections.abc import Collection
 from effectgate._sim.actor import Actor
 from effectgate._sim.actors import default_actors
 from effectgate._sim.mutations import applied, by_name, expected_invariant
-from effectgate._sim.mutations.hunt import hunt
+from effectgate._sim.mutations.hunt import DEFAULT_BUDGET, hunt
 from effectgate._sim.simulator import run_seed
 
 __all__ = ["assert_caught_only_with"]
@@ -18,11 +18,12 @@ def assert_caught_only_with(
     actor: type[Actor] | tuple[type[Actor], ...],
     *,
     clean_seeds: int,
-    budget: int,
+    budget: int = DEFAULT_BUDGET,
     invariants: Collection[int] | None = None,
 ) -> None:
     """Mutation ``name`` goes unseen for ``clean_seeds`` seeds without ``actor`` (one class or
-    several), is caught within ``budget`` seeds with every actor by one of ``invariants``
+    several), is caught within ``budget`` seeds (default: the catalogue's, since where a bug is
+    first caught moves whenever an actor is added) with every actor by one of ``invariants``
     (default: the catalogue's own), and its failing seed replays to the same digest."""
     m = by_name(name)
     wanted = set(expected_invariant(m) if invariants is None else invariants)

@@ -109,6 +109,16 @@ def test_an_unread_precondition_asks_again(store: Store) -> None:
     assert state is State.AWAITING_APPROVAL and venue.effect_count == 0
 
 
+def test_an_auto_approved_action_needs_no_binding(store: Store) -> None:
+    """No approval, nothing to bind: the stage lets it through."""
+    gate, _, venue = setup(store)
+    order = {**EXAMPLE_ORDER, "quantity": "1"}
+    row = gate.submit("submit_order", "op-1", order, principal="agent", dispatch=False)
+    assert row.state is State.VALIDATED
+    assert dispatch(gate, [precondition_check(gate.adapters, gate.registry)]) is State.ACKNOWLEDGED
+    assert venue.effect_count == 1
+
+
 def test_claimed_approver_roles_are_kept_and_counted(store: Store) -> None:
     gate, op, venue = setup(store)
     op.approver_roles = ROLES

@@ -49,6 +49,4 @@ class TestDoorActor:
         """Invariant 6: a float in the money field let through a door is caught by the door
         actor alone; the failing seed replays to the same digest under the mutation."""
         # The gateway is an MCP door too: its hostile calls send floats as well.
-        assert_caught_only_with(
-            name, (Doors, GatewayActor), clean_seeds=4, budget=25, invariants={6}
-        )
+        assert_caught_only_with(name, (Doors, GatewayActor), clean_seeds=4, invariants={6})

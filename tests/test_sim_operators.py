@@ -70,4 +70,4 @@ def test_its_mutations_are_caught_only_when_the_actor_runs(
 ) -> None:
     """A planted bug of the gateway or the operator's actions is caught by its actor alone;
     the failing seed replays to the same digest under the mutation."""
-    assert_caught_only_with(name, actor, clean_seeds=3, budget=15, invariants={invariant})
+    assert_caught_only_with(name, actor, clean_seeds=3, invariants={invariant})

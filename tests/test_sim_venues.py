@@ -12,7 +12,6 @@ import pytest
 from effectgate._core.clock import ManualClock
 from effectgate._execute.adapter import OutboundRequest, Outcome
 from effectgate._sim.actors.venues import GATEWAY, MODELS, VenueModels
-from effectgate._sim.mutations.hunt import DEFAULT_BUDGET
 from effectgate._sim.simulator import run_seed
 from effectgate._sim.venues import adapters as va
 from effectgate._sim.venues import models
@@ -148,8 +147,5 @@ class TestVenueActor:
     def test_its_mutations_are_caught_only_when_the_venue_models_run(self, name: str) -> None:
         """Invariants 4, 5: without the venue models the bug goes unseen; with them it is
         caught, and the failing seed replays to the same digest."""
-        # The catalogue's own budget: where a bug is first caught moves whenever an actor is
-        # added (window_listing_unsorted moved from seed 6 to seed 21 with the evidence actor).
-        assert_caught_only_with(
-            name, VenueModels, clean_seeds=4, budget=DEFAULT_BUDGET, invariants={4, 5}
-        )
+        # window_listing_unsorted was first caught at seed 6, 21, 44, 3 and 28 as actors came.
+        assert_caught_only_with(name, VenueModels, clean_seeds=4, invariants={4, 5})

@@ -317,7 +317,8 @@ class _Run:
         return _outcome(row)
 
     def _rows(self, state: State) -> list[Operation]:
-        rows = self.w.store.list_operations(state=state, limit=100_000)
+        # The core workload's own scope: the actors' rows are theirs to approve and dispatch.
+        rows = self.w.store.list_operations(state=state, scope="default", limit=100_000)
         return sorted(rows, key=lambda r: r.op_key)
 
     def step(self, kind: str) -> str:

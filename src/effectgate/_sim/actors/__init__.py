@@ -9,9 +9,11 @@ import importlib.util
 from effectgate._sim.actor import Actor
 from effectgate._sim.actors.budgets import Budgets
 from effectgate._sim.actors.continuations import Continuations
+from effectgate._sim.actors.envelopes import Envelopes
 from effectgate._sim.actors.evidence import Evidence
 from effectgate._sim.actors.grants import Grants
 from effectgate._sim.actors.operator import OperatorActor
+from effectgate._sim.actors.preconditions import Preconditions
 from effectgate._sim.actors.runs import Runs
 from effectgate._sim.actors.speculation import Speculating
 from effectgate._sim.actors.tenants import Tenants
@@ -26,7 +28,7 @@ def default_actors() -> list[Actor]:
     without them."""
     actors: list[Actor] = [
         Continuations(), Speculating(), Budgets(), Grants(), VenueModels(), OperatorActor(),
-        Tenants(), Runs()
+        Tenants(), Runs(), Preconditions(), Envelopes()
     ]  # fmt: skip
     actors.append(Evidence())
     if _HAS_DOORS:

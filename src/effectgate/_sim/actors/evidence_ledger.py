@@ -23,12 +23,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
-from effectgate._core.intent import ActionClass, EffectClass, IntentBase, Registry
+from effectgate._core.intent import ActionClass, IntentBase, Registry
 from effectgate._core.policy import LimitPolicy, PolicySet
 from effectgate._evidence.anchor import Checkpoint
 from effectgate._execute.adapter import DEFAULT_CALL_TIMEOUT, Listing, VenueRecord, call_budget
 from effectgate._execute.executor import Gate
 from effectgate._execute.reconciler import Reconciler
+from effectgate._sim.actors._kit import order_class
 from effectgate._sim.stores import SimLedger
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.examples import InstrumentId
@@ -67,15 +68,7 @@ class EvOrder(IntentBase):
 
 
 def ev_class() -> ActionClass:
-    return ActionClass(
-        name=EV_ACTION,
-        model=EvOrder,
-        adapter=ADAPTER,
-        effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
-        visibility_horizon=HORIZON,
-        key_retention=KEY_RETENTION,
-        target_field="instrument",
-    )
+    return order_class(EV_ACTION, EvOrder, ADAPTER, horizon=HORIZON, retention=KEY_RETENTION)
 
 
 class WindowPaper(PaperAdapter):

@@ -31,6 +31,7 @@ from effectgate._evidence.invariants import Violation
 from effectgate._execute.authority import grant_authoriser
 from effectgate._execute.executor import Gate
 from effectgate._sim.actor import ProcessSpec, Steps
+from effectgate._sim.actors._kit import process_gate
 from effectgate.errors import EffectgateError, GrantWider
 
 __all__ = ["Grants"]
@@ -90,14 +91,8 @@ class Grants:
 
     def _gate(self, world: Any) -> Gate:
         if self.gate is None or self.built_for is not world.store:
-            self.gate = Gate(
-                store=world.store,
-                registry=world.registry,
-                adapters=world.adapters,
-                policy=world.policy,
-                clock=world.clock,
-                authorise=grant_authoriser(environment=ENV),
-                process_id="sim-process-3",
+            self.gate = process_gate(
+                world, "sim-process-3", authorise=grant_authoriser(environment=ENV)
             )
             self.built_for = world.store
         return self.gate
@@ -140,11 +135,12 @@ class Grants:
         return f"granted cancel_order until +{TTL:g}s, {hops} hop(s)"
 
     def _delegate(self, world: Any, rng: random.Random, now: float) -> str:
-        parents = sorted(
+        # In the order the actor made them: grant ids are random, so never sort by id.
+        parents = [
             gid
             for gid, g in self.grants.items()
             if g.holder == AGENT and g.spec.delegable and self._live(gid, now)
-        )
+        ]
         first = ""
         if not parents:  # an operator grants first, so a delegation is drawn every time
             first = f"{self._grant(world, now, hops=rng.choice((1, 2)))}; "
@@ -188,9 +184,7 @@ class Grants:
         return line
 
     def _revoke(self, world: Any, rng: random.Random, now: float) -> str:
-        subs = sorted(
-            gid for gid, g in self.grants.items() if g.holder == SUB and self._live(gid, now)
-        )
+        subs = [gid for gid, g in self.grants.items() if g.holder == SUB and self._live(gid, now)]
         one = subs and rng.random() < 0.3
         try:
             if one:

@@ -41,6 +41,7 @@ from effectgate._execute.authority import grant_authoriser
 from effectgate._execute.executor import Gate
 from effectgate._execute.quarantine import QuarantineService
 from effectgate._sim.actor import ProcessSpec, Steps
+from effectgate._sim.actors._kit import process_gate
 from effectgate._sim.venues import adapters as va
 from effectgate._sim.venues import models
 from effectgate.adapters._counting import CountingAdapter
@@ -148,14 +149,11 @@ class OperatorActor:
         if self.gate is None or self.built_for is not world.store:
             from effectgate._service._policy_gov import PolicyFollower
 
-            self.gate = Gate(
-                store=world.store,
-                registry=world.registry,
-                adapters=world.adapters,
+            self.gate = process_gate(
+                world,
+                "sim-process-5",
                 policy=PolicySet({ACTION: LimitPolicy()}),
-                clock=world.clock,
                 authorise=grant_authoriser(environment=ENV),
-                process_id="sim-process-5",
             )
             self.follower = PolicyFollower(world.store, self.gate, world.registry)
             self.built_for = world.store

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from effectgate._core.budgets import Resources, RunBudget
-from effectgate._core.intent import ActionClass, EffectClass, IntentBase, Registry
+from effectgate._core.intent import ActionClass, IntentBase, Registry
 from effectgate._core.plan_values import PlanPolicy, ReservationKind, ReservationRequest
 from effectgate._core.policy import LimitPolicy
 from effectgate._core.runs import RunCall, RunCallKind, RunCompletion, RunSeal, sha256_hex
@@ -21,6 +21,7 @@ from effectgate._execute.crashpoints import CRASH_POINTS
 from effectgate._execute.runs import RunJournal
 from effectgate._sim import checks
 from effectgate._sim.actor import ProcessSpec
+from effectgate._sim.actors._kit import order_class
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import BudgetExceeded, EffectgateError, RunSealed
 from effectgate.examples import InstrumentId
@@ -44,15 +45,7 @@ class RunOrder(IntentBase):
 
 
 def run_class() -> ActionClass:
-    return ActionClass(
-        name=RUN_ACTION,
-        model=RunOrder,
-        adapter=ADAPTER,
-        effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
-        visibility_horizon=60.0,
-        key_retention=86400.0,
-        target_field="instrument",
-    )
+    return order_class(RUN_ACTION, RunOrder, ADAPTER)
 
 
 def digest_of(text: str) -> str:

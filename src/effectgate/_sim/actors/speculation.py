@@ -17,12 +17,13 @@ import random
 from collections import Counter
 from typing import Any, Literal
 
-from effectgate._core.intent import ActionClass, EffectClass, IntentBase, Registry
+from effectgate._core.intent import ActionClass, IntentBase, Registry
 from effectgate._core.policy import LimitPolicy
 from effectgate._core.speculation import Speculation
 from effectgate._evidence.invariants import Violation, at_most_one_dispatch
 from effectgate._sim import checks
 from effectgate._sim.actor import ProcessSpec, Steps
+from effectgate._sim.actors._kit import order_class
 from effectgate.adapters._paper_sandbox import PaperSandbox
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import EffectgateError
@@ -44,15 +45,8 @@ class SpecOrder(IntentBase):
 
 
 def spec_class() -> ActionClass:
-    return ActionClass(
-        name=SPEC_ACTION,
-        model=SpecOrder,
-        adapter=ADAPTER,
-        effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
-        visibility_horizon=60.0,
-        key_retention=86400.0,
-        target_field="instrument",
-        speculation=Speculation(verdict_lifetime=60.0),
+    return order_class(
+        SPEC_ACTION, SpecOrder, ADAPTER, speculation=Speculation(verdict_lifetime=60.0)
     )
 
 

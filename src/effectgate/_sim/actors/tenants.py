@@ -23,11 +23,12 @@ from __future__ import annotations
 import random
 from typing import Any, Literal
 
-from effectgate._core.intent import ActionClass, EffectClass, IntentBase, Registry
+from effectgate._core.intent import ActionClass, IntentBase, Registry
 from effectgate._core.policy import LimitPolicy
 from effectgate._evidence.invariants import Violation, at_most_one_dispatch
 from effectgate._sim import checks
 from effectgate._sim.actor import ProcessSpec, Steps
+from effectgate._sim.actors._kit import order_class
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import EffectgateError, IdempotencyConflict
 from effectgate.examples import InstrumentId
@@ -51,15 +52,7 @@ class TenantOrder(IntentBase):
 
 
 def tenant_class() -> ActionClass:
-    return ActionClass(
-        name=TENANT_ACTION,
-        model=TenantOrder,
-        adapter=ADAPTER,
-        effect_class=EffectClass.NON_IDEMPOTENT_MUTATION,
-        visibility_horizon=60.0,
-        key_retention=86400.0,
-        target_field="instrument",
-    )
+    return order_class(TENANT_ACTION, TenantOrder, ADAPTER)
 
 
 class Tenants:

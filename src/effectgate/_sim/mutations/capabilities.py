@@ -128,6 +128,40 @@ def _revocation_one_level(original: F) -> F:
     return live_children
 
 
+def _bindings_unread(original: F) -> F:
+    # The precondition stage reads no approval's binding: every approved row goes as it is.
+    def _bound(store: Any, scope: str, operation_id: str) -> list[str | None]:
+        return []
+
+    return _bound
+
+
+def _no_breach(original: F) -> F:
+    # An action is never outside the envelope's per-action axes (ceiling, allowlist).
+    def per_action_breach(self: Any, value: Any, target: Any) -> str | None:
+        return None
+
+    return per_action_breach
+
+
+def _windows_empty(original: F) -> F:
+    # The rate and exposure windows read as empty: nothing dispatched counts against them.
+    def dispatch_usage(self: Any, action: str, since: float) -> tuple[int, int]:
+        return 0, 0
+
+    return dispatch_usage
+
+
+def _evidence_taken(original: F) -> F:
+    # A widening step's evidence is taken as it is named, not measured again.
+    def verify(
+        store: Any, registry: Any, action: str, axis: str, evidence: Any, *, now: float
+    ) -> Any:
+        return {**evidence, "verified_at": now}
+
+    return verify
+
+
 _C = "effectgate._execute.continuations"
 
 CAPABILITIES: tuple[Mutation, ...] = (
@@ -178,6 +212,30 @@ CAPABILITIES: tuple[Mutation, ...] = (
         "6 dispatched_under_a_live_grant",
         "effectgate.store._grants:live_children",
         _revocation_one_level,
+    ),
+    Mutation(
+        "precondition_bindings_unread",
+        "6 dispatched_as_approved_against",
+        "effectgate._execute.preconditions:_bound",
+        _bindings_unread,
+    ),
+    Mutation(
+        "envelope_ceiling_ignored",
+        "12 sent_within_the_envelope",
+        "effectgate._core.controls:Envelope.per_action_breach",
+        _no_breach,
+    ),
+    Mutation(
+        "envelope_windows_uncounted",
+        "12 sent_within_the_envelope",
+        "effectgate.store._tx:SharedTx.dispatch_usage",
+        _windows_empty,
+    ),
+    Mutation(
+        "widening_evidence_unverified",
+        "12 sent_within_the_envelope",
+        "effectgate._execute.operator:verify_evidence",
+        _evidence_taken,
     ),
     Mutation(
         "continue_without_proof",
