@@ -1,14 +1,25 @@
-"""What several actors build the same way: an order class of their own, and an executor of
-their own on the world's ledger."""
+"""What several actors build the same way: an order class of their own, an executor of
+their own on the world's ledger, and a tap on their venue."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
+from decimal import Decimal
+from typing import Any, Generic, TypeVar
 
 from effectgate._core.intent import ActionClass, EffectClass, IntentBase
+from effectgate._execute.adapter import Adapter, OutboundRequest, Receipt
 from effectgate._execute.executor import Gate
+from effectgate.adapters._counting import CountingAdapter
 
-__all__ = ["order_class", "process_gate"]
+__all__ = ["Tap", "order_class", "process_gate", "quantity_value"]
+
+T = TypeVar("T")
+
+
+def quantity_value(effect: Mapping[str, Any]) -> Decimal:
+    """An order's value as an actor's class measures it: its quantity."""
+    return Decimal(str(effect["quantity"]))
 
 
 def order_class(
@@ -31,6 +42,19 @@ def order_class(
         target_field="instrument",
         **more,
     )
+
+
+class Tap(CountingAdapter, Generic[T]):
+    """Notes, as each request reaches the venue, what ``note`` says of the world then."""
+
+    def __init__(self, inner: Adapter, note: Callable[[OutboundRequest], T]) -> None:
+        super().__init__(inner)
+        self.note = note
+        self.seen: list[tuple[OutboundRequest, T]] = []
+
+    def execute(self, request: OutboundRequest, *, timeout: float) -> Receipt:
+        self.seen.append((request, self.note(request)))
+        return super().execute(request, timeout=timeout)
 
 
 def process_gate(world: Any, process_id: str, **kwargs: Any) -> Gate:

@@ -33,12 +33,11 @@ from effectgate._core.intent import IntentBase, Registry
 from effectgate._core.policy import LimitPolicy
 from effectgate._core.states import State
 from effectgate._evidence.invariants import Violation
-from effectgate._execute.adapter import OutboundRequest, Receipt
+from effectgate._execute.adapter import OutboundRequest
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import Operator
 from effectgate._sim.actor import ProcessSpec, Steps
-from effectgate._sim.actors._kit import order_class, process_gate
-from effectgate.adapters._counting import CountingAdapter
+from effectgate._sim.actors._kit import Tap, order_class, process_gate, quantity_value
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import EffectgateError, StepEvidenceRefused
 from effectgate.examples import InstrumentId
@@ -60,19 +59,6 @@ class EnvOrder(IntentBase):
     quantity: int
 
 
-class _Tap(CountingAdapter):
-    """Notes the clock at each request, as the venue sees it arrive."""
-
-    def __init__(self, inner: PaperAdapter, clock: Any) -> None:
-        super().__init__(inner)
-        self.clock = clock
-        self.seen: list[tuple[OutboundRequest, float]] = []
-
-    def execute(self, request: OutboundRequest, *, timeout: float) -> Receipt:
-        self.seen.append((request, self.clock()))
-        return super().execute(request, timeout=timeout)
-
-
 def _tighter(axis: str, rng: random.Random) -> object:
     if axis == "max_value":
         return str(rng.choice((100, 150, 250)))
@@ -89,7 +75,7 @@ class Envelopes:
     name = "envelopes"
 
     def __init__(self) -> None:
-        self.tap: _Tap | None = None
+        self.tap: Tap[float] | None = None  # the clock as each request arrived
         self.gate: Gate | None = None
         self.operator: Operator | None = None
         self.built_for: Any = None
@@ -104,13 +90,12 @@ class Envelopes:
     def configure(self, spec: ProcessSpec) -> None:
         if self.tap is None:  # the venue is outside the process: it outlives every crash
             venue = PaperVenue(clock=spec.clock, instruments=frozenset(INSTRUMENTS))
-            self.tap = _Tap(PaperAdapter(venue), spec.clock)
+            clock = spec.clock
+            self.tap = Tap(PaperAdapter(venue), lambda _: clock())
         if ENV_ACTION not in spec.registry.names():
             classes = [spec.registry.get(n) for n in spec.registry.names()]
-            value = order_class(
-                ENV_ACTION, EnvOrder, ADAPTER, value_of=lambda e: Decimal(str(e["quantity"]))
-            )
-            spec.registry = Registry([*classes, value])
+            own = order_class(ENV_ACTION, EnvOrder, ADAPTER, value_of=quantity_value)
+            spec.registry = Registry([*classes, own])
         spec.policies[ENV_ACTION] = LimitPolicy(Decimal(1000))
         spec.adapters[ADAPTER] = self.tap
         self.built_for = None  # a new process: the seventh executor is rebuilt on first use
@@ -197,7 +182,7 @@ class Envelopes:
             return found
         env = world.store.controls(ENV_ACTION).envelope
         for request, at in new:
-            value = Decimal(str(request.effect["quantity"]))
+            value = quantity_value(request.effect)
             found += _outside(env, request, value, at, self.sent)
             self.sent.append((at, value))
         return found

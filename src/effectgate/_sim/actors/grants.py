@@ -236,7 +236,8 @@ class Grants:
                     Violation(6, f"{r.operation_key} dispatched with no live grant chain for "
                                  f"{who} covering {r.effect.get('instrument')}")
                 )  # fmt: skip
-        if self.grants:
+        # Only a delegation can outlive its revoked parent: no read of the store until one exists.
+        if any(g.parent is not None for g in self.grants.values()):
             stored = {g.grant_id: g for g in world.store.list_grants(include_revoked=True)}
             for g in stored.values():
                 above = stored.get(g.parent_id) if g.parent_id else None

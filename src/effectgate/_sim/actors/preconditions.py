@@ -29,13 +29,11 @@ from effectgate._core.intent import ActionClass, IntentBase, Registry
 from effectgate._core.policy import LimitPolicy
 from effectgate._core.states import State
 from effectgate._evidence.invariants import Violation
-from effectgate._execute.adapter import OutboundRequest, Receipt
 from effectgate._execute.executor import Gate
 from effectgate._execute.operator import Operator
 from effectgate._execute.preconditions import bind_precondition, precondition_check
 from effectgate._sim.actor import ProcessSpec, Steps
-from effectgate._sim.actors._kit import order_class, process_gate
-from effectgate.adapters._counting import CountingAdapter
+from effectgate._sim.actors._kit import Tap, order_class, process_gate, quantity_value
 from effectgate.adapters.paper import PaperAdapter, PaperVenue
 from effectgate.errors import EffectgateError
 from effectgate.examples import InstrumentId
@@ -59,20 +57,7 @@ class PcOrder(IntentBase):
 
 
 def pc_class() -> ActionClass:
-    return order_class(PC_ACTION, PcOrder, ADAPTER, value_of=lambda e: Decimal(str(e["quantity"])))
-
-
-class _Tap(CountingAdapter):
-    """Notes the venue's state of each request's instrument as the request reaches it."""
-
-    def __init__(self, inner: PaperAdapter, venue: PaperVenue) -> None:
-        super().__init__(inner)
-        self.venue = venue
-        self.seen: list[tuple[OutboundRequest, tuple[Decimal, int]]] = []
-
-    def execute(self, request: OutboundRequest, *, timeout: float) -> Receipt:
-        self.seen.append((request, self.venue.position(str(request.effect["instrument"]))))
-        return super().execute(request, timeout=timeout)
+    return order_class(PC_ACTION, PcOrder, ADAPTER, value_of=quantity_value)
 
 
 class Preconditions:
@@ -82,7 +67,8 @@ class Preconditions:
 
     def __init__(self) -> None:
         self.venue: PaperVenue | None = None
-        self.tap: _Tap | None = None
+        # The venue's state (position, orders) of each request's instrument as it arrived.
+        self.tap: Tap[tuple[Decimal, int]] | None = None
         self.gate: Gate | None = None
         self.operator: Operator | None = None
         self.built_for: Any = None
@@ -96,7 +82,10 @@ class Preconditions:
     def configure(self, spec: ProcessSpec) -> None:
         if self.tap is None:  # the venue is outside the process: it outlives every crash
             self.venue = PaperVenue(clock=spec.clock, instruments=frozenset(INSTRUMENTS))
-            self.tap = _Tap(PaperAdapter(self.venue), self.venue)
+            venue = self.venue
+            self.tap = Tap(
+                PaperAdapter(venue), lambda r: venue.position(str(r.effect["instrument"]))
+            )
         if PC_ACTION not in spec.registry.names():
             classes = [spec.registry.get(n) for n in spec.registry.names()]
             spec.registry = Registry([*classes, pc_class()])
